@@ -1,0 +1,3 @@
+from amqp_server.server import main
+
+main()

@@ -1,0 +1,38 @@
+"""The broker's shared state: configuration, vhosts, users, live connections.
+
+Everything here runs on the event-loop thread; it holds no sockets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amqp_server.config import BrokerConfig
+from vhosts.users import UserStore
+from vhosts.vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from amqp_server.connection import Connection
+
+
+class Broker:
+    """State shared by all connections of one broker.
+
+    Args:
+        config: settings; the default user and vhost are created from it.
+    """
+
+    def __init__(self, config: BrokerConfig | None = None) -> None:
+        self.config = config or BrokerConfig()
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.users = UserStore(self.config.loopback_users)
+        self.connections: set[Connection] = set()
+        self.add_vhost(self.config.default_vhost)
+        self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        """Create vhost ``name`` (idempotent) with its predeclared ``amq.*`` exchanges."""
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name)
+        return vhost

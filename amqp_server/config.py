@@ -1,0 +1,39 @@
+"""Broker settings, with RabbitMQ's defaults.
+
+Source: https://www.rabbitmq.com/docs/configure (frame_max, channel_max, heartbeat,
+default_user, default_vhost, loopback_users).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class BrokerConfig:
+    """Settings of one broker process.
+
+    Attributes:
+        host, port: listener address (IPv4 or IPv6) and TCP port (5672).
+        data_dir: where the broker keeps its state.
+        frame_max: largest frame offered in Connection.Tune (bytes, 131072).
+        channel_max: highest channel number offered (2047).
+        heartbeat: heartbeat interval offered (seconds, 60; 0 disables).
+        default_user, default_pass, default_vhost: created at start (guest/guest, "/").
+        loopback_users: users that may log in only from loopback (guest).
+        product, version: reported in Connection.Start server properties.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: Path = field(default_factory=lambda: Path("var"))
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_vhost: str = "/"
+    loopback_users: tuple[str, ...] = ("guest",)
+    product: str = "amqpq"
+    version: str = "0.1.0"

@@ -1,0 +1,507 @@
+"""Sans-IO AMQP 0-9-1 server connection: bytes in, bytes out, no sockets.
+
+Theory of operation
+-------------------
+``receive_data(bytes)`` feeds the connection; ``data_to_send()`` returns what to write;
+``closed`` says when the transport should be closed (after writing what is pending).
+``on_output`` (set by the transport) is called when output becomes pending, so the transport
+writes once per event-loop turn however many frames were queued, including frames queued by
+*other* connections' publishes. Time comes from an injected ``clock`` (seconds), and
+``tick()`` does heartbeats and close timeouts, so all of it is testable without a network.
+
+Handshake (spec 2.2.4, 4.2.2)::
+
+    AWAITING_HEADER --header--> START_OK --Connection.StartOk--> TUNE_OK --TuneOk--> OPEN_WAIT
+    OPEN_WAIT --Connection.Open--> OPEN --Connection.Close--> closed
+    any --hard error--> CLOSING (Connection.Close sent; only Close/CloseOk read) --> closed
+
+A wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket closed.
+Errors raised while handling a frame become Channel.Close (soft) or Connection.Close (hard)
+here, in one place (:meth:`Connection._fail`); anything else becomes 541 INTERNAL_ERROR.
+
+Source: AMQP 0-9-1 spec sections 2.2-2.3, 4.2; RabbitMQ ``rabbit_reader``.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import struct
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from pamqp import commands, decode
+
+from amqp_server import framing
+from amqp_server.broker import Broker
+from amqp_server.channel import Channel
+from amqp_server.errors import (
+    AMQPError,
+    ChannelError,
+    CommandInvalid,
+    ConnectionAccessRefused,
+    FrameError,
+    InternalError,
+    NotAllowed,
+    SyntaxError_,
+    UnexpectedFrame,
+)
+from queue_store.queue import Queue
+
+log = logging.getLogger("amqpq.connection")
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
+CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
+MIN_FRAME_MAX = 4096  # spec 4.2.1 frame-min-size
+
+_method_index = struct.Struct(">I")
+
+
+class State(Enum):
+    AWAITING_HEADER = "awaiting_header"
+    START_OK = "start_ok"
+    TUNE_OK = "tune_ok"
+    OPEN_WAIT = "open_wait"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+def decode_method(payload: bytes) -> Any:
+    """A pamqp method object from a method frame payload.
+
+    Raises:
+        CommandInvalid (503): unknown class/method id.
+        SyntaxError_ (502): fields do not decode.
+    """
+    if len(payload) < 4:
+        raise SyntaxError_("method frame too short")
+    index = _method_index.unpack_from(payload)[0]
+    cls = commands.INDEX_MAPPING.get(index)
+    if cls is None:
+        raise CommandInvalid(f"unknown method class {index >> 16} method {index & 0xFFFF}")
+    method = cls()
+    try:
+        method.unmarshal(payload[4:])
+    except Exception as exc:  # pamqp raises struct.error/ValueError/IndexError/...
+        raise SyntaxError_(f"cannot decode {cls.name}: {exc}") from None
+    return method
+
+
+def parse_sasl(mechanism: str, response: bytes | str) -> tuple[str, str]:
+    """(username, password) from a PLAIN or AMQPLAIN Connection.StartOk response.
+
+    Raises:
+        CommandInvalid (503): unknown mechanism.
+        ConnectionAccessRefused (403): unparsable response.
+    """
+    raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else response
+    if mechanism == "PLAIN":
+        parts = raw.split(b"\x00")
+        if len(parts) != 3:
+            raise ConnectionAccessRefused("PLAIN response is malformed")
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        try:
+            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
+        except Exception:
+            raise ConnectionAccessRefused("AMQPLAIN response is malformed") from None
+        user, password = table.get("LOGIN", b""), table.get("PASSWORD", b"")
+        if isinstance(user, bytes):
+            user = user.decode("utf-8", "replace")
+        if isinstance(password, bytes):
+            password = password.decode("utf-8", "replace")
+        return str(user), str(password)
+    raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'")
+
+
+class Connection:
+    """One client connection, sans-IO.
+
+    Args:
+        broker: shared broker state.
+        peer: (host, port) of the client, for the loopback-only rule; None in tests.
+        clock: monotonic time source in seconds.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        peer: tuple[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        cfg = broker.config
+        self.broker = broker
+        self.peer = peer
+        self.clock = clock
+        self.state = State.AWAITING_HEADER
+        self.reader = framing.FrameReader(cfg.frame_max)
+        self.frame_max = cfg.frame_max
+        self.channel_max = cfg.channel_max
+        self.heartbeat = cfg.heartbeat
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: list[Queue] = []
+        self.confirms_dirty: set[Channel] = set()
+        self.client_properties: dict[str, Any] = {}
+        self.user: str | None = None
+        self.vhost_name = ""
+        self.vhost_obj: Any = None
+        self.writable = True
+        self.closed = False  # the transport should close once output is written
+        self.on_output: Callable[[], None] | None = None
+        self._out: list[bytes] = []
+        self._header_buf = b""
+        self._mechanism = "PLAIN"
+        now = clock()
+        self.created_at = now
+        self.last_received = now
+        self.last_sent = now
+        self._close_deadline: float | None = None
+        broker.connections.add(self)
+
+    # ---- output --------------------------------------------------------------------------
+
+    def send_frame(self, data: bytes) -> None:
+        out = self._out
+        out.append(data)
+        if len(out) == 1 and self.on_output is not None:
+            self.on_output()
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        out = self._out
+        was_empty = not out
+        out.extend(frames)
+        if was_empty and self.on_output is not None:
+            self.on_output()
+
+    def data_to_send(self) -> bytes:
+        """All pending output bytes (and clears them)."""
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out.clear()
+        self.last_sent = self.clock()
+        return data
+
+    # ---- input ---------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Process bytes from the client; replies become pending output."""
+        if self.closed or self.state is State.CLOSED:
+            return
+        self.last_received = self.clock()
+        if self.state is State.AWAITING_HEADER:
+            data = self._receive_header(data)
+            if not data:
+                return
+        try:
+            frames = self.reader.feed(data)
+        except FrameError as exc:
+            frames = []
+            self._fail(0, exc)
+            self.closed = True  # the stream cannot be resynchronised
+        for ftype, channel, payload in frames:
+            if self.closed:
+                break
+            try:
+                self._handle_frame(ftype, channel, payload)
+            except AMQPError as exc:
+                self._fail(channel, exc, payload)
+            except Exception as exc:
+                log.exception("internal error on channel %d", channel)
+                self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), payload)
+        if self.confirms_dirty:
+            for ch in self.confirms_dirty:
+                ch.flush_confirms()
+            self.confirms_dirty.clear()
+
+    def _receive_header(self, data: bytes) -> bytes:
+        buf = self._header_buf + data
+        if len(buf) < 8:
+            if framing.PROTOCOL_HEADER.startswith(buf):
+                self._header_buf = buf
+                return b""
+        if buf[:8] != framing.PROTOCOL_HEADER:
+            # spec 4.2.2: answer with the header we support, then close
+            self.send_frame(framing.PROTOCOL_HEADER)
+            self.closed = True
+            self.state = State.CLOSED
+            return b""
+        self._header_buf = b""
+        self.state = State.START_OK
+        self.send_frame(framing.method_frame(0, commands.Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties=self._server_properties(),
+            mechanisms="PLAIN AMQPLAIN",
+            locales="en_US",
+        )))
+        return buf[8:]
+
+    def _server_properties(self) -> dict[str, Any]:
+        cfg = self.broker.config
+        return {
+            "product": cfg.product,
+            "version": cfg.version,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "amqpq contributors",
+            "information": "Licensed under the Apache License 2.0",
+            "cluster_name": "amqpq",
+            "capabilities": dict(CAPABILITIES),
+        }
+
+    def _handle_frame(self, ftype: int, channel: int, payload: bytes) -> None:
+        if ftype == framing.FRAME_METHOD:
+            if channel:
+                self._channel_method(channel, payload)
+            else:
+                self._connection_method(decode_method(payload))
+        elif ftype == framing.FRAME_HEARTBEAT:
+            if channel:
+                raise FrameError(f"heartbeat frame on channel {channel}")
+        else:
+            if self.state is not State.OPEN:
+                if self.state is State.CLOSING:
+                    return
+                raise UnexpectedFrame("content frame before the connection is open")
+            ch = self.channels.get(channel)
+            if ch is None:
+                raise ChannelError("expected 'channel.open'")
+            if not ch.closing:
+                ch.handle_content(ftype, payload)
+
+    def _channel_method(self, number: int, payload: bytes) -> None:
+        if self.state is not State.OPEN:
+            if self.state is State.CLOSING:
+                return
+            raise CommandInvalid("channel method before connection.open")
+        ch = self.channels.get(number)
+        index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
+        if ch is not None and not ch.closing:
+            if index == framing.BASIC_PUBLISH:
+                try:
+                    ex, rk, ex_rk_raw, mandatory, immediate = framing.parse_publish(payload)
+                except (ValueError, IndexError):
+                    raise SyntaxError_("cannot decode basic.publish") from None
+                ch.start_publish(ex, rk, ex_rk_raw, mandatory, immediate)
+                return
+            if index == framing.BASIC_ACK:
+                try:
+                    tag, multiple = framing.parse_ack(payload)
+                except struct.error:
+                    raise SyntaxError_("cannot decode basic.ack") from None
+                ch.ack(tag, multiple)
+                return
+            method = decode_method(payload)
+            if isinstance(method, commands.Channel.Open):
+                raise ChannelError("second 'channel.open' seen")
+            if isinstance(method, commands.Channel.CloseOk):
+                return
+            ch.handle_method(method)
+            return
+        method = decode_method(payload)
+        if ch is not None:  # closing: only Close and CloseOk matter (spec 2.2.4)
+            if isinstance(method, commands.Channel.CloseOk):
+                del self.channels[number]
+            elif isinstance(method, commands.Channel.Close):
+                ch.send(commands.Channel.CloseOk())
+            return
+        if not isinstance(method, commands.Channel.Open):
+            raise ChannelError("expected 'channel.open'")
+        if number > self.channel_max:
+            raise NotAllowed(
+                f"channel number {number} is above the negotiated channel_max "
+                f"({self.channel_max})"
+            )
+        ch = self.channels[number] = Channel(self, number)
+        ch.send(commands.Channel.OpenOk())
+
+    def forget_channel(self, number: int) -> None:
+        ch = self.channels.pop(number, None)
+        if ch is not None:
+            self.confirms_dirty.discard(ch)
+
+    # ---- channel 0 -----------------------------------------------------------------------
+
+    def _connection_method(self, method: Any) -> None:
+        state = self.state
+        if isinstance(method, commands.Connection.Close):
+            self.send_frame(framing.method_frame(0, commands.Connection.CloseOk()))
+            self._release()
+            self.closed = True
+            return
+        if isinstance(method, commands.Connection.CloseOk):
+            self._release()
+            self.closed = True
+            return
+        if state is State.CLOSING:
+            return
+        if state is State.START_OK and isinstance(method, commands.Connection.StartOk):
+            self._start_ok(method)
+        elif state is State.TUNE_OK and isinstance(method, commands.Connection.TuneOk):
+            self._tune_ok(method)
+        elif state is State.OPEN_WAIT and isinstance(method, commands.Connection.Open):
+            self._open(method)
+        elif state is State.OPEN and isinstance(method, commands.Connection.UpdateSecret):
+            raise NotAllowed("connection.update_secret is not supported")
+        else:
+            raise CommandInvalid(f"unexpected method {method.name} in state {state.value}")
+
+    def _start_ok(self, m: Any) -> None:
+        self.client_properties = m.client_properties or {}
+        self._mechanism = m.mechanism
+        username, password = parse_sasl(m.mechanism, m.response)
+        host = self.peer[0] if self.peer else "127.0.0.1"
+        if self.broker.users.authenticate(username, password, host) is None:
+            log.warning("login refused for user '%s' from %s", username, host)
+            raise ConnectionAccessRefused(
+                f"Login was refused using authentication mechanism {m.mechanism}."
+                " For details see the broker logfile."
+            )
+        self.user = username
+        self.state = State.TUNE_OK
+        self.send_frame(framing.method_frame(0, commands.Connection.Tune(
+            channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
+        )))
+
+    def _tune_ok(self, m: Any) -> None:
+        server_max = self.broker.config.frame_max
+        if m.frame_max and m.frame_max < MIN_FRAME_MAX:
+            raise NotAllowed(f"frame_max={m.frame_max} < {MIN_FRAME_MAX} min size")
+        if m.frame_max > server_max:
+            raise NotAllowed(f"frame_max={m.frame_max} > {server_max} max size")
+        self.frame_max = m.frame_max or server_max
+        self.reader.frame_max = self.frame_max
+        if m.channel_max:
+            self.channel_max = min(m.channel_max, self.channel_max)
+        self.heartbeat = m.heartbeat
+        self.state = State.OPEN_WAIT
+
+    def _open(self, m: Any) -> None:
+        vhost = self.broker.vhosts.get(m.virtual_host)
+        if vhost is None:
+            raise NotAllowed(f"vhost {m.virtual_host} not found")
+        self.vhost_name = m.virtual_host
+        self.vhost_obj = vhost
+        self.state = State.OPEN
+        self.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
+
+    def client_capability(self, name: str) -> bool:
+        caps = self.client_properties.get("capabilities") or {}
+        return bool(caps.get(name)) if isinstance(caps, dict) else False
+
+    # ---- errors and closing --------------------------------------------------------------
+
+    def _fail(self, channel: int, exc: AMQPError, payload: bytes = b"") -> None:
+        """Turn ``exc`` into Channel.Close or Connection.Close (the only place that does)."""
+        class_id, method_id = exc.class_id, exc.method_id
+        if not class_id and len(payload) >= 4:
+            class_id, method_id = struct.unpack_from(">HH", payload)
+        ch = self.channels.get(channel) if channel else None
+        if exc.is_soft and ch is not None and not isinstance(exc, ConnectionAccessRefused):
+            log.info("closing channel %d: %s", channel, exc.reply_text)
+            ch.release()
+            ch.send(commands.Channel.Close(
+                reply_code=int(exc.code), reply_text=exc.reply_text,
+                class_id=class_id, method_id=method_id,
+            ))
+            self.confirms_dirty.discard(ch)
+            return
+        self.close(int(exc.code), exc.reply_text, class_id, method_id)
+
+    def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
+        """Server-initiated Connection.Close (e.g. 320 CONNECTION_FORCED at shutdown)."""
+        if self.state in (State.CLOSING, State.CLOSED) or self.closed:
+            return
+        log.info("closing connection from %s: %s", self.peer, text)
+        if self.state is State.AWAITING_HEADER:
+            self.closed = True
+            self._release()
+            return
+        self.send_frame(framing.method_frame(0, commands.Connection.Close(
+            reply_code=code, reply_text=text, class_id=class_id, method_id=method_id
+        )))
+        self.state = State.CLOSING
+        self._close_deadline = self.clock() + CLOSE_OK_TIMEOUT
+        self._release()
+
+    def _release(self) -> None:
+        """Free everything the connection holds: channels (requeue), exclusive queues."""
+        channels = list(self.channels.values())
+        self.channels.clear()
+        for ch in channels:
+            ch.release()
+        for q in self.exclusive_queues:
+            if self.vhost_obj is not None:
+                self.vhost_obj.remove_queue(q)
+        self.exclusive_queues.clear()
+        self.confirms_dirty.clear()
+        self.broker.connections.discard(self)
+        if self.state is not State.CLOSING:
+            self.state = State.CLOSED
+
+    def connection_lost(self) -> None:
+        """The socket is gone (whatever the state): release everything."""
+        self.closed = True
+        if self.state is not State.CLOSED:
+            self.state = State.CLOSED
+            self._release()
+
+    # ---- time ----------------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Heartbeats and timeouts; call about once a second.
+
+        Sends a heartbeat after ``heartbeat / 2`` seconds without output; closes (``closed``)
+        after two heartbeat intervals without input, when the handshake takes longer than
+        10 s, or when Connection.CloseOk does not come within 3 s.
+        """
+        now = self.clock() if now is None else now
+        if self.closed:
+            return
+        if self.state is State.CLOSING:
+            if self._close_deadline is not None and now >= self._close_deadline:
+                self.closed = True
+            return
+        if self.state is not State.OPEN:
+            if now - self.created_at > HANDSHAKE_TIMEOUT:
+                log.warning("handshake timeout from %s", self.peer)
+                self.closed = True
+                self._release()
+            return
+        hb = self.heartbeat
+        if not hb:
+            return
+        if now - self.last_received > 2 * hb:
+            log.warning("missed heartbeats from client %s, timeout: %ds", self.peer, hb)
+            self.closed = True
+            self._release()
+            return
+        if now - self.last_sent >= hb / 2 and not self._out:
+            self.send_frame(framing.HEARTBEAT_FRAME)
+
+    # ---- flow ----------------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: stop dispatching deliveries to this connection."""
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        """The transport drained: let this connection's consumers take messages again."""
+        self.writable = True
+        for ch in list(self.channels.values()):
+            for queue in {c.queue for c in ch.consumers.values()}:
+                queue.dispatch()

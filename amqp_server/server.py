@@ -1,0 +1,222 @@
+"""asyncio edge of the broker: listeners, transports, timers, shutdown, ``main()``.
+
+The only module of ``amqp_server`` that touches sockets. Each TCP connection gets an
+:class:`AMQPProtocol` that feeds a sans-IO :class:`~amqp_server.connection.Connection` and
+writes its output once per event-loop turn (``loop.call_soon``), however many frames were
+queued in between. Transport back-pressure (``pause_writing``) stops deliveries to that
+connection until its buffer drains.
+
+Shutdown (SIGINT/SIGTERM): stop listening, close every connection with 320
+CONNECTION_FORCED, wait briefly for the clients' CloseOk, exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from amqp_server.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.connection import Connection
+
+log = logging.getLogger("amqpq.server")
+
+WRITE_BUFFER_HIGH = 4 * 1024 * 1024  # bytes buffered per socket before deliveries pause
+WRITE_BUFFER_LOW = 1 * 1024 * 1024
+SHUTDOWN_GRACE = 2.0  # seconds to wait for CloseOk at shutdown
+
+
+class AMQPProtocol(asyncio.Protocol):
+    """One client socket bound to one sans-IO :class:`Connection`."""
+
+    def __init__(self, broker_server: BrokerServer) -> None:
+        self.server = broker_server
+        self.transport: asyncio.Transport | None = None
+        self.conn: Connection | None = None
+        self._flush_scheduled = False
+        self._loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        peer = transport.get_extra_info("peername")
+        peer_addr = (str(peer[0]), int(peer[1])) if peer else None
+        self.conn = Connection(self.server.broker, peer_addr)
+        self.conn.on_output = self._schedule_flush
+        self.server.protocols.add(self)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write pending output; close the socket when the connection is done."""
+        self._flush_scheduled = False
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None or transport.is_closing():
+            return
+        data = conn.data_to_send()
+        if data:
+            transport.write(data)
+        if conn.closed:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        conn.receive_data(data)
+        if conn.closed:
+            self._schedule_flush()
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.protocols.discard(self)
+        if self.conn is not None:
+            self.conn.connection_lost()
+        self.transport = None
+
+    def tick(self) -> None:
+        if self.conn is None:
+            return
+        self.conn.tick()
+        if self.conn.closed:
+            self._schedule_flush()
+
+
+class BrokerServer:
+    """Listeners and timers around one :class:`Broker`.
+
+    Args:
+        config: host, port (0 picks a free port; see :attr:`port` after :meth:`start`).
+    """
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker = Broker(config)
+        self.protocols: set[AMQPProtocol] = set()
+        self.port = config.port
+        self._server: asyncio.base_events.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open the data dir and the listener (raises OSError if the port is taken)."""
+        Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._tick_loop())
+        log.info("amqpq listening on %s:%d (data dir %s)", self.config.host, self.port,
+                 self.config.data_dir)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            for proto in list(self.protocols):
+                try:
+                    proto.tick()
+                except Exception:
+                    log.exception("tick failed")
+
+    async def stop(self) -> None:
+        """Close listeners, then every connection with 320 CONNECTION_FORCED."""
+        if self._server is not None:
+            self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for proto in list(self.protocols):
+            if proto.conn is not None:
+                proto.conn.close(
+                    320, "CONNECTION_FORCED - broker forced connection closure with reason "
+                    "'shutdown'"
+                )
+                proto.flush()
+        deadline = asyncio.get_running_loop().time() + SHUTDOWN_GRACE
+        while self.protocols and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        for proto in list(self.protocols):
+            if proto.transport is not None:
+                proto.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("amqpq stopped")
+
+
+def parse_args(argv: list[str] | None = None) -> BrokerConfig:
+    """BrokerConfig from command-line arguments (exits 2 with one line on a bad value)."""
+    p = argparse.ArgumentParser(prog="amqpq-server", description="amqpq AMQP 0-9-1 broker")
+    p.add_argument("--host", default="127.0.0.1", help="listen address, IPv4 or IPv6")
+    p.add_argument("--port", type=int, default=5672, help="AMQP port (0: any free port)")
+    p.add_argument("--data-dir", default="var", help="state directory (default ./var)")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--heartbeat", type=int, default=60, help="heartbeat offered (s, 0 = off)")
+    p.add_argument("--frame-max", type=int, default=131072, help="frame_max offered (bytes)")
+    p.add_argument("--channel-max", type=int, default=2047, help="channel_max offered")
+    a = p.parse_args(argv)
+    if not 0 <= a.port <= 65535:
+        p.error(f"--port must be 0..65535, got {a.port}")
+    if a.frame_max < 4096:
+        p.error(f"--frame-max must be at least 4096 bytes, got {a.frame_max}")
+    if not 1 <= a.channel_max <= 65535:
+        p.error(f"--channel-max must be 1..65535, got {a.channel_max}")
+    if a.heartbeat < 0:
+        p.error(f"--heartbeat must be >= 0, got {a.heartbeat}")
+    logging.basicConfig(
+        level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return BrokerConfig(
+        host=a.host, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
+        frame_max=a.frame_max, channel_max=a.channel_max,
+    )
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run the broker until SIGINT/SIGTERM."""
+    server = BrokerServer(config)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    print(f"amqpq: listening on amqp://{config.host}:{server.port}", flush=True)
+    await stop.wait()
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point ``amqpq-server``."""
+    config = parse_args(argv)
+    try:
+        import uvloop  # optional speed-up
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(serve(config))
+    except OSError as exc:
+        print(f"amqpq-server: cannot listen on {config.host}:{config.port}: {exc.strerror}",
+              file=sys.stderr)
+        sys.exit(1)

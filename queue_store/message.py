@@ -1,0 +1,93 @@
+"""Messages as the broker holds them: routing info, raw property bytes, body.
+
+A message's content-header properties are kept exactly as the publisher sent them
+(``properties_raw``: property flags followed by the property list, spec 4.2.6.1) and forwarded
+verbatim on delivery; they are decoded only when a feature needs a property (the headers
+exchange, persistence, TTL), once, lazily.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands
+from pamqp.header import ContentHeader
+
+_EMPTY_CONTENT_PREFIX = struct.pack(">HHQ", 60, 0, 0)
+
+# Property flag bits of Basic (spec 1.8.2): the order of the property list.
+FLAG_CONTENT_TYPE = 1 << 15
+FLAG_CONTENT_ENCODING = 1 << 14
+FLAG_HEADERS = 1 << 13
+FLAG_DELIVERY_MODE = 1 << 12
+
+
+class Message:
+    """One published message, shared by every queue it was routed to.
+
+    Attributes:
+        exchange, routing_key: where it was published (str).
+        ex_rk_raw: the exchange and routing key as the two shortstrs received in Basic.Publish.
+        properties_raw: property flags + property list bytes, as received.
+        body: the body (bytes), assembled from the body frames.
+    """
+
+    __slots__ = ("exchange", "routing_key", "ex_rk_raw", "properties_raw", "body", "_props")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        ex_rk_raw: bytes,
+        properties_raw: bytes,
+        body: bytes,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.ex_rk_raw = ex_rk_raw
+        self.properties_raw = properties_raw
+        self.body = body
+        self._props: commands.Basic.Properties | None = None
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body)
+
+    @property
+    def properties(self) -> commands.Basic.Properties:
+        """The decoded Basic properties (decoded once, on first use).
+
+        Raises:
+            ValueError: the property bytes do not decode.
+        """
+        if self._props is None:
+            header = ContentHeader()
+            header.unmarshal(_EMPTY_CONTENT_PREFIX + self.properties_raw)
+            self._props = header.properties
+        return self._props
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        """The ``headers`` property (field table) or None; decodes only when the flag is set."""
+        if len(self.properties_raw) < 2 or not (self.properties_raw[0] << 8) & FLAG_HEADERS:
+            return None
+        return self.properties.headers
+
+    @property
+    def persistent(self) -> bool:
+        """True when delivery_mode is 2 (persistent)."""
+        flags = (self.properties_raw[0] << 8) | self.properties_raw[1] if self.properties_raw else 0
+        if not flags & FLAG_DELIVERY_MODE:
+            return False
+        return self.properties.delivery_mode == 2
+
+
+def check_properties(properties_raw: bytes) -> None:
+    """Validate content-header property bytes by decoding them once.
+
+    Raises:
+        ValueError: truncated or malformed property list.
+    """
+    header = ContentHeader()
+    header.unmarshal(_EMPTY_CONTENT_PREFIX + properties_raw)

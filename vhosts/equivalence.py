@@ -1,0 +1,67 @@
+"""Redeclare equivalence checks with RabbitMQ's 406 texts.
+
+Source: RabbitMQ ``rabbit_misc:assert_field_equivalence/4`` and
+``rabbit_misc:assert_args_equivalence/4``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from amqp_server.errors import PreconditionFailed
+
+
+def inequivalent(field: str, what: str, received: str, current: str) -> PreconditionFailed:
+    """``inequivalent arg 'durable' for queue 'q' in vhost '/': received 'true' but current is
+    'false'`` as a 406 error (to raise)."""
+    return PreconditionFailed(
+        f"inequivalent arg '{field}' for {what}: received '{received}' but current is '{current}'"
+    )
+
+
+def amqp_type_name(value: Any) -> str:
+    """RabbitMQ's name for a field-table value's type (as most clients encode Python values)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return "void" if value is None else type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "none"
+    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return f"the value '{shown}' of type '{amqp_type_name(value)}'"
+
+
+def _normal(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def assert_args_equivalent(
+    requested: dict[str, Any], current: dict[str, Any], what: str, keys: Iterable[str]
+) -> None:
+    """Compare the listed ``x-`` arguments of a redeclare with the current ones.
+
+    Raises:
+        PreconditionFailed (406): ``inequivalent arg 'x-message-ttl' for queue 'q' in vhost
+            '/': received the value '2000' of type 'signedint' but current is the value '1000'
+            of type 'signedint'``.
+    """
+    for key in keys:
+        want, have = requested.get(key), current.get(key)
+        if _normal(want) != _normal(have) or (type(want) is bool) != (type(have) is bool):
+            raise PreconditionFailed(
+                f"inequivalent arg '{key}' for {what}: received {_describe(want)} but current is"
+                f" {_describe(have)}"
+            )

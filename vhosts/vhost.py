@@ -1,0 +1,402 @@
+"""A virtual host: its exchanges, queues and bindings, and routing between them.
+
+Every topology operation a channel performs lands here and raises the same errors, with the
+same texts, as RabbitMQ's ``rabbit_channel``/``rabbit_exchange``/``rabbit_amqqueue``:
+
+* 404 NOT_FOUND ``no queue 'q' in vhost '/'`` / ``no exchange 'x' in vhost '/'``;
+* 406 PRECONDITION_FAILED ``inequivalent arg 'durable' for queue 'q' in vhost '/': received
+  'true' but current is 'false'`` on a redeclare with other properties;
+* 403 ACCESS_REFUSED for the reserved ``amq.*`` prefix and the default exchange;
+* 405 RESOURCE_LOCKED for another connection's exclusive queue.
+
+Routing (:meth:`VirtualHost.route`) follows exchange-to-exchange bindings with a visited set
+(so cycles end) and an exchange's ``alternate-exchange`` when it routes to nothing; a queue
+reached several ways receives the message once.
+
+Source: AMQP 0-9-1 spec 1.6-1.7; https://www.rabbitmq.com/docs/vhosts, /docs/e2e, /docs/ae.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from amqp_server.errors import AccessRefused, NotFound, PreconditionFailed, rs
+from exchanges.binding import Binding, Destination
+from exchanges.exchange import Exchange
+from queue_store.message import Message
+from queue_store.queue import Queue
+from vhosts.equivalence import assert_args_equivalent, inequivalent
+
+# Predeclared exchanges of every vhost (RabbitMQ's rabbit_exchange:declare_default/1).
+DEFAULT_EXCHANGES = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+    "amq.match": "headers",
+}
+
+# Queue arguments RabbitMQ compares on redeclare (rabbit_amqqueue:declare_args/0).
+QUEUE_EQUIVALENCE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+)
+
+
+def server_generated_name(prefix: str) -> str:
+    """``amq.gen-<22 chars>``/``amq.ctag-<22 chars>``: 16 random bytes, URL-safe base64."""
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+def check_not_default_exchange(name: str) -> None:
+    """Raises AccessRefused (403) for the default exchange ``""``."""
+    if name == "":
+        raise AccessRefused("operation not permitted on the default exchange")
+
+
+def check_name(kind: str, name: str) -> None:
+    """Raises AccessRefused (403) for a name with the reserved ``amq.`` prefix."""
+    if name.startswith("amq."):
+        raise AccessRefused(f"{kind} name '{name}' contains reserved prefix 'amq.*'")
+
+
+class VirtualHost:
+    """One vhost's topology (exchanges, queues, bindings) and router.
+
+    Args:
+        name: vhost name, e.g. ``"/"``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        # bindings by destination, so deleting a queue/exchange finds its inbound bindings
+        self._inbound: dict[Destination, dict[Any, Binding]] = {}
+        for xname, xtype in DEFAULT_EXCHANGES.items():
+            self.exchanges[xname] = Exchange(xname, xtype, durable=True)
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        """The exchange ``name``. Raises NotFound (404)."""
+        x = self.exchanges.get(name)
+        if x is None:
+            raise NotFound(f"no {rs('exchange', name, self.name)}")
+        return x
+
+    def queue(self, name: str, connection: object | None = None) -> Queue:
+        """The queue ``name``, checked for exclusive access by ``connection`` when given.
+
+        Raises:
+            NotFound (404), ResourceLocked (405).
+        """
+        q = self.queues.get(name)
+        if q is None:
+            raise NotFound(f"no {rs('queue', name, self.name)}")
+        if connection is not None:
+            q.check_exclusive_access(connection)
+        return q
+
+    # ---- exchanges -----------------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_name: str,
+        passive: bool = False,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> Exchange:
+        """Exchange.Declare (spec 1.6.2.1), RabbitMQ's checks in RabbitMQ's order.
+
+        Raises:
+            AccessRefused (403): default exchange, or a new ``amq.*`` name.
+            NotFound (404): passive and missing.
+            PreconditionFailed (406): exists with other type/durable/auto_delete/internal or
+                alternate-exchange.
+            CommandInvalid (503): unknown exchange type.
+        """
+        check_not_default_exchange(name)
+        if passive:
+            return self.exchange(name)
+        arguments = arguments or {}
+        x = self.exchanges.get(name)
+        if x is None:
+            check_name("exchange", name)
+            x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
+            self.exchanges[name] = x
+            return x
+        what = rs("exchange", name, self.name)
+        if x.type_name != type_name:
+            raise inequivalent("type", what, type_name, x.type_name)
+        for field, want, have in (
+            ("durable", durable, x.durable),
+            ("auto_delete", auto_delete, x.auto_delete),
+            ("internal", internal, x.internal),
+        ):
+            if want != have:
+                raise inequivalent(field, what, str(want).lower(), str(have).lower())
+        assert_args_equivalent(arguments, x.arguments, what, ("alternate-exchange",))
+        return x
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        """Exchange.Delete (spec 1.6.2.3); deleting a missing exchange succeeds (3.x).
+
+        Raises:
+            AccessRefused (403): the default exchange or an ``amq.*`` system exchange.
+            PreconditionFailed (406): if_unused and it has bindings.
+        """
+        check_not_default_exchange(name)
+        x = self.exchanges.get(name)
+        if x is None:
+            return
+        if name.startswith("amq."):
+            raise AccessRefused(f"deletion of system {rs('exchange', name, self.name)} not allowed")
+        if if_unused and x.bindings:
+            raise PreconditionFailed(f"{rs('exchange', name, self.name)} in use")
+        self._remove_exchange(x)
+
+    def _remove_exchange(self, x: Exchange) -> None:
+        self.exchanges.pop(x.name, None)
+        for binding in list(x.bindings.values()):
+            self._drop_binding(x, binding, cascade=False)
+        for binding in list(self._inbound.get(Destination("exchange", x.name), {}).values()):
+            source = self.exchanges.get(binding.source)
+            if source is not None:
+                self._drop_binding(source, binding)
+        self._inbound.pop(Destination("exchange", x.name), None)
+
+    # ---- queues --------------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        name: str,
+        passive: bool = False,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        connection: object | None = None,
+    ) -> Queue:
+        """Queue.Declare (spec 1.7.2.1). An empty name gets a server-generated ``amq.gen-``
+        name. The caller reads ``message_count``/``consumer_count`` for DeclareOk.
+
+        Raises:
+            NotFound (404): passive and missing.
+            AccessRefused (403): a name with the ``amq.`` prefix.
+            ResourceLocked (405): exclusive to another connection, or exclusivity differs.
+            PreconditionFailed (406): exists with other durable/auto_delete/x-arguments.
+        """
+        if passive:
+            q = self.queue(name)
+            if q.exclusive and q.owner is not connection:
+                q.check_exclusive_access(connection)
+            return q
+        if name == "":
+            name = server_generated_name("amq.gen-")
+        else:
+            check_name("queue", name)
+        arguments = arguments or {}
+        q = self.queues.get(name)
+        if q is None:
+            q = Queue(
+                name,
+                self.name,
+                durable=durable,
+                exclusive=exclusive,
+                auto_delete=auto_delete,
+                owner=connection if exclusive else None,
+                arguments=arguments,
+                on_unused=self._queue_unused,
+            )
+            self.queues[name] = q
+            return q
+        # strict exclusive check: the requested owner must be the current one
+        if q.owner is not (connection if exclusive else None):
+            q.check_exclusive_access(None)
+        what = rs("queue", name, self.name)
+        for field, want, have in (
+            ("durable", durable, q.durable),
+            ("auto_delete", auto_delete, q.auto_delete),
+        ):
+            if want != have:
+                raise inequivalent(field, what, str(want).lower(), str(have).lower())
+        assert_args_equivalent(arguments, q.arguments, what, QUEUE_EQUIVALENCE_ARGS)
+        return q
+
+    def delete_queue(
+        self,
+        name: str,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        connection: object | None = None,
+    ) -> int:
+        """Queue.Delete (spec 1.7.2.9); returns the ready messages dropped. A missing queue
+        returns 0 (RabbitMQ 3.x).
+
+        Raises:
+            ResourceLocked (405), PreconditionFailed (406): in use / not empty.
+        """
+        q = self.queues.get(name)
+        if q is None:
+            return 0
+        if connection is not None:
+            q.check_exclusive_access(connection)
+        if if_unused and q.consumers:
+            raise PreconditionFailed(f"{rs('queue', name, self.name)} in use")
+        if if_empty and q.ready:
+            raise PreconditionFailed(f"{rs('queue', name, self.name)} is not empty")
+        return self.remove_queue(q)
+
+    def remove_queue(self, q: Queue) -> int:
+        """Delete ``q`` without checks: bindings removed, consumers told (Basic.Cancel)."""
+        if self.queues.get(q.name) is not q:
+            return 0
+        del self.queues[q.name]
+        count = q.message_count
+        for consumer in q.mark_deleted():
+            consumer.channel.consumer_cancelled_by_broker(consumer)
+        dest = Destination("queue", q.name)
+        for binding in list(self._inbound.pop(dest, {}).values()):
+            source = self.exchanges.get(binding.source)
+            if source is not None:
+                self._drop_binding(source, binding)
+        return count
+
+    def _queue_unused(self, q: Queue) -> None:
+        self.remove_queue(q)
+
+    # ---- bindings ------------------------------------------------------------------------
+
+    def bind(
+        self,
+        destination: Destination,
+        source: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        connection: object | None = None,
+    ) -> None:
+        """Queue.Bind / Exchange.Bind (spec 1.7.2.3, RabbitMQ e2e extension).
+
+        Raises:
+            AccessRefused (403): binding to or from the default exchange.
+            NotFound (404): source or destination missing.
+            ResourceLocked (405): exclusive queue of another connection.
+            PreconditionFailed (406): the exchange type refuses the binding arguments.
+        """
+        check_not_default_exchange(source)
+        self._check_destination(destination, connection)
+        x = self.exchange(source)
+        binding = Binding(source, destination, routing_key, dict(arguments or {}))
+        if x.add_binding(binding):
+            self._inbound.setdefault(destination, {})[binding.key] = binding
+
+    def unbind(
+        self,
+        destination: Destination,
+        source: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+        connection: object | None = None,
+    ) -> None:
+        """Queue.Unbind / Exchange.Unbind; unbinding a missing binding succeeds (3.x).
+
+        Raises:
+            AccessRefused (403), NotFound (404), ResourceLocked (405) as for :meth:`bind`.
+        """
+        check_not_default_exchange(source)
+        self._check_destination(destination, connection)
+        x = self.exchange(source)
+        binding = Binding(source, destination, routing_key, dict(arguments or {}))
+        if binding.key in x.bindings:
+            self._drop_binding(x, x.bindings[binding.key])
+
+    def _check_destination(self, destination: Destination, connection: object | None) -> None:
+        if destination.kind == "queue":
+            self.queue(destination.name, connection)
+        else:
+            check_not_default_exchange(destination.name)
+            self.exchange(destination.name)
+
+    def _drop_binding(self, source: Exchange, binding: Binding, cascade: bool = True) -> None:
+        source.remove_binding(binding)
+        inbound = self._inbound.get(binding.destination)
+        if inbound is not None:
+            inbound.pop(binding.key, None)
+            if not inbound:
+                del self._inbound[binding.destination]
+        # an auto-delete exchange goes with its last binding (RabbitMQ auto_delete semantics)
+        if cascade and source.auto_delete and not source.bindings:
+            self._remove_exchange(source)
+
+    def bindings(self) -> list[Binding]:
+        """Every explicit binding in this vhost (not the default exchange's implicit ones)."""
+        return [b for x in self.exchanges.values() for b in x.bindings.values()]
+
+    # ---- routing -------------------------------------------------------------------------
+
+    def route(self, exchange: Exchange, routing_key: str, message: Message) -> list[Queue]:
+        """The queues a message published to ``exchange`` reaches, each once.
+
+        Follows exchange-to-exchange bindings (each exchange visited once) and alternate
+        exchanges of exchanges that route to nothing.
+        """
+        router = exchange.router
+        dests = router.route(routing_key, message.headers if router.needs_headers else None)
+        queues = self.queues
+        if all(d.kind == "queue" for d in dests) and (dests or exchange.alternate_exchange is None):
+            out = []
+            for d in dests:
+                q = queues.get(d.name)
+                if q is not None:
+                    out.append(q)
+            return out
+        found: dict[str, Queue] = {}
+        visited = {exchange.name}
+        pending = [(exchange, dests)]
+        while pending:
+            x, dests = pending.pop()
+            if not dests:
+                ae_name = x.alternate_exchange
+                ae = self.exchanges.get(ae_name) if ae_name is not None else None
+                if ae is not None and ae.name not in visited:
+                    visited.add(ae.name)
+                    pending.append((ae, self._route_one(ae, routing_key, message)))
+                continue
+            for d in dests:
+                if d.kind == "queue":
+                    q = queues.get(d.name)
+                    if q is not None:
+                        found[d.name] = q
+                elif d.name not in visited:
+                    nxt = self.exchanges.get(d.name)
+                    if nxt is not None:
+                        visited.add(d.name)
+                        pending.append((nxt, self._route_one(nxt, routing_key, message)))
+        return list(found.values())
+
+    @staticmethod
+    def _route_one(x: Exchange, routing_key: str, message: Message) -> set[Destination]:
+        router = x.router
+        return router.route(routing_key, message.headers if router.needs_headers else None)
+
+    def route_default(self, routing_key: str) -> list[Queue]:
+        """The default exchange: the queue named by the routing key, if any."""
+        q = self.queues.get(routing_key)
+        return [q] if q is not None else []
