@@ -1,0 +1,47 @@
+"""Exchange routing tables by type name: ``make_exchange_type("topic") -> TopicExchange()``.
+
+Source: AMQP 0-9-1 spec 3.1.3 (the four standard exchange types) and RabbitMQ's
+``rabbit_exchange:check_type/1``.
+"""
+
+from __future__ import annotations
+
+from amqp_server.errors import CommandInvalid
+from exchanges.base import ExchangeType
+from exchanges.direct import DirectExchange
+from exchanges.fanout import FanoutExchange
+from exchanges.headers import HeadersExchange
+from exchanges.topic import TopicExchange
+
+#: Exchange type name (as sent in ``Exchange.Declare``) -> routing-table class.
+EXCHANGE_TYPES: dict[str, type] = {
+    "direct": DirectExchange,
+    "fanout": FanoutExchange,
+    "topic": TopicExchange,
+    "headers": HeadersExchange,
+}
+
+
+def make_exchange_type(type_name: str) -> ExchangeType:
+    """A fresh, empty routing table for ``type_name``.
+
+    Raises :class:`CommandInvalid` (503) ``"unknown exchange type 'foo'"`` for any other
+    name, as RabbitMQ 3.10-3.13.2 do (``check_type/1``; 3.13.3 and 4.x answer 406
+    PRECONDITION_FAILED with the same text).
+    """
+    cls = EXCHANGE_TYPES.get(type_name)
+    if cls is None:
+        raise CommandInvalid(f"unknown exchange type '{type_name}'")
+    instance: ExchangeType = cls()
+    return instance
+
+
+__all__ = [
+    "EXCHANGE_TYPES",
+    "DirectExchange",
+    "ExchangeType",
+    "FanoutExchange",
+    "HeadersExchange",
+    "TopicExchange",
+    "make_exchange_type",
+]
