@@ -35,7 +35,6 @@ from amqp_server import framing
 from amqp_server.confirms import Confirms
 from amqp_server.errors import (
     AccessRefused,
-    ChannelError,
     FrameError,
     NotAllowed,
     NotFound,
@@ -123,14 +122,18 @@ class Channel:
         Raises:
             AMQPError: whatever the method's handler raises.
         """
-        if self._publish is not None:
-            raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead"
-            )
+        self.expect_method()
         handler = self._handlers.get(type(method))
         if handler is None:
             raise NotImplemented_(f"unsupported method {method.name}")  # never for 0-9-1 ones
         handler(method)
+
+    def expect_method(self) -> None:
+        """Raises UnexpectedFrame (505) when a publish's content frames are still due."""
+        if self._publish is not None:
+            raise UnexpectedFrame(
+                "expected content header for class 60, got non content header frame instead"
+            )
 
     def start_publish(self, exchange: str, routing_key: str, ex_rk_raw: bytes, mandatory: bool,
                       immediate: bool) -> None:
@@ -141,10 +144,7 @@ class Channel:
             NotImplemented_ (540): immediate=true (RabbitMQ 3.x).
             NotFound (404): no such exchange; AccessRefused (403): internal exchange.
         """
-        if self._publish is not None:
-            raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead"
-            )
+        self.expect_method()
         if immediate:
             raise NotImplemented_("immediate=true")
         if exchange == "":
@@ -557,7 +557,3 @@ class Channel:
         self._body = []
         if entries:
             self._apply_settle(entries, requeue=True)
-
-    def check_open(self) -> None:
-        if self.closing:
-            raise ChannelError("channel is closing")

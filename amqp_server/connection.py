@@ -299,6 +299,7 @@ class Connection:
                 ch.start_publish(ex, rk, ex_rk_raw, mandatory, immediate)
                 return
             if index == framing.BASIC_ACK:
+                ch.expect_method()
                 try:
                     tag, multiple = framing.parse_ack(payload)
                 except struct.error:

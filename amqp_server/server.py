@@ -200,7 +200,8 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    print(f"amqpq: listening on amqp://{config.host}:{server.port}", flush=True)
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    print(f"amqpq: listening on amqp://{host}:{server.port}", flush=True)
     await stop.wait()
     await server.stop()
 
