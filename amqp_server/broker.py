@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from amqp_server.config import BrokerConfig
+from amqp_server.timers import Timers
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
 
@@ -20,10 +21,12 @@ class Broker:
 
     Args:
         config: settings; the default user and vhost are created from it.
+        timers: timers on the broker clock (tests pass one with a fake clock).
     """
 
-    def __init__(self, config: BrokerConfig | None = None) -> None:
+    def __init__(self, config: BrokerConfig | None = None, timers: Timers | None = None) -> None:
         self.config = config or BrokerConfig()
+        self.timers = timers or Timers()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.connections: set[Connection] = set()
@@ -34,5 +37,5 @@ class Broker:
         """Create vhost ``name`` (idempotent) with its predeclared ``amq.*`` exchanges."""
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers)
         return vhost

@@ -47,6 +47,7 @@ from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import Message
 from queue_store.queue import Consumer, Queue, QueuedMessage
+from queue_store.queue_args import validate_consumer_priority
 from vhosts.vhost import server_generated_name
 
 if TYPE_CHECKING:
@@ -206,6 +207,11 @@ class Channel:
         self._props_raw = b""
         self._body = []
         self._body_got = 0
+        if msg.expiration is not None:
+            try:
+                msg.expiration_ms()
+            except ValueError as exc:
+                raise PreconditionFailed(f"invalid expiration '{msg.expiration}': {exc}") from None
         if self.tx is not None:
             self.tx.append(("publish", (x, msg, mandatory)))
         else:
@@ -218,16 +224,22 @@ class Channel:
         else:
             x.published += 1
             queues = vhost.route(x, msg.routing_key, msg)
+        rejected = False
         for q in queues:
-            q.publish(msg)
+            if not q.publish(msg):
+                rejected = True  # x-overflow reject-publish: the publisher gets a nack
         if not queues and mandatory:
             conn = self.connection
             conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
             conn.send_frames(
                 framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
             )
-        if self.confirms is not None:
-            self.confirms.next_seq()
+        confirms = self.confirms
+        if confirms is not None:
+            if rejected:
+                confirms.reject(confirms.next_seq(pending=True))
+            else:
+                confirms.next_seq()
             self.connection.confirms_dirty.add(self)
 
     def flush_confirms(self) -> None:
@@ -377,11 +389,13 @@ class Channel:
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
         if tag in self.consumers:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
-        if q.consumers and (m.exclusive or q.consumers[0].exclusive):
+        if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
+        arguments = m.arguments or {}
+        priority = validate_consumer_priority(arguments, rs("queue", q.name, q.vhost))
         consumer = Consumer(
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
-            self.prefetch_count, m.arguments or {},
+            self.prefetch_count, priority, arguments,
         )
         self.consumers[tag] = consumer
         if not m.nowait:
@@ -469,6 +483,8 @@ class Channel:
             if requeue:
                 q.requeue([qm])
             else:
+                if requeue is False:
+                    q.reject(qm)
                 q.dispatch()
             if self.global_prefetch:
                 self._dispatch_consumers()
@@ -481,6 +497,9 @@ class Channel:
             if requeue:
                 q.requeue(qms)
             else:
+                if requeue is False:
+                    for qm in qms:
+                        q.reject(qm)
                 q.dispatch()
         if self.global_prefetch:
             self._dispatch_consumers()

@@ -116,11 +116,15 @@ class BrokerServer:
         self.port = config.port
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._timer_when: float | None = None
 
     async def start(self) -> None:
         """Open the data dir and the listener (raises OSError if the port is taken)."""
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
+        self.broker.timers.clock = loop.time
+        self.broker.timers.wakeup = self._arm_timers
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
         )
@@ -128,6 +132,26 @@ class BrokerServer:
         self._ticker = asyncio.create_task(self._tick_loop())
         log.info("amqpq listening on %s:%d (data dir %s)", self.config.host, self.port,
                  self.config.data_dir)
+
+    def _arm_timers(self, when: float) -> None:
+        """Keep one loop timer armed for the broker's earliest deadline (queue TTL etc.)."""
+        if self._timer_when is not None and self._timer_when <= when:
+            return
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        self._timer_when = when
+        self._timer_handle = asyncio.get_running_loop().call_at(when, self._run_timers)
+
+    def _run_timers(self) -> None:
+        self._timer_handle = None
+        self._timer_when = None
+        try:
+            self.broker.timers.run_due()
+        except Exception:
+            log.exception("timer callback failed")
+        nxt = self.broker.timers.next_deadline()
+        if nxt is not None:
+            self._arm_timers(nxt)
 
     async def _tick_loop(self) -> None:
         while True:

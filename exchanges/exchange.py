@@ -42,17 +42,18 @@ class Exchange:
         self.router = make_exchange_type(type_name)
         self.bindings: dict[Any, Binding] = {}
         self.published = 0  # messages published to this exchange (stats)
+        self.policy_alternate_exchange: str | None = None  # from a matching policy
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"
 
     @property
     def alternate_exchange(self) -> str | None:
-        """Name from the ``alternate-exchange`` argument, or None."""
+        """Name from the ``alternate-exchange`` argument (which wins) or policy, or None."""
         value = self.arguments.get("alternate-exchange")
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
-        return value if isinstance(value, str) else None
+        return value if isinstance(value, str) else self.policy_alternate_exchange
 
     def add_binding(self, binding: Binding) -> bool:
         """Add a binding; False when an identical one exists already (idempotent)."""

@@ -21,6 +21,8 @@ FLAG_CONTENT_TYPE = 1 << 15
 FLAG_CONTENT_ENCODING = 1 << 14
 FLAG_HEADERS = 1 << 13
 FLAG_DELIVERY_MODE = 1 << 12
+FLAG_PRIORITY = 1 << 11
+FLAG_EXPIRATION = 1 << 8
 
 
 class Message:
@@ -50,6 +52,15 @@ class Message:
         self.body = body
         self._props: commands.Basic.Properties | None = None
 
+    @classmethod
+    def create(cls, exchange: str, routing_key: str, properties_raw: bytes, body: bytes
+               ) -> Message:
+        """A message made by the broker itself (dead lettering, HTTP publish)."""
+        ex = exchange.encode("utf-8")
+        rk = routing_key.encode("utf-8")
+        ex_rk_raw = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        return cls(exchange, routing_key, ex_rk_raw, properties_raw, body)
+
     @property
     def body_size(self) -> int:
         return len(self.body)
@@ -67,20 +78,52 @@ class Message:
             self._props = header.properties
         return self._props
 
+    def _has(self, flag: int) -> bool:
+        raw = self.properties_raw
+        return len(raw) >= 2 and bool(((raw[0] << 8) | raw[1]) & flag)
+
     @property
     def headers(self) -> dict[str, Any] | None:
         """The ``headers`` property (field table) or None; decodes only when the flag is set."""
-        if len(self.properties_raw) < 2 or not (self.properties_raw[0] << 8) & FLAG_HEADERS:
-            return None
-        return self.properties.headers
+        return self.properties.headers if self._has(FLAG_HEADERS) else None
 
     @property
     def persistent(self) -> bool:
         """True when delivery_mode is 2 (persistent)."""
-        flags = (self.properties_raw[0] << 8) | self.properties_raw[1] if self.properties_raw else 0
-        if not flags & FLAG_DELIVERY_MODE:
-            return False
-        return self.properties.delivery_mode == 2
+        return self._has(FLAG_DELIVERY_MODE) and self.properties.delivery_mode == 2
+
+    @property
+    def priority(self) -> int:
+        """The ``priority`` property (0 when absent)."""
+        return (self.properties.priority or 0) if self._has(FLAG_PRIORITY) else 0
+
+    @property
+    def expiration(self) -> str | None:
+        """The ``expiration`` property (a string of milliseconds) or None."""
+        return self.properties.expiration if self._has(FLAG_EXPIRATION) else None
+
+    def expiration_ms(self) -> int | None:
+        """The ``expiration`` property as milliseconds (None when absent).
+
+        Raises:
+            ValueError: with RabbitMQ's error term as text (``no_integer``,
+                ``{value_negative,-5}``, ``{leftover_string,"abc"}``).
+        """
+        text = self.expiration
+        if text is None:
+            return None
+        digits = text.lstrip("+-")
+        end = len(text) - len(digits)
+        while end < len(text) and text[end].isdigit():
+            end += 1
+        if end == len(text) - len(digits):
+            raise ValueError("no_integer")
+        if end != len(text):
+            raise ValueError(f'{{leftover_string,"{text[end:]}"}}')
+        value = int(text)
+        if value < 0:
+            raise ValueError(f"{{value_negative,{value}}}")
+        return value
 
 
 def check_properties(properties_raw: bytes) -> None:

@@ -1,50 +1,48 @@
-"""AMQP queue semantics: ready messages, consumers, dispatch, requeue.
+"""AMQP queue semantics: ready messages, consumers, dispatch, requeue, TTL, limits.
 
 Theory of operation
 -------------------
-A queue holds its *ready* messages in publish order, each wrapped in a :class:`QueuedMessage`
-with a per-queue sequence number. Delivering a message to a consumer (or Basic.GetOk) moves it
-out of the ready list; the consuming channel then owns it as *unacknowledged* until it is acked
-(gone), or rejected/nacked with requeue, or its channel closes (both: back to the ready list at
+A queue holds its *ready* messages in a backing queue (:mod:`queue_store.backing`), each
+wrapped in a :class:`QueuedMessage` with a per-queue sequence number. Delivering a message to
+a consumer (or Basic.GetOk) moves it out of the ready list; the consuming channel then owns it
+as *unacknowledged* until it is acked (gone), rejected/nacked without requeue (dead-lettered
+when a dead-letter exchange is set, else gone), or requeued or its channel closes (back to
 its original position, by sequence number, flagged redelivered).
 
-Dispatch is round-robin over the consumers that can take a message now
-(:meth:`Consumer.can_take`: prefetch window not full and the consumer's socket not paused);
-a consumer that cannot take one is skipped, not waited on (RabbitMQ's
-``rabbit_queue_consumers``). Whoever frees capacity (ack, Basic.Qos, socket drained, new
-consumer) calls :meth:`Queue.dispatch`.
+Dispatch goes to the highest-priority consumers (``x-priority``) that can take a message now
+(:meth:`Consumer.can_take`: prefetch window not full and its socket not paused), round-robin
+among equals; a consumer that cannot take one is skipped, not waited on (RabbitMQ's
+``rabbit_queue_consumers``). With ``x-single-active-consumer`` only the active consumer gets
+messages; the next in line takes over when it goes. Whoever frees capacity (ack, Basic.Qos,
+socket drained, new consumer) calls :meth:`Queue.dispatch`.
 
-Rules enforced here: exclusive queues belong to one connection (405 RESOURCE_LOCKED for
-others), an exclusive consumer excludes all others (403 ACCESS_REFUSED), an auto-delete queue
-is deleted when its last consumer goes (the vhost does the deletion via ``on_unused``).
+Expiry: a message's deadline is the lower of the queue's ``x-message-ttl`` and its own
+``expiration``; it is expired when it reaches the head of the queue (at dispatch, get, or by a
+timer armed for the head's deadline), as RabbitMQ's classic queues do, and dead-lettered with
+reason ``expired``. Length limits (``x-max-length``, ``x-max-length-bytes``) count ready
+messages; ``drop-head`` drops (dead-letters, reason ``maxlen``) from the head after an append,
+``reject-publish``/``reject-publish-dlx`` refuse the new message (:meth:`Queue.publish` returns
+False so the channel can nack it). ``x-expires`` deletes a queue left without consumers,
+Basic.Get or redeclare for that long.
 
-Source: AMQP 0-9-1 spec 3.1.4 (message queues), 1.7.2 (queue class); RabbitMQ
-``rabbit_amqqueue_process`` and https://www.rabbitmq.com/docs/queues.
+Source: AMQP 0-9-1 spec 3.1.4, 1.7.2; RabbitMQ ``rabbit_amqqueue_process``;
+https://www.rabbitmq.com/docs/queues, /docs/ttl, /docs/maxlength, /docs/consumer-priority,
+/docs/consumers#single-active-consumer.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol
 
-from amqp_server.errors import AccessRefused, ResourceLocked, rs
+from amqp_server.errors import ResourceLocked, rs
+from amqp_server.timers import TimerHandle, Timers
+from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import Message
+from queue_store.queue_args import QueueSettings
 
-
-class QueuedMessage:
-    """A message's place in one queue: sequence number (publish order), redelivered flag."""
-
-    __slots__ = ("seq", "message", "redelivered")
-
-    def __init__(self, seq: int, message: Message, redelivered: bool = False) -> None:
-        self.seq = seq
-        self.message = message
-        self.redelivered = redelivered
-
-    def __lt__(self, other: QueuedMessage) -> bool:
-        return self.seq < other.seq
+__all__ = ["Consumer", "Queue", "QueueOwner", "QueuedMessage"]
 
 
 class ConsumerChannel(Protocol):
@@ -57,6 +55,18 @@ class ConsumerChannel(Protocol):
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None: ...
 
 
+class QueueOwner(Protocol):
+    """What a queue needs from its vhost."""
+
+    timers: Timers
+
+    def queue_unused(self, queue: Queue) -> None: ...
+
+    def queue_expired(self, queue: Queue) -> None: ...
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
+
+
 class Consumer:
     """One Basic.Consume subscription.
 
@@ -64,32 +74,16 @@ class Consumer:
         tag: consumer tag (str); ``tag_raw`` the same as an encoded shortstr.
         prefetch: per-consumer prefetch_count (messages; 0 = unlimited), from Basic.Qos
             global=false at consume time.
+        priority: ``x-priority`` consumer argument (higher first; default 0).
         unacked: deliveries to this consumer not yet settled (messages).
     """
 
-    __slots__ = (
-        "tag",
-        "tag_raw",
-        "channel",
-        "queue",
-        "no_ack",
-        "exclusive",
-        "prefetch",
-        "unacked",
-        "arguments",
-    )
+    __slots__ = ("tag", "tag_raw", "channel", "queue", "no_ack", "exclusive", "prefetch",
+                 "priority", "unacked", "arguments")
 
-    def __init__(
-        self,
-        tag: str,
-        tag_raw: bytes,
-        channel: ConsumerChannel,
-        queue: Queue,
-        no_ack: bool,
-        exclusive: bool,
-        prefetch: int,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, tag: str, tag_raw: bytes, channel: ConsumerChannel, queue: Queue,
+                 no_ack: bool, exclusive: bool, prefetch: int, priority: int = 0,
+                 arguments: dict[str, Any] | None = None) -> None:
         self.tag = tag
         self.tag_raw = tag_raw
         self.channel = channel
@@ -97,6 +91,7 @@ class Consumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.prefetch = prefetch
+        self.priority = priority
         self.unacked = 0
         self.arguments = arguments or {}
 
@@ -113,21 +108,15 @@ class Queue:
         name, vhost: the queue's name and its vhost's name.
         durable, exclusive, auto_delete: Queue.Declare flags.
         owner: the connection object of an exclusive queue (None otherwise).
-        arguments: Queue.Declare arguments (``x-...``).
-        on_unused: called with the queue when an auto-delete queue loses its last consumer.
+        arguments: Queue.Declare arguments (``x-...``), already validated.
+        settings: effective settings (arguments resolved with policies).
+        host: the vhost (timers, dead lettering, deletion callbacks).
     """
 
-    def __init__(
-        self,
-        name: str,
-        vhost: str,
-        durable: bool = False,
-        exclusive: bool = False,
-        auto_delete: bool = False,
-        owner: object | None = None,
-        arguments: dict[str, Any] | None = None,
-        on_unused: Callable[[Queue], None] | None = None,
-    ) -> None:
+    def __init__(self, name: str, vhost: str, durable: bool = False, exclusive: bool = False,
+                 auto_delete: bool = False, owner: object | None = None,
+                 arguments: dict[str, Any] | None = None,
+                 settings: QueueSettings | None = None, host: QueueOwner | None = None) -> None:
         self.name = name
         self.vhost = vhost
         self.durable = durable
@@ -135,22 +124,35 @@ class Queue:
         self.auto_delete = auto_delete
         self.owner = owner
         self.arguments = arguments or {}
-        self.on_unused = on_unused
-        self.ready: deque[QueuedMessage] = deque()
-        self.consumers: deque[Consumer] = deque()
+        self.host = host
+        self.settings = settings or QueueSettings()
+        self.ready: BackingQueue = make_backing_queue(self.settings.max_priority)
+        # consumers by priority level, highest first; round-robin inside a level
+        self._levels: list[tuple[int, deque[Consumer]]] = []
+        self._consumer_order: list[Consumer] = []  # subscription order (single active consumer)
         self.unacked_count = 0
         self.deleted = False
         self._seq = 0
         self._had_consumer = False
         self._dispatching = False
-        # counters for management/stats (messages)
-        self.published = 0
+        self._has_ttl = self.settings.message_ttl is not None
+        self._ttl_timer: TimerHandle | None = None
+        self._expiry_timer: TimerHandle | None = None
+        self.published = 0  # messages (stats)
         self.delivered = 0
+        self.touch()
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} vhost={self.vhost!r} ready={len(self.ready)}>"
 
-    # ---- access checks -------------------------------------------------------------------
+    # ---- settings and access -------------------------------------------------------------
+
+    def apply_settings(self, settings: QueueSettings) -> None:
+        """New effective settings (a policy changed); limits and timers apply at once."""
+        self.settings = settings
+        self._has_ttl = self._has_ttl or settings.message_ttl is not None
+        self._enforce_limits()
+        self.touch()
 
     def check_exclusive_access(self, connection: object) -> None:
         """Raises ResourceLocked (405) when an exclusive queue is used by another connection."""
@@ -161,34 +163,125 @@ class Queue:
                 " property value does not match that of the original declaration."
             )
 
+    def _now(self) -> float:
+        return self.host.timers.clock() if self.host is not None else 0.0
+
     # ---- publish and dispatch ------------------------------------------------------------
 
-    def publish(self, message: Message) -> None:
-        """Append a routed message and deliver it if a consumer can take it."""
+    def publish(self, message: Message) -> bool:
+        """Append a routed message and deliver it if a consumer can take it.
+
+        Returns False when ``x-overflow`` ``reject-publish``/``reject-publish-dlx`` refused
+        it (the queue is full); the publisher should then be nacked.
+
+        Raises:
+            ValueError: the message's ``expiration`` property is not a non-negative integer.
+        """
+        s = self.settings
+        if s.limited and s.overflow != "drop-head" and self._would_overflow(message):
+            if s.overflow == "reject-publish-dlx" and self.host is not None:
+                self.host.dead_letter(self, message, "maxlen")
+            return False
         self._seq += 1
         self.published += 1
-        self.ready.append(QueuedMessage(self._seq, message))
-        if self.consumers and not self._dispatching:
+        ttl = s.message_ttl
+        per_message = message.expiration_ms() if message.expiration is not None else None
+        if per_message is not None:
+            ttl = per_message if ttl is None else min(ttl, per_message)
+        expires_at = None
+        if ttl is not None:
+            expires_at = self._now() + ttl / 1000.0
+            self._has_ttl = True
+        priority = message.priority if s.max_priority else 0
+        self.ready.append(QueuedMessage(self._seq, message, False, expires_at, priority))
+        if self._levels and not self._dispatching:
             self.dispatch()
+        if self._has_ttl:
+            self._expire_head()
+        if s.limited:
+            self._enforce_limits()
+        return True
+
+    def _would_overflow(self, message: Message) -> bool:
+        s = self.settings
+        if s.max_length is not None and len(self.ready) >= s.max_length:
+            return True
+        return (s.max_length_bytes is not None
+                and self.ready.bytes + len(message.body) > s.max_length_bytes)
+
+    def _enforce_limits(self) -> None:
+        s = self.settings
+        if not s.limited or s.overflow != "drop-head":
+            return
+        ready = self.ready
+        while len(ready) and (
+            (s.max_length is not None and len(ready) > s.max_length)
+            or (s.max_length_bytes is not None and ready.bytes > s.max_length_bytes)
+        ):
+            qm = ready.popleft()
+            if qm is not None and self.host is not None:
+                self.host.dead_letter(self, qm.message, "maxlen")
+        self._arm_ttl_timer()
+
+    def _expire_head(self) -> None:
+        """Expire (dead-letter) messages at the head whose deadline has passed, then arm the
+        timer for the next head's deadline."""
+        ready = self.ready
+        now = self._now()
+        while True:
+            head = ready.peek()
+            if head is None or head.expires_at is None or head.expires_at > now:
+                break
+            ready.popleft()
+            if self.host is not None:
+                self.host.dead_letter(self, head.message, "expired")
+        self._arm_ttl_timer()
+
+    def _arm_ttl_timer(self) -> None:
+        if not self._has_ttl or self.host is None or self.deleted:
+            return
+        head = self.ready.peek()
+        when = head.expires_at if head is not None else None
+        timer = self._ttl_timer
+        if timer is not None and not timer.cancelled:
+            if when is not None and timer.when <= when:
+                return
+            timer.cancel()
+        self._ttl_timer = None
+        if when is not None:
+            self._ttl_timer = self.host.timers.call_later(when - self._now(), self._expire_head)
+
+    def _next_consumer(self) -> Consumer | None:
+        if self.settings.single_active_consumer:
+            active = self._consumer_order[0] if self._consumer_order else None
+            return active if active is not None and active.can_take() else None
+        for _, consumers in self._levels:
+            for _ in range(len(consumers)):
+                consumer = consumers[0]
+                consumers.rotate(-1)
+                if consumer.can_take():
+                    return consumer
+        return None
 
     def dispatch(self) -> None:
-        """Deliver ready messages round-robin to consumers that can take them, until either
-        runs out."""
-        if self._dispatching:
+        """Deliver ready messages to consumers that can take them, until either runs out."""
+        if self._dispatching or self.deleted:
             return
         self._dispatching = True
         try:
             ready = self.ready
-            consumers = self.consumers
-            while ready and consumers:
-                for _ in range(len(consumers)):
-                    consumer = consumers[0]
-                    consumers.rotate(-1)
-                    if consumer.can_take():
-                        break
-                else:
-                    return
+            has_ttl = self._has_ttl
+            now = self._now() if has_ttl else 0.0
+            while len(ready) and self._levels:
+                consumer = self._next_consumer()
+                if consumer is None:
+                    break
                 qm = ready.popleft()
+                assert qm is not None
+                if has_ttl and qm.expires_at is not None and qm.expires_at <= now:
+                    if self.host is not None:
+                        self.host.dead_letter(self, qm.message, "expired")
+                    continue
                 if not consumer.no_ack:
                     consumer.unacked += 1
                     self.unacked_count += 1
@@ -196,28 +289,33 @@ class Queue:
                 consumer.channel.deliver(consumer, qm, self)
         finally:
             self._dispatching = False
+        if self._has_ttl:
+            self._arm_ttl_timer()
 
     def get(self) -> QueuedMessage | None:
-        """Take the head message for Basic.Get (None when empty)."""
-        if not self.ready:
-            return None
-        self.delivered += 1
-        return self.ready.popleft()
+        """Take the head message for Basic.Get (None when empty); counts as use (x-expires)."""
+        self.touch()
+        if self._has_ttl:
+            self._expire_head()
+        qm = self.ready.popleft()
+        if qm is not None:
+            self.delivered += 1
+            if self._has_ttl:
+                self._arm_ttl_timer()
+        return qm
 
     # ---- settlement ----------------------------------------------------------------------
 
     def settled(self, consumer: Consumer | None, count: int = 1) -> None:
-        """``count`` unacknowledged deliveries (to ``consumer``, None for Basic.Get) were acked
-        or dropped."""
+        """``count`` unacknowledged deliveries (to ``consumer``, None for Basic.Get) were acked,
+        rejected or are being requeued."""
         self.unacked_count -= count
         if consumer is not None:
             consumer.unacked -= count
 
     def requeue(self, messages: Iterable[QueuedMessage]) -> None:
-        """Put unacknowledged messages back at their original positions, flagged redelivered.
-
-        The caller has already called :meth:`settled` for them when they were unacked.
-        """
+        """Put unacknowledged messages back at their original positions, flagged redelivered
+        (the caller has called :meth:`settled` for them)."""
         if self.deleted:
             return
         back = sorted(messages)
@@ -225,37 +323,77 @@ class Queue:
             return
         for qm in back:
             qm.redelivered = True
-        ready = self.ready
-        if not ready or back[-1].seq < ready[0].seq:
-            ready.extendleft(reversed(back))
-        else:
-            self.ready = deque(heapq.merge(back, ready))
+        self.ready.requeue(back)
         self.dispatch()
+        if self._has_ttl:
+            self._expire_head()
+
+    def reject(self, qm: QueuedMessage) -> None:
+        """A delivery rejected/nacked without requeue: dead-lettered (reason ``rejected``)."""
+        if self.host is not None and not self.deleted:
+            self.host.dead_letter(self, qm.message, "rejected")
 
     def purge(self) -> int:
-        """Drop every ready message; returns how many (messages)."""
-        count = len(self.ready)
-        self.ready.clear()
-        return count
+        """Drop every ready message (not dead-lettered); returns how many (messages)."""
+        return len(self.ready.clear())
 
     # ---- consumers -----------------------------------------------------------------------
 
+    @property
+    def consumers(self) -> list[Consumer]:
+        """Every consumer, in subscription order."""
+        return list(self._consumer_order)
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self._consumer_order)
+
     def add_consumer(self, consumer: Consumer) -> None:
-        """Raises AccessRefused (403) when an exclusive consumer is involved."""
-        if self.consumers and (consumer.exclusive or self.consumers[0].exclusive):
-            raise AccessRefused(f"{rs('queue', self.name, self.vhost)} in exclusive use")
-        self.consumers.append(consumer)
+        """Subscribe ``consumer`` and deliver what it can take (the caller checked
+        exclusivity and has already sent ConsumeOk)."""
+        for priority, consumers in self._levels:
+            if priority == consumer.priority:
+                consumers.append(consumer)
+                break
+        else:
+            self._levels.append((consumer.priority, deque([consumer])))
+            self._levels.sort(key=lambda level: -level[0])
+        self._consumer_order.append(consumer)
         self._had_consumer = True
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Cancel a consumer; an auto-delete queue whose last consumer goes is deleted."""
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+        if consumer not in self._consumer_order:
             return
-        if self.auto_delete and not self.consumers and self._had_consumer and self.on_unused:
-            self.on_unused(self)
+        self._consumer_order.remove(consumer)
+        for i, (_, consumers) in enumerate(self._levels):
+            if consumer in consumers:
+                consumers.remove(consumer)
+                if not consumers:
+                    del self._levels[i]
+                break
+        if not self._consumer_order:
+            if self.auto_delete and self._had_consumer and self.host is not None:
+                self.host.queue_unused(self)
+                return
+            self.touch()
+        elif self.settings.single_active_consumer:
+            self.dispatch()  # the next consumer in line is active now
+
+    def touch(self) -> None:
+        """The queue was used (declared, Basic.Get, consumer gone): restart ``x-expires``."""
+        expires = self.settings.expires
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if expires is None or self.host is None or self.deleted or self._consumer_order:
+            return
+        host = self.host
+        self._expiry_timer = host.timers.call_later(expires / 1000.0,
+                                                    lambda: host.queue_expired(self))
 
     @property
     def message_count(self) -> int:
@@ -264,12 +402,17 @@ class Queue:
 
     @property
     def consumer_count(self) -> int:
-        return len(self.consumers)
+        return len(self._consumer_order)
 
     def mark_deleted(self) -> list[Consumer]:
-        """Flag the queue deleted, drop its messages; returns the consumers to notify."""
+        """Flag the queue deleted, drop its messages and timers; returns the consumers to
+        notify."""
         self.deleted = True
-        consumers = list(self.consumers)
-        self.consumers.clear()
+        consumers = list(self._consumer_order)
+        self._consumer_order.clear()
+        self._levels.clear()
         self.ready.clear()
+        for timer in (self._ttl_timer, self._expiry_timer):
+            if timer is not None:
+                timer.cancel()
         return consumers

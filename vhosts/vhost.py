@@ -19,15 +19,22 @@ Source: AMQP 0-9-1 spec 1.6-1.7; https://www.rabbitmq.com/docs/vhosts, /docs/e2e
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from typing import Any
 
 from amqp_server.errors import AccessRefused, NotFound, PreconditionFailed, rs
+from amqp_server.timers import Timers
 from exchanges.binding import Binding, Destination
 from exchanges.exchange import Exchange
+from queue_store.dead_letter import dead_letter_message, is_cycle
 from queue_store.message import Message
 from queue_store.queue import Queue
+from queue_store.queue_args import QueueSettings, resolve_settings, validate_queue_arguments
 from vhosts.equivalence import assert_args_equivalent, inequivalent
+from vhosts.policies import Policy, matching_policy, validate_policy
+
+log = logging.getLogger("amqpq.vhost")
 
 # Predeclared exchanges of every vhost (RabbitMQ's rabbit_exchange:declare_default/1).
 DEFAULT_EXCHANGES = {
@@ -78,10 +85,13 @@ class VirtualHost:
 
     Args:
         name: vhost name, e.g. ``"/"``.
+        timers: the broker's timers (queue TTL, x-expires).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, timers: Timers | None = None) -> None:
         self.name = name
+        self.timers = timers or Timers()
+        self.policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # bindings by destination, so deleting a queue/exchange finds its inbound bindings
@@ -141,6 +151,7 @@ class VirtualHost:
             check_name("exchange", name)
             x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = x
+            self._apply_exchange_policy(x)
             return x
         what = rs("exchange", name, self.name)
         if x.type_name != type_name:
@@ -207,12 +218,15 @@ class VirtualHost:
             q = self.queue(name)
             if q.exclusive and q.owner is not connection:
                 q.check_exclusive_access(connection)
+            q.touch()
             return q
         if name == "":
             name = server_generated_name("amq.gen-")
         else:
             check_name("queue", name)
         arguments = arguments or {}
+        what = rs("queue", name, self.name)
+        validate_queue_arguments(arguments, what)
         q = self.queues.get(name)
         if q is None:
             q = Queue(
@@ -223,14 +237,14 @@ class VirtualHost:
                 auto_delete=auto_delete,
                 owner=connection if exclusive else None,
                 arguments=arguments,
-                on_unused=self._queue_unused,
+                settings=self._queue_settings(name, arguments),
+                host=self,
             )
             self.queues[name] = q
             return q
         # strict exclusive check: the requested owner must be the current one
         if q.owner is not (connection if exclusive else None):
             q.check_exclusive_access(None)
-        what = rs("queue", name, self.name)
         for field, want, have in (
             ("durable", durable, q.durable),
             ("auto_delete", auto_delete, q.auto_delete),
@@ -238,6 +252,7 @@ class VirtualHost:
             if want != have:
                 raise inequivalent(field, what, str(want).lower(), str(have).lower())
         assert_args_equivalent(arguments, q.arguments, what, QUEUE_EQUIVALENCE_ARGS)
+        q.touch()
         return q
 
     def delete_queue(
@@ -258,9 +273,9 @@ class VirtualHost:
             return 0
         if connection is not None:
             q.check_exclusive_access(connection)
-        if if_unused and q.consumers:
+        if if_unused and q.consumer_count:
             raise PreconditionFailed(f"{rs('queue', name, self.name)} in use")
-        if if_empty and q.ready:
+        if if_empty and q.message_count:
             raise PreconditionFailed(f"{rs('queue', name, self.name)} is not empty")
         return self.remove_queue(q)
 
@@ -279,8 +294,79 @@ class VirtualHost:
                 self._drop_binding(source, binding)
         return count
 
-    def _queue_unused(self, q: Queue) -> None:
-        self.remove_queue(q)
+    # ---- callbacks from queues (QueueOwner) ----------------------------------------------
+
+    def queue_unused(self, queue: Queue) -> None:
+        """An auto-delete queue lost its last consumer: delete it."""
+        self.remove_queue(queue)
+
+    def queue_expired(self, queue: Queue) -> None:
+        """``x-expires`` passed with the queue unused: delete it."""
+        if not queue.consumer_count:
+            log.info("%s expired (x-expires)", rs("queue", queue.name, self.name))
+            self.remove_queue(queue)
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """Republish ``message`` (dead in ``queue`` for ``reason``) to the queue's
+        dead-letter exchange, if it has one that exists; otherwise it is dropped."""
+        s = queue.settings
+        dlx = s.dead_letter_exchange
+        if dlx is None:
+            return
+        x = self.exchanges.get(dlx) if dlx else None
+        if dlx and x is None:
+            log.warning("dead-letter exchange %s not found; message dropped",
+                        rs("exchange", dlx, self.name))
+            return
+        out, keys = dead_letter_message(message, reason, queue.name, dlx,
+                                        s.dead_letter_routing_key)
+        targets: dict[str, Queue] = {}
+        for key in keys:
+            found = self.route_default(key) if x is None else self.route(x, key, out)
+            for q in found:
+                targets[q.name] = q
+        for q in targets.values():
+            if not is_cycle(out, q.name):
+                q.publish(out)
+
+    # ---- policies ------------------------------------------------------------------------
+
+    def _queue_settings(self, name: str, arguments: dict[str, Any]) -> QueueSettings:
+        policy = matching_policy(self.policies, "queue", name)
+        if policy is None:
+            return resolve_settings(arguments)
+        return resolve_settings(arguments, policy.name, policy.definition)
+
+    def _apply_exchange_policy(self, x: Exchange) -> None:
+        policy = matching_policy(self.policies, "exchange", x.name)
+        value = policy.definition.get("alternate-exchange") if policy else None
+        x.policy_alternate_exchange = value if isinstance(value, str) else None
+
+    def set_policy(self, name: str, pattern: str, definition: dict[str, Any],
+                   priority: int = 0, apply_to: str = "all") -> Policy:
+        """Add or replace a policy and apply it to matching queues and exchanges now.
+
+        Raises:
+            PolicyError: bad pattern, apply-to or definition value (nothing changes).
+        """
+        policy = Policy(name, pattern, dict(definition), priority, apply_to)
+        validate_policy(policy)
+        self.policies[name] = policy
+        self._reapply_policies()
+        return policy
+
+    def clear_policy(self, name: str) -> bool:
+        """Remove a policy (False if there was none) and re-resolve everything it touched."""
+        if self.policies.pop(name, None) is None:
+            return False
+        self._reapply_policies()
+        return True
+
+    def _reapply_policies(self) -> None:
+        for q in list(self.queues.values()):
+            q.apply_settings(self._queue_settings(q.name, q.arguments))
+        for x in self.exchanges.values():
+            self._apply_exchange_policy(x)
 
     # ---- bindings ------------------------------------------------------------------------
 

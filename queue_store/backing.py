@@ -1,0 +1,168 @@
+"""Backing queues: where a queue's ready messages wait, in order.
+
+:class:`MemoryBackingQueue` keeps everything in RAM (every message *alpha*, in RabbitMQ's
+terms); :class:`PriorityBackingQueue` is one backing queue per priority level (RabbitMQ's
+``rabbit_priority_queue``), highest first, FIFO within a level. Both keep the body-byte
+total that ``x-max-length-bytes`` needs.
+
+Source: RabbitMQ ``rabbit_backing_queue`` behaviour, https://www.rabbitmq.com/docs/priority.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from queue_store.message import Message
+
+
+class QueuedMessage:
+    """A message's place in one queue: sequence number (publish order), redelivered flag,
+    expiry deadline (``expires_at``, seconds on the broker clock, or None) and priority."""
+
+    __slots__ = ("seq", "message", "redelivered", "expires_at", "priority")
+
+    def __init__(self, seq: int, message: Message, redelivered: bool = False,
+                 expires_at: float | None = None, priority: int = 0) -> None:
+        self.seq = seq
+        self.message = message
+        self.redelivered = redelivered
+        self.expires_at = expires_at
+        self.priority = priority
+
+    def __lt__(self, other: QueuedMessage) -> bool:
+        return self.seq < other.seq
+
+
+class BackingQueue(Protocol):
+    """The ready-message store of a queue."""
+
+    bytes: int
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[QueuedMessage]: ...
+
+    def append(self, qm: QueuedMessage) -> None: ...
+
+    def popleft(self) -> QueuedMessage | None: ...
+
+    def peek(self) -> QueuedMessage | None: ...
+
+    def requeue(self, qms: list[QueuedMessage]) -> None: ...
+
+    def clear(self) -> list[QueuedMessage]: ...
+
+
+class MemoryBackingQueue:
+    """FIFO of ready messages in RAM; ``requeue`` puts messages back at their original
+    positions (by sequence number)."""
+
+    __slots__ = ("_q", "bytes")
+
+    def __init__(self) -> None:
+        self._q: deque[QueuedMessage] = deque()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        return iter(self._q)
+
+    def append(self, qm: QueuedMessage) -> None:
+        self._q.append(qm)
+        self.bytes += len(qm.message.body)
+
+    def popleft(self) -> QueuedMessage | None:
+        if not self._q:
+            return None
+        qm = self._q.popleft()
+        self.bytes -= len(qm.message.body)
+        return qm
+
+    def peek(self) -> QueuedMessage | None:
+        return self._q[0] if self._q else None
+
+    def requeue(self, qms: list[QueuedMessage]) -> None:
+        """Merge ``qms`` (sorted by seq) back in by sequence number."""
+        if not qms:
+            return
+        self.bytes += sum(len(qm.message.body) for qm in qms)
+        q = self._q
+        if not q or qms[-1].seq < q[0].seq:
+            q.extendleft(reversed(qms))
+        else:
+            self._q = deque(heapq.merge(qms, q))
+
+    def clear(self) -> list[QueuedMessage]:
+        out = list(self._q)
+        self._q.clear()
+        self.bytes = 0
+        return out
+
+
+class PriorityBackingQueue:
+    """One :class:`MemoryBackingQueue` per priority 0..max_priority; a message's priority is
+    capped at ``max_priority`` (RabbitMQ)."""
+
+    __slots__ = ("_levels", "max_priority")
+
+    def __init__(self, max_priority: int) -> None:
+        self.max_priority = max_priority
+        self._levels = [MemoryBackingQueue() for _ in range(max_priority + 1)]
+
+    @property
+    def bytes(self) -> int:  # type: ignore[override]
+        return sum(level.bytes for level in self._levels)
+
+    def __len__(self) -> int:
+        return sum(len(level) for level in self._levels)
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        for level in reversed(self._levels):
+            yield from level
+
+    def _level(self, qm: QueuedMessage) -> MemoryBackingQueue:
+        return self._levels[min(max(qm.priority, 0), self.max_priority)]
+
+    def append(self, qm: QueuedMessage) -> None:
+        self._level(qm).append(qm)
+
+    def popleft(self) -> QueuedMessage | None:
+        for level in reversed(self._levels):
+            if len(level):
+                return level.popleft()
+        return None
+
+    def peek(self) -> QueuedMessage | None:
+        for level in reversed(self._levels):
+            if len(level):
+                return level.peek()
+        return None
+
+    def requeue(self, qms: list[QueuedMessage]) -> None:
+        by_level: dict[int, list[QueuedMessage]] = {}
+        for qm in qms:
+            by_level.setdefault(min(max(qm.priority, 0), self.max_priority), []).append(qm)
+        for index, items in by_level.items():
+            self._levels[index].requeue(items)
+
+    def clear(self) -> list[QueuedMessage]:
+        out: list[QueuedMessage] = []
+        for level in self._levels:
+            out.extend(level.clear())
+        return out
+
+
+def make_backing_queue(max_priority: int | None) -> BackingQueue:
+    """A priority backing queue for ``x-max-priority`` >= 1, else a plain FIFO."""
+    if max_priority:
+        return PriorityBackingQueue(max_priority)
+    return MemoryBackingQueue()
+
+
+def sorted_by_seq(qms: Iterable[QueuedMessage]) -> list[QueuedMessage]:
+    return sorted(qms)

@@ -1,0 +1,201 @@
+"""Queue arguments (``x-...``) and policies: validation and the effective settings.
+
+Queue.Declare arguments are validated as RabbitMQ's ``rabbit_amqqueue:check_declare_arguments``
+does, with its 406 text: ``invalid arg 'x-message-ttl' for queue 'q' in vhost '/':
+{value_negative,-1}``. The settings a queue runs with come from its arguments and the
+highest-priority matching policy, resolved per key as RabbitMQ does: the lower of the two for
+limits and TTLs, the argument over the policy for the rest.
+
+Source: https://www.rabbitmq.com/docs/queues#optional-arguments, /docs/ttl, /docs/maxlength,
+/docs/dlx, /docs/priority, /docs/parameters#policies; RabbitMQ ``rabbit_amqqueue.erl``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from amqp_server.errors import PreconditionFailed
+from vhosts.equivalence import amqp_type_name
+
+MAX_PRIORITY = 255
+MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's check_expiry upper bound (10 years, ms)
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_error(value: Any) -> str | None:
+    # RabbitMQ formats this one as an Erlang string: "expected integer, got longstr"
+    return None if _is_int(value) else f'"expected integer, got {amqp_type_name(value)}"'
+
+
+def _non_neg(value: Any) -> str | None:
+    err = _int_error(value)
+    if err is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return err
+
+
+def _expiry(value: Any) -> str | None:
+    err = _non_neg(value)
+    if err is None and value > MAX_EXPIRY_MS:
+        return f"{{value_too_large,{value},{MAX_EXPIRY_MS}}}"
+    return err
+
+
+def _expires(value: Any) -> str | None:
+    if _is_int(value) and value == 0:
+        return "{value_zero,0}"
+    return _expiry(value)
+
+
+def _string(value: Any) -> str | None:
+    return None if isinstance(value, str | bytes) else (
+        f"{{unacceptable_type,{amqp_type_name(value)}}}")
+
+
+def _dlrk(value: Any, args: dict[str, Any]) -> str | None:
+    err = _string(value)
+    if err is None and "x-dead-letter-exchange" not in args:
+        return "routing_key_but_no_dlx_defined"
+    return err
+
+
+def _overflow(value: Any) -> str | None:
+    if not isinstance(value, str | bytes):
+        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+    return None if _text(value) in OVERFLOW_MODES else "invalid_overflow"
+
+
+def _max_priority(value: Any) -> str | None:
+    err = _non_neg(value)
+    if err is None and value > MAX_PRIORITY:
+        return f"{{max_value_exceeded,{value}}}"
+    return err
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else (
+        f"{{unacceptable_type,{amqp_type_name(value)}}}")
+
+
+_VALIDATORS: dict[str, Callable[[Any], str | None]] = {
+    "x-expires": _expires,
+    "x-message-ttl": _expiry,
+    "x-dead-letter-exchange": _string,
+    "x-max-length": _non_neg,
+    "x-max-length-bytes": _non_neg,
+    "x-max-in-memory-length": _non_neg,
+    "x-max-in-memory-bytes": _non_neg,
+    "x-max-priority": _max_priority,
+    "x-overflow": _overflow,
+    "x-single-active-consumer": _bool,
+}
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
+    """Check Queue.Declare arguments; ``what`` is ``"queue 'q' in vhost '/'"``.
+
+    Raises:
+        PreconditionFailed (406): ``invalid arg 'x-max-length' for queue 'q' in vhost '/':
+            {value_negative,-1}``.
+    """
+    for key, value in args.items():
+        if key == "x-dead-letter-routing-key":
+            err = _dlrk(value, args)
+        else:
+            check = _VALIDATORS.get(key)
+            err = check(value) if check is not None else None
+        if err is not None:
+            raise PreconditionFailed(f"invalid arg '{key}' for {what}: {err}")
+
+
+def validate_consumer_priority(args: dict[str, Any], what: str) -> int:
+    """The ``x-priority`` of Basic.Consume arguments (0 when absent).
+
+    Raises:
+        PreconditionFailed (406): a non-integer priority.
+    """
+    value = args.get("x-priority", 0)
+    err = _int_error(value)
+    if err is not None:
+        raise PreconditionFailed(f"invalid arg 'x-priority' for {what}: {err}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """The effective settings of a queue (arguments resolved with its policy).
+
+    Units: ``message_ttl``/``expires`` in ms, ``max_length`` in messages,
+    ``max_length_bytes`` in body bytes; None means "not set".
+    """
+
+    message_ttl: int | None = None
+    expires: int | None = None
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    max_priority: int | None = None
+    single_active_consumer: bool = False
+    policy: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.max_length is not None or self.max_length_bytes is not None
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def _policy_int(definition: dict[str, Any], key: str) -> int | None:
+    value = definition.get(key)
+    return value if _is_int(value) and value >= 0 else None
+
+
+def resolve_settings(
+    args: dict[str, Any], policy_name: str | None = None,
+    definition: dict[str, Any] | None = None,
+) -> QueueSettings:
+    """Effective :class:`QueueSettings` from validated arguments and a policy definition
+    (``{"message-ttl": 1000, "max-length": 10, ...}``), as RabbitMQ resolves them: the lower
+    value for message-ttl/expires/max-length/max-length-bytes, the argument's value for
+    overflow and dead-letter-*; x-max-priority and x-single-active-consumer are
+    declare-only."""
+    d = definition or {}
+
+    def arg_or_policy(arg_key: str, policy_key: str) -> str | None:
+        if arg_key in args:
+            return _text(args[arg_key])
+        value = d.get(policy_key)
+        return _text(value) if isinstance(value, str | bytes) else None
+
+    return QueueSettings(
+        message_ttl=_min(args.get("x-message-ttl"), _policy_int(d, "message-ttl")),
+        expires=_min(args.get("x-expires"), _policy_int(d, "expires") or None),
+        max_length=_min(args.get("x-max-length"), _policy_int(d, "max-length")),
+        max_length_bytes=_min(args.get("x-max-length-bytes"),
+                              _policy_int(d, "max-length-bytes")),
+        overflow=arg_or_policy("x-overflow", "overflow") or "drop-head",
+        dead_letter_exchange=arg_or_policy("x-dead-letter-exchange", "dead-letter-exchange"),
+        dead_letter_routing_key=arg_or_policy(
+            "x-dead-letter-routing-key", "dead-letter-routing-key"),
+        max_priority=args.get("x-max-priority") or None,
+        single_active_consumer=bool(args.get("x-single-active-consumer", False)),
+        policy=policy_name,
+    )

@@ -1,0 +1,92 @@
+"""Policies: settings applied by name pattern to a vhost's queues and exchanges.
+
+A policy has a name, a regular expression matched (unanchored, ``re.search``) against queue
+or exchange names, ``apply-to`` (``queues``, ``exchanges``, ``all``), a priority (the highest
+matching policy is the one that applies; ties are broken by name) and a definition such as ``{"message-ttl": 60000, "dead-letter-exchange": "dlx"}``.
+
+Source: https://www.rabbitmq.com/docs/policies; RabbitMQ ``rabbit_policy.erl``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+APPLY_TO = ("queues", "exchanges", "all", "classic_queues")
+# definition keys this broker acts on, with the type each needs
+QUEUE_KEYS = {
+    "message-ttl": int,
+    "expires": int,
+    "max-length": int,
+    "max-length-bytes": int,
+    "overflow": str,
+    "dead-letter-exchange": str,
+    "dead-letter-routing-key": str,
+}
+EXCHANGE_KEYS = {"alternate-exchange": str}
+OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be set; the message says which field is wrong."""
+
+
+@dataclass
+class Policy:
+    """One policy of a vhost (RabbitMQ definitions' shape)."""
+
+    name: str
+    pattern: str
+    definition: dict[str, Any]
+    priority: int = 0
+    apply_to: str = "all"
+    regex: re.Pattern[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            self.regex = re.compile(self.pattern)
+        except re.error as exc:
+            raise PolicyError(f"invalid pattern '{self.pattern}': {exc}") from None
+
+    def applies_to(self, kind: str, name: str) -> bool:
+        """``kind`` is ``"queue"`` or ``"exchange"``."""
+        if kind == "queue" and self.apply_to not in ("queues", "all", "classic_queues"):
+            return False
+        if kind == "exchange" and self.apply_to not in ("exchanges", "all"):
+            return False
+        return self.regex.search(name) is not None
+
+
+def validate_policy(policy: Policy) -> None:
+    """Check apply-to and the definition's known keys and value types.
+
+    Raises:
+        PolicyError: e.g. ``"message-ttl" must be a non-negative integer``.
+    """
+    if policy.apply_to not in APPLY_TO:
+        raise PolicyError(f"apply-to '{policy.apply_to}' must be one of {', '.join(APPLY_TO)}")
+    if not policy.definition:
+        raise PolicyError("definition must not be empty")
+    for key, value in policy.definition.items():
+        kind = QUEUE_KEYS.get(key) or EXCHANGE_KEYS.get(key)
+        if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise PolicyError(f"'{key}' must be a non-negative integer, got {value!r}")
+        if kind is str and not isinstance(value, str):
+            raise PolicyError(f"'{key}' must be a string, got {value!r}")
+        if key == "overflow" and value not in OVERFLOW_VALUES:
+            raise PolicyError(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
+        if key == "expires" and value == 0:
+            raise PolicyError("'expires' must be a positive integer")
+
+
+def matching_policy(policies: dict[str, Policy], kind: str, name: str) -> Policy | None:
+    """The policy that applies to queue/exchange ``name``: the highest priority match
+    (ties: the name sorting last wins, as RabbitMQ's sort by {priority, name} does)."""
+    best: Policy | None = None
+    for policy in policies.values():
+        if not policy.applies_to(kind, name):
+            continue
+        if best is None or (policy.priority, policy.name) > (best.priority, best.name):
+            best = policy
+    return best
