@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from amqp_server.config import BrokerConfig
+from amqp_server.direct_reply_to import ReplyToRegistry
 from amqp_server.timers import Timers
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
@@ -30,6 +31,7 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.connections: set[Connection] = set()
+        self.reply_to = ReplyToRegistry()
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
 

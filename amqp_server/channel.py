@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from amqp_server import framing
+from amqp_server import direct_reply_to, framing
 from amqp_server.confirms import Confirms
 from amqp_server.errors import (
     AccessRefused,
@@ -75,6 +75,8 @@ class Channel:
         self.confirms: Confirms | None = None
         self.tx: list[tuple[str, Any]] | None = None  # None: not transactional
         self.last_queue = ""
+        self.reply_consumer_tag: str | None = None  # direct reply-to consumer
+        self.reply_address: str | None = None
         # publish being assembled: (exchange or None for default, rk, ex_rk_raw, mandatory)
         self._publish: tuple[Exchange | None, str, bytes, bool] | None = None
         self._props_raw = b""
@@ -212,6 +214,8 @@ class Channel:
                 msg.expiration_ms()
             except ValueError as exc:
                 raise PreconditionFailed(f"invalid expiration '{msg.expiration}': {exc}") from None
+        if msg.reply_to == direct_reply_to.PSEUDO_QUEUE:
+            msg = direct_reply_to.rewrite_reply_to(msg, self.reply_address)
         if self.tx is not None:
             self.tx.append(("publish", (x, msg, mandatory)))
         else:
@@ -219,6 +223,9 @@ class Channel:
 
     def _route(self, x: Exchange | None, msg: Message, mandatory: bool) -> None:
         vhost = self.vhost
+        if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
+            self._publish_reply(msg, mandatory)
+            return
         if x is None:
             queues = vhost.route_default(msg.routing_key)
         else:
@@ -241,6 +248,34 @@ class Channel:
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
+
+    def _publish_reply(self, msg: Message, mandatory: bool) -> None:
+        """A reply to a direct reply-to address: straight to that channel's consumer."""
+        target = self.connection.broker.reply_to.lookup(msg.routing_key)
+        if target is not None:
+            target.deliver_reply(msg)
+        elif mandatory:
+            conn = self.connection
+            conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
+            conn.send_frames(
+                framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
+            )
+        if self.confirms is not None:
+            self.confirms.next_seq()
+            self.connection.confirms_dirty.add(self)
+
+    def deliver_reply(self, msg: Message) -> None:
+        """Deliver a direct reply-to reply to this channel's reply consumer (no-ack)."""
+        tag_str = self.reply_consumer_tag
+        if tag_str is None or self.closing:
+            return
+        tag = self.next_tag
+        self.next_tag = tag + 1
+        conn = self.connection
+        out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
+        out.insert(0, framing.deliver_frame(self.number, framing.encode_shortstr(tag_str), tag,
+                                            False, msg.ex_rk_raw))
+        conn.send_frames(out)
 
     def flush_confirms(self) -> None:
         """Send the Basic.Ack/Nack that confirms settled since the last flush (coalesced)."""
@@ -333,6 +368,10 @@ class Channel:
 
     def _queue_declare(self, m: Any) -> None:
         conn = self.connection
+        if m.queue == direct_reply_to.PSEUDO_QUEUE and m.passive:
+            consumers = 1 if self.reply_consumer_tag is not None else 0
+            self.send(commands.Queue.DeclareOk(m.queue, 0, consumers))
+            return
         name = m.queue if (m.queue or not m.passive) else self._queue_name(m.queue)
         is_new = name not in self.vhost.queues
         q = self.vhost.declare_queue(
@@ -385,10 +424,19 @@ class Channel:
         self._dispatch_consumers()
 
     def _basic_consume(self, m: Any) -> None:
-        q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         tag = m.consumer_tag or server_generated_name("amq.ctag-")
-        if tag in self.consumers:
+        if tag in self.consumers or tag == self.reply_consumer_tag:
             raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        if m.queue == direct_reply_to.PSEUDO_QUEUE:
+            direct_reply_to.check_reply_consumer(m.no_ack)
+            if self.reply_consumer_tag is not None:
+                raise PreconditionFailed("reply consumer already set")
+            self.reply_consumer_tag = tag
+            self.reply_address = self.connection.broker.reply_to.register(self)
+            if not m.nowait:
+                self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+            return
+        q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
         arguments = m.arguments or {}
@@ -403,11 +451,19 @@ class Channel:
         q.add_consumer(consumer)
 
     def _basic_cancel(self, m: Any) -> None:
+        if m.consumer_tag == self.reply_consumer_tag:
+            self._drop_reply_consumer()
         consumer = self.consumers.pop(m.consumer_tag, None)
         if not m.nowait:
             self.send(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
+
+    def _drop_reply_consumer(self) -> None:
+        if self.reply_address is not None:
+            self.connection.broker.reply_to.unregister(self.reply_address)
+        self.reply_consumer_tag = None
+        self.reply_address = None
 
     def _basic_get(self, m: Any) -> None:
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
@@ -564,6 +620,7 @@ class Channel:
     def release(self) -> None:
         """Channel closing: cancel consumers, requeue unacked deliveries, drop tx state."""
         self.closing = True  # no more deliveries to this channel
+        self._drop_reply_consumer()
         consumers = list(self.consumers.values())
         self.consumers.clear()
         # consumers go first, so requeued messages are not delivered back to them

@@ -61,7 +61,7 @@ CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close

@@ -22,6 +22,7 @@ FLAG_CONTENT_ENCODING = 1 << 14
 FLAG_HEADERS = 1 << 13
 FLAG_DELIVERY_MODE = 1 << 12
 FLAG_PRIORITY = 1 << 11
+FLAG_REPLY_TO = 1 << 9
 FLAG_EXPIRATION = 1 << 8
 
 
@@ -96,6 +97,11 @@ class Message:
     def priority(self) -> int:
         """The ``priority`` property (0 when absent)."""
         return (self.properties.priority or 0) if self._has(FLAG_PRIORITY) else 0
+
+    @property
+    def reply_to(self) -> str | None:
+        """The ``reply_to`` property or None."""
+        return self.properties.reply_to if self._has(FLAG_REPLY_TO) else None
 
     @property
     def expiration(self) -> str | None:
