@@ -276,7 +276,7 @@ class VirtualHost:
         if if_unused and q.consumer_count:
             raise PreconditionFailed(f"{rs('queue', name, self.name)} in use")
         if if_empty and q.message_count:
-            raise PreconditionFailed(f"{rs('queue', name, self.name)} is not empty")
+            raise PreconditionFailed(f"{rs('queue', name, self.name)} not empty")
         return self.remove_queue(q)
 
     def remove_queue(self, q: Queue) -> int:
