@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from amqp_server.config import BrokerConfig
 from amqp_server.direct_reply_to import ReplyToRegistry
 from amqp_server.timers import Timers
+from vhosts.permissions import PermissionStore
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
 
@@ -30,14 +31,47 @@ class Broker:
         self.timers = timers or Timers()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
+        self.permissions = PermissionStore()
         self.connections: set[Connection] = set()
         self.reply_to = ReplyToRegistry()
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
+        self.permissions.set(self.config.default_user, self.config.default_vhost, ".*", ".*",
+                             ".*")
 
     def add_vhost(self, name: str) -> VirtualHost:
-        """Create vhost ``name`` (idempotent) with its predeclared ``amq.*`` exchanges."""
+        """Create vhost ``name`` (idempotent) with its predeclared ``amq.*`` exchanges.
+
+        Raises:
+            ValueError: an empty name.
+        """
+        if not name:
+            raise ValueError("vhost name must not be empty")
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VirtualHost(name, self.timers)
         return vhost
+
+    def delete_vhost(self, name: str) -> bool:
+        """Delete a vhost with everything in it; its connections are closed with 320
+        CONNECTION_FORCED. False when it did not exist."""
+        vhost = self.vhosts.pop(name, None)
+        if vhost is None:
+            return False
+        for conn in list(self.connections):
+            if conn.vhost_name == name:
+                conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.remove_queue(queue)
+        self.permissions.forget_vhost(name)
+        return True
+
+    def delete_user(self, name: str) -> bool:
+        """Delete a user and its permissions; its connections are closed (320)."""
+        if not self.users.delete(name):
+            return False
+        self.permissions.forget_user(name)
+        for conn in list(self.connections):
+            if conn.user == name:
+                conn.close(320, f"CONNECTION_FORCED - user '{name}' was deleted")
+        return True

@@ -48,6 +48,7 @@ from exchanges.exchange import Exchange
 from queue_store.message import Message
 from queue_store.queue import Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
+from vhosts.permissions import Perm
 from vhosts.vhost import server_generated_name
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class Channel:
         self.confirms: Confirms | None = None
         self.tx: list[tuple[str, Any]] | None = None  # None: not transactional
         self.last_queue = ""
+        self._perm_version = -1
+        self._write_cache: set[str] = set()
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
         self.reply_address: str | None = None
         # publish being assembled: (exchange or None for default, rk, ex_rk_raw, mandatory)
@@ -150,6 +153,9 @@ class Channel:
         self.expect_method()
         if immediate:
             raise NotImplemented_("immediate=true")
+        if exchange not in self._write_ok:
+            self._check("write", "exchange", exchange)
+            self._write_ok.add(exchange)
         if exchange == "":
             x = None
         else:
@@ -158,7 +164,30 @@ class Channel:
                 raise AccessRefused(
                     f"cannot publish to internal {rs('exchange', exchange, self.vhost.name)}"
                 )
+            if x.type_name == "topic":
+                self._check_topic("write", exchange, routing_key)
         self._publish = (x, routing_key, ex_rk_raw, mandatory)
+
+    # ---- access control ------------------------------------------------------------------
+
+    def _check(self, perm: Perm, kind: str, name: str) -> None:
+        """Raises AccessRefused (403) unless the user has ``perm`` on the resource."""
+        conn = self.connection
+        conn.broker.permissions.check(conn.user or "", self.vhost.name, perm, kind, name)
+
+    def _check_topic(self, perm: Perm, exchange: str, routing_key: str) -> None:
+        conn = self.connection
+        conn.broker.permissions.check_topic(conn.user or "", self.vhost.name, perm, exchange,
+                                            routing_key)
+
+    @property
+    def _write_ok(self) -> set[str]:
+        """Exchanges this channel may publish to, cached until permissions change."""
+        store = self.connection.broker.permissions
+        if self._perm_version != store.version:
+            self._perm_version = store.version
+            self._write_cache = set()
+        return self._write_cache
 
     def handle_content(self, frame_type: int, payload: bytes) -> None:
         """A content header or body frame.
@@ -332,6 +361,12 @@ class Channel:
     # ---- exchange class ------------------------------------------------------------------
 
     def _exchange_declare(self, m: Any) -> None:
+        if not m.passive:
+            self._check("configure", "exchange", m.exchange)
+            ae = (m.arguments or {}).get("alternate-exchange")
+            if isinstance(ae, str):
+                self._check("read", "exchange", m.exchange)
+                self._check("write", "exchange", ae)
         self.vhost.declare_exchange(
             m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
             m.arguments or {},
@@ -340,17 +375,22 @@ class Channel:
             self.send(commands.Exchange.DeclareOk())
 
     def _exchange_delete(self, m: Any) -> None:
+        self._check("configure", "exchange", m.exchange)
         self.vhost.delete_exchange(m.exchange, m.if_unused)
         if not m.nowait:
             self.send(commands.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: Any) -> None:
+        self._check("write", "exchange", m.destination)
+        self._check("read", "exchange", m.source)
         self.vhost.bind(Destination("exchange", m.destination), m.source, m.routing_key,
                         m.arguments)
         if not m.nowait:
             self.send(commands.Exchange.BindOk())
 
     def _exchange_unbind(self, m: Any) -> None:
+        self._check("write", "exchange", m.destination)
+        self._check("read", "exchange", m.source)
         self.vhost.unbind(Destination("exchange", m.destination), m.source, m.routing_key,
                           m.arguments)
         if not m.nowait:
@@ -373,9 +413,19 @@ class Channel:
             self.send(commands.Queue.DeclareOk(m.queue, 0, consumers))
             return
         name = m.queue if (m.queue or not m.passive) else self._queue_name(m.queue)
+        server_named = not name
+        if server_named:
+            name = server_generated_name("amq.gen-")
+        if not m.passive:
+            self._check("configure", "queue", name)
+            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
+            if isinstance(dlx, str):
+                self._check("read", "queue", name)
+                self._check("write", "exchange", dlx)
         is_new = name not in self.vhost.queues
         q = self.vhost.declare_queue(
-            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments or {}, conn
+            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments or {}, conn,
+            server_named,
         )
         if is_new and q.exclusive:
             conn.exclusive_queues.append(q)
@@ -383,9 +433,17 @@ class Channel:
         if not m.nowait:
             self.send(commands.Queue.DeclareOk(q.name, q.message_count, q.consumer_count))
 
+    def _check_bind(self, queue: str, exchange: str, routing_key: str) -> None:
+        self._check("write", "queue", queue)
+        self._check("read", "exchange", exchange)
+        x = self.vhost.exchanges.get(exchange)
+        if x is not None and x.type_name == "topic":
+            self._check_topic("read", exchange, routing_key)
+
     def _queue_bind(self, m: Any) -> None:
         name = self._queue_name(m.queue)
         rk = m.routing_key if (m.routing_key or m.queue) else name
+        self._check_bind(name, m.exchange, rk)
         self.vhost.bind(Destination("queue", name), m.exchange, rk, m.arguments,
                         self.connection)
         if not m.nowait:
@@ -394,17 +452,20 @@ class Channel:
     def _queue_unbind(self, m: Any) -> None:
         name = self._queue_name(m.queue)
         rk = m.routing_key if (m.routing_key or m.queue) else name
+        self._check_bind(name, m.exchange, rk)
         self.vhost.unbind(Destination("queue", name), m.exchange, rk, m.arguments,
                           self.connection)
         self.send(commands.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
+        self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         count = q.purge()
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))
 
     def _queue_delete(self, m: Any) -> None:
+        self._check("configure", "queue", self._queue_name(m.queue))
         count = self.vhost.delete_queue(
             self._queue_name(m.queue), m.if_unused, m.if_empty, self.connection
         )
@@ -436,6 +497,7 @@ class Channel:
             if not m.nowait:
                 self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
             return
+        self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
@@ -466,6 +528,7 @@ class Channel:
         self.reply_address = None
 
     def _basic_get(self, m: Any) -> None:
+        self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         qm = q.get()
         if qm is None:

@@ -395,6 +395,9 @@ class Connection:
         vhost = self.broker.vhosts.get(m.virtual_host)
         if vhost is None:
             raise NotAllowed(f"vhost {m.virtual_host} not found")
+        if self.broker.permissions.get(self.user or "", m.virtual_host) is None:
+            raise NotAllowed(
+                f"access to vhost '{m.virtual_host}' refused for user '{self.user}'")
         self.vhost_name = m.virtual_host
         self.vhost_obj = vhost
         self.state = State.OPEN

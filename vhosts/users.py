@@ -31,7 +31,7 @@ def check_password(password: str, password_hash: str) -> bool:
         raw = base64.b64decode(password_hash, validate=True)
     except ValueError:
         return False
-    if len(raw) != 36:
+    if len(raw) != 36:  # 4-byte salt + 32-byte SHA-256
         return False
     salt, digest = raw[:4], raw[4:]
     return hmac.compare_digest(digest, hashlib.sha256(salt + password.encode()).digest())
@@ -70,10 +70,26 @@ class UserStore:
         self.users: dict[str, User] = {}
         self.loopback_users = set(loopback_users)
 
-    def add(self, name: str, password: str, tags: list[str] | None = None) -> User:
-        user = User(name, hash_password(password), list(tags or []))
+    def add(self, name: str, password: str | None, tags: list[str] | None = None,
+            password_hash: str | None = None) -> User:
+        """Add or replace a user from a clear password (hashed here) or an existing RabbitMQ
+        sha256 ``password_hash``; with neither, the user cannot log in with a password."""
+        if password is not None:
+            password_hash = hash_password(password)
+        user = User(name, password_hash or "", list(tags or []))
         self.users[name] = user
         return user
+
+    def delete(self, name: str) -> bool:
+        return self.users.pop(name, None) is not None
+
+    def change_password(self, name: str, password: str) -> None:
+        """Raises KeyError for an unknown user."""
+        self.users[name].password_hash = hash_password(password)
+
+    def set_tags(self, name: str, tags: list[str]) -> None:
+        """Raises KeyError for an unknown user."""
+        self.users[name].tags = list(tags)
 
     def authenticate(self, name: str, password: str, peer_host: str | None) -> User | None:
         """The user when the password matches and the loopback rule allows ``peer_host``."""

@@ -204,9 +204,10 @@ class VirtualHost:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
         connection: object | None = None,
+        server_named: bool = False,
     ) -> Queue:
         """Queue.Declare (spec 1.7.2.1). An empty name gets a server-generated ``amq.gen-``
-        name. The caller reads ``message_count``/``consumer_count`` for DeclareOk.
+        name (``server_named``: the caller generated ``name`` itself). The caller reads ``message_count``/``consumer_count`` for DeclareOk.
 
         Raises:
             NotFound (404): passive and missing.
@@ -222,7 +223,7 @@ class VirtualHost:
             return q
         if name == "":
             name = server_generated_name("amq.gen-")
-        else:
+        elif not server_named:
             check_name("queue", name)
         arguments = arguments or {}
         what = rs("queue", name, self.name)

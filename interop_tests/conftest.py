@@ -1,0 +1,276 @@
+"""Fixtures of the interoperability suite: real AMQP client libraries against a broker.
+
+Which broker:
+
+* ``AMQPQ_TEST_URL`` set (e.g. ``amqp://guest:guest@127.0.0.1:5672/%2F``): that broker, as is.
+  This is how the suite is checked against the reference RabbitMQ, and how it runs
+  differentially.
+* otherwise: our broker, started once per session as ``python -m amqp_server`` on a free port
+  with a temporary data directory; skipped when ``amqp_server`` is not importable yet.
+
+Tests never collide on a shared broker: every name they declare comes from ``unique_name``
+(a uuid suffix), and they delete what they declare (or use exclusive/auto-delete queues).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_URL = "AMQPQ_TEST_URL"
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class AmqpParams:
+    """The parts of an ``amqp://`` URL, decoded (``vhost`` is ``"/"`` for ``%2F``)."""
+
+    host: str
+    port: int
+    vhost: str
+    user: str
+    password: str
+    url: str
+
+
+def parse_amqp_url(url: str) -> AmqpParams:
+    parts = urlsplit(url)
+    if parts.scheme != "amqp":
+        raise ValueError(f"{ENV_URL} must be an amqp:// URL, got {url!r}")
+    path = parts.path
+    # RabbitMQ's URI spec: no path -> default vhost "/"; "/" -> vhost "" (empty); "/%2F" -> "/".
+    vhost = "/" if path == "" else unquote(path[1:])
+    return AmqpParams(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5672,
+        vhost=vhost,
+        user=unquote(parts.username) if parts.username is not None else "guest",
+        password=unquote(parts.password) if parts.password is not None else "guest",
+        url=url,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _stderr_of(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-8000:]
+    except OSError:
+        return "<no stderr captured>"
+
+
+def _broker_importable() -> bool:
+    try:
+        return importlib.util.find_spec("amqp_server.server") is not None
+    except ImportError:  # no amqp_server package at all, or its __init__ fails to import
+        return False
+
+
+@pytest.fixture(scope="session")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of the broker under test (see the module docstring)."""
+    env_url = os.environ.get(ENV_URL)
+    if env_url:
+        yield env_url
+        return
+
+    # Importable from the repository root even when not installed into the venv.
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    if not _broker_importable():
+        pytest.skip(
+            f"amqp_server.server is not importable yet (broker not written); set {ENV_URL} "
+            "to run the interop suite against another broker, e.g. the reference RabbitMQ"
+        )
+
+    port = _free_port()
+    data_dir = tmp_path_factory.mktemp("amqpq-data")
+    log_dir = tmp_path_factory.mktemp("amqpq-log")
+    stderr_path = log_dir / "stderr.log"
+    stdout_path = log_dir / "stdout.log"
+    with open(stderr_path, "wb") as err, open(stdout_path, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "amqp_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--log-level",
+                "warning",
+            ],
+            stdout=out,
+            stderr=err,
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+                ),
+            },
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"amqp_server exited with {proc.returncode} before accepting connections; "
+                    f"stderr:\n{_stderr_of(stderr_path)}",
+                    pytrace=False,
+                )
+            if _port_open("127.0.0.1", port):
+                break
+            if time.monotonic() > deadline:
+                _stop(proc)
+                pytest.fail(
+                    f"amqp_server did not accept TCP connections on 127.0.0.1:{port} within "
+                    f"{START_TIMEOUT:.0f} s; stderr:\n{_stderr_of(stderr_path)}",
+                    pytrace=False,
+                )
+            time.sleep(0.05)
+        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def amqp_params(broker_url: str) -> AmqpParams:
+    """Host, port, vhost, user and password of the broker under test."""
+    return parse_amqp_url(broker_url)
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("orders")`` -> ``"it.<test>.orders.<uuid hex>"``, unique on a shared broker."""
+    test = request.node.name.split("[")[0].removeprefix("test_")[:40]
+
+    def make(prefix: str = "x") -> str:
+        return f"it.{test}.{prefix}.{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+# --- pika helpers shared by the pika test modules --------------------------------------------
+
+
+def pika_parameters(broker_url: str):
+    """``pika.URLParameters`` with small timeouts, so a silent broker fails fast."""
+    import pika
+
+    params = pika.URLParameters(broker_url)
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    params.stack_timeout = 10
+    params.blocked_connection_timeout = 30
+    return params
+
+
+@pytest.fixture
+def pika_connect(broker_url: str) -> Iterator[Callable[[], object]]:
+    """Factory of ``pika.BlockingConnection``s; every connection still open is closed at teardown."""
+    import pika
+
+    opened: list[pika.BlockingConnection] = []
+
+    def connect() -> pika.BlockingConnection:
+        conn = pika.BlockingConnection(pika_parameters(broker_url))
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        if conn.is_open:
+            try:
+                conn.close()
+            except Exception:  # best effort: the test's verdict is already in
+                pass
+
+
+class Cleanup:
+    """Names of queues and exchanges a test declared; deleted at teardown over a fresh connection."""
+
+    def __init__(self) -> None:
+        self.queues: list[str] = []
+        self.exchanges: list[str] = []
+
+    def queue(self, name: str) -> str:
+        self.queues.append(name)
+        return name
+
+    def exchange(self, name: str) -> str:
+        self.exchanges.append(name)
+        return name
+
+    def run(self, broker_url: str) -> None:
+        if not (self.queues or self.exchanges):
+            return
+        import pika
+        from pika.exceptions import ChannelClosedByBroker
+
+        conn = pika.BlockingConnection(pika_parameters(broker_url))
+        try:
+            channel = conn.channel()
+            for kind, names in (("queue", self.queues), ("exchange", self.exchanges)):
+                for name in names:
+                    try:
+                        if kind == "queue":
+                            channel.queue_delete(name)
+                        else:
+                            channel.exchange_delete(name)
+                    except ChannelClosedByBroker:
+                        # e.g. 405: an exclusive queue of a connection not yet closed; it goes
+                        # with its connection anyway.
+                        channel = conn.channel()
+        finally:
+            if conn.is_open:
+                conn.close()
+
+
+@pytest.fixture
+def cleanup(broker_url: str) -> Iterator[Cleanup]:
+    """Register names with ``cleanup.queue(name)`` / ``cleanup.exchange(name)`` to delete them
+    after the test (deleting a missing queue or exchange is not an error in AMQP 0-9-1)."""
+    registry = Cleanup()
+    yield registry
+    registry.run(broker_url)
