@@ -5,7 +5,7 @@ A user may open a vhost only if it has a permission entry there (else 530 NOT_AL
 Connection.Open). Every method then checks one of the three regexes against the resource name
 (``re.search``, unanchored, as RabbitMQ's ``re:run``); the empty pattern matches nothing. The
 default exchange is checked under the name ``amq.default``. A refusal is 403
-ACCESS_REFUSED: ``write access to exchange 'x' in vhost '/' refused for user 'u'``.
+ACCESS_REFUSED: ``access to exchange 'x' in vhost '/' refused for user 'u'``.
 
 Which method needs which permission follows RabbitMQ's access-control guide:
 declare/delete -> configure; publish -> write on the exchange; queue.bind -> write on the
@@ -134,7 +134,7 @@ class PermissionStore:
         entry = self.permissions.get((user, vhost))
         if entry is None or not entry.allows(perm, name):
             raise AccessRefused(
-                f"{perm} access to {rs(kind, name, vhost)} refused for user '{user}'")
+                f"access to {rs(kind, name, vhost)} refused for user '{user}'")
 
     def check_topic(self, user: str, vhost: str, perm: Perm, exchange: str,
                     routing_key: str) -> None:
@@ -145,5 +145,5 @@ class PermissionStore:
             return
         if not entries[exchange].allows(perm, routing_key):
             raise AccessRefused(
-                f"{perm} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
                 f"'{vhost}' refused for user '{user}'")
