@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from amqp_server.config import BrokerConfig
 from amqp_server.direct_reply_to import ReplyToRegistry
 from amqp_server.timers import Timers
+from queue_store.durability import Durability
+from queue_store.storage import VhostStorage, name_id
 from vhosts.permissions import PermissionStore
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
@@ -24,11 +26,16 @@ class Broker:
     Args:
         config: settings; the default user and vhost are created from it.
         timers: timers on the broker clock (tests pass one with a fake clock).
+        storage: keep durable state under ``config.data_dir`` (False: all in memory).
     """
 
-    def __init__(self, config: BrokerConfig | None = None, timers: Timers | None = None) -> None:
+    def __init__(self, config: BrokerConfig | None = None, timers: Timers | None = None,
+                 storage: bool = False) -> None:
         self.config = config or BrokerConfig()
         self.timers = timers or Timers()
+        self.durability = Durability()
+        self.durability.on_synced = self.flush_confirms
+        self.storage_enabled = storage
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.permissions = PermissionStore()
@@ -49,8 +56,17 @@ class Broker:
             raise ValueError("vhost name must not be empty")
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.timers)
+            storage = None
+            if self.storage_enabled:
+                directory = self.config.data_dir / "vhosts" / name_id(name)
+                storage = VhostStorage(directory, self.durability)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage)
         return vhost
+
+    def flush_confirms(self) -> None:
+        """Send the publisher confirms that became due (after an fsync round)."""
+        for conn in list(self.connections):
+            conn.flush_confirms()
 
     def delete_vhost(self, name: str) -> bool:
         """Delete a vhost with everything in it; its connections are closed with 320

@@ -46,7 +46,7 @@ from amqp_server.errors import (
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import Message
-from queue_store.queue import Consumer, Queue, QueuedMessage
+from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
 from vhosts.permissions import Perm
 from vhosts.vhost import server_generated_name
@@ -76,6 +76,7 @@ class Channel:
         self.confirms: Confirms | None = None
         self.tx: list[tuple[str, Any]] | None = None  # None: not transactional
         self.last_queue = ""
+        self._tx_unsynced = False
         self._perm_version = -1
         self._write_cache: set[str] = set()
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
@@ -260,10 +261,13 @@ class Channel:
         else:
             x.published += 1
             queues = vhost.route(x, msg.routing_key, msg)
-        rejected = False
+        rejected = unsynced = False
         for q in queues:
-            if not q.publish(msg):
+            result = q.publish(msg)
+            if result == REJECTED:
                 rejected = True  # x-overflow reject-publish: the publisher gets a nack
+            elif result == ACCEPTED_UNSYNCED:
+                unsynced = True
         if not queues and mandatory:
             conn = self.connection
             conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
@@ -274,9 +278,25 @@ class Channel:
         if confirms is not None:
             if rejected:
                 confirms.reject(confirms.next_seq(pending=True))
+            elif unsynced:
+                seq = confirms.next_seq(pending=True)
+                self._after_sync(lambda: confirms.confirm(seq))
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
+        elif unsynced and self.tx is not None:
+            self._tx_unsynced = True
+
+    def _after_sync(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once what was written so far is fsynced, then flush confirms."""
+        conn = self.connection
+
+        def run() -> None:
+            callback()
+            if not self.closing:
+                conn.confirms_dirty.add(self)
+
+        conn.broker.durability.after_sync(run)
 
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""
@@ -545,6 +565,8 @@ class Channel:
         out.insert(0, framing.get_ok_frame(self.number, tag, qm.redelivered, msg.ex_rk_raw,
                                            q.message_count))
         conn.send_frames(out)
+        if m.no_ack:
+            q.ack(qm)
 
     def _basic_publish(self, m: Any) -> None:
         # reached only when the hand parser is bypassed (tests with pamqp-decoded methods)
@@ -604,6 +626,8 @@ class Channel:
             else:
                 if requeue is False:
                     q.reject(qm)
+                else:
+                    q.ack(qm)
                 q.dispatch()
             if self.global_prefetch:
                 self._dispatch_consumers()
@@ -616,9 +640,11 @@ class Channel:
             if requeue:
                 q.requeue(qms)
             else:
-                if requeue is False:
-                    for qm in qms:
+                for qm in qms:
+                    if requeue is False:
                         q.reject(qm)
+                    else:
+                        q.ack(qm)
                 q.dispatch()
         if self.global_prefetch:
             self._dispatch_consumers()
@@ -665,7 +691,12 @@ class Channel:
             if kind != "publish":
                 taken, requeue = arg
                 self._apply_settle([entry for _, entry in taken], requeue=requeue)
-        self.send(commands.Tx.CommitOk())
+        if self._tx_unsynced:
+            # persistent publishes: CommitOk only once they are on disk (RabbitMQ)
+            self._tx_unsynced = False
+            self._after_sync(lambda: self.send(commands.Tx.CommitOk()))
+        else:
+            self.send(commands.Tx.CommitOk())
 
     def _tx_rollback(self, m: Any) -> None:
         if self.tx is None:

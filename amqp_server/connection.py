@@ -223,6 +223,11 @@ class Connection:
             except Exception as exc:
                 log.exception("internal error on channel %d", channel)
                 self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), payload)
+        self.flush_confirms()
+        self.broker.durability.flush_writes()
+
+    def flush_confirms(self) -> None:
+        """Send coalesced Basic.Ack/Nack for every channel with newly settled confirms."""
         if self.confirms_dirty:
             for ch in self.confirms_dirty:
                 ch.flush_confirms()

@@ -20,9 +20,11 @@ from queue_store.message import Message
 
 class QueuedMessage:
     """A message's place in one queue: sequence number (publish order), redelivered flag,
-    expiry deadline (``expires_at``, seconds on the broker clock, or None) and priority."""
+    expiry deadline (``expires_at``, seconds on the broker clock, or None), priority, and
+    its on-disk state (store reference, queue-index record)."""
 
-    __slots__ = ("seq", "message", "redelivered", "expires_at", "priority")
+    __slots__ = ("seq", "message", "redelivered", "expires_at", "priority", "msg_id",
+                 "indexed", "delivery_logged")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False,
                  expires_at: float | None = None, priority: int = 0) -> None:
@@ -31,6 +33,9 @@ class QueuedMessage:
         self.redelivered = redelivered
         self.expires_at = expires_at
         self.priority = priority
+        self.msg_id = 0  # this queue holds a reference in the message store
+        self.indexed = False  # recorded in the queue index (persistent on a durable queue)
+        self.delivery_logged = False
 
     def __lt__(self, other: QueuedMessage) -> bool:
         return self.seq < other.seq

@@ -36,7 +36,8 @@ class Message:
         body: the body (bytes), assembled from the body frames.
     """
 
-    __slots__ = ("exchange", "routing_key", "ex_rk_raw", "properties_raw", "body", "_props")
+    __slots__ = ("exchange", "routing_key", "ex_rk_raw", "properties_raw", "body", "_props",
+                 "store_id")
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class Message:
         self.properties_raw = properties_raw
         self.body = body
         self._props: commands.Basic.Properties | None = None
+        self.store_id = 0  # msg_id in the vhost's message store, 0 when not stored
 
     @classmethod
     def create(cls, exchange: str, routing_key: str, properties_raw: bytes, body: bytes

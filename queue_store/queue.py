@@ -32,6 +32,8 @@ https://www.rabbitmq.com/docs/queues, /docs/ttl, /docs/maxlength, /docs/consumer
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -41,8 +43,17 @@ from amqp_server.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import Message
 from queue_store.queue_args import QueueSettings
+from queue_store.queue_index import IndexEntry, QueueIndex
+from queue_store.storage import VhostStorage
 
 __all__ = ["Consumer", "Queue", "QueueOwner", "QueuedMessage"]
+
+log = logging.getLogger("amqpq.queue")
+
+# Queue.publish results
+REJECTED = 0  # x-overflow reject-publish: nack the publisher
+ACCEPTED = 1
+ACCEPTED_UNSYNCED = 2  # persistent on a durable queue: confirm after the next fsync
 
 
 class ConsumerChannel(Protocol):
@@ -59,6 +70,7 @@ class QueueOwner(Protocol):
     """What a queue needs from its vhost."""
 
     timers: Timers
+    storage: VhostStorage | None
 
     def queue_unused(self, queue: Queue) -> None: ...
 
@@ -140,6 +152,10 @@ class Queue:
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
         self.delivered = 0
+        self.storage = host.storage if host is not None else None
+        self.index: QueueIndex | None = None
+        if durable and self.storage is not None:
+            self.index = self.storage.open_index(name)
         self.touch()
 
     def __repr__(self) -> str:
@@ -168,11 +184,13 @@ class Queue:
 
     # ---- publish and dispatch ------------------------------------------------------------
 
-    def publish(self, message: Message) -> bool:
+    def publish(self, message: Message) -> int:
         """Append a routed message and deliver it if a consumer can take it.
 
-        Returns False when ``x-overflow`` ``reject-publish``/``reject-publish-dlx`` refused
-        it (the queue is full); the publisher should then be nacked.
+        Returns :data:`REJECTED` (0) when ``x-overflow`` ``reject-publish``/
+        ``reject-publish-dlx`` refused it (the queue is full: nack the publisher),
+        :data:`ACCEPTED_UNSYNCED` when it was written to disk (persistent message, durable
+        queue: confirm after the next fsync), else :data:`ACCEPTED`.
 
         Raises:
             ValueError: the message's ``expiration`` property is not a non-negative integer.
@@ -181,7 +199,7 @@ class Queue:
         if s.limited and s.overflow != "drop-head" and self._would_overflow(message):
             if s.overflow == "reject-publish-dlx" and self.host is not None:
                 self.host.dead_letter(self, message, "maxlen")
-            return False
+            return REJECTED
         self._seq += 1
         self.published += 1
         ttl = s.message_ttl
@@ -193,14 +211,42 @@ class Queue:
             expires_at = self._now() + ttl / 1000.0
             self._has_ttl = True
         priority = message.priority if s.max_priority else 0
-        self.ready.append(QueuedMessage(self._seq, message, False, expires_at, priority))
+        qm = QueuedMessage(self._seq, message, False, expires_at, priority)
+        result = ACCEPTED
+        index = self.index
+        if index is not None and message.persistent:
+            store = self.storage.store  # type: ignore[union-attr]
+            qm.msg_id = store.write(message)
+            qm.indexed = True
+            expiry_wall = int(time.time() * 1000 + ttl) if ttl is not None else 0
+            index.publish(qm.seq, qm.msg_id, expiry_wall, priority)
+            self.storage.durability.index_dirty(index)  # type: ignore[union-attr]
+            result = ACCEPTED_UNSYNCED
+        self.ready.append(qm)
         if self._levels and not self._dispatching:
             self.dispatch()
         if self._has_ttl:
             self._expire_head()
         if s.limited:
             self._enforce_limits()
-        return True
+        return result
+
+    def _forget(self, qm: QueuedMessage) -> None:
+        """``qm`` left the queue for good (acked, dropped, expired, purged): release its
+        store reference and record the ack in the queue index."""
+        if qm.indexed and self.index is not None:
+            self.index.ack(qm.seq)
+            self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
+            qm.indexed = False
+        if qm.msg_id and self.storage is not None:
+            self.storage.store.release(qm.msg_id)
+            qm.msg_id = 0
+
+    def _log_delivery(self, qm: QueuedMessage) -> None:
+        if qm.indexed and not qm.delivery_logged and self.index is not None:
+            qm.delivery_logged = True
+            self.index.deliver(qm.seq)
+            self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
 
     def _would_overflow(self, message: Message) -> bool:
         s = self.settings
@@ -219,8 +265,10 @@ class Queue:
             or (s.max_length_bytes is not None and ready.bytes > s.max_length_bytes)
         ):
             qm = ready.popleft()
-            if qm is not None and self.host is not None:
-                self.host.dead_letter(self, qm.message, "maxlen")
+            if qm is not None:
+                if self.host is not None:
+                    self.host.dead_letter(self, qm.message, "maxlen")
+                self._forget(qm)
         self._arm_ttl_timer()
 
     def _expire_head(self) -> None:
@@ -235,6 +283,7 @@ class Queue:
             ready.popleft()
             if self.host is not None:
                 self.host.dead_letter(self, head.message, "expired")
+            self._forget(head)
         self._arm_ttl_timer()
 
     def _arm_ttl_timer(self) -> None:
@@ -281,11 +330,17 @@ class Queue:
                 if has_ttl and qm.expires_at is not None and qm.expires_at <= now:
                     if self.host is not None:
                         self.host.dead_letter(self, qm.message, "expired")
+                    self._forget(qm)
                     continue
-                if not consumer.no_ack:
-                    consumer.unacked += 1
-                    self.unacked_count += 1
                 self.delivered += 1
+                if consumer.no_ack:
+                    consumer.channel.deliver(consumer, qm, self)
+                    self._forget(qm)
+                    continue
+                consumer.unacked += 1
+                self.unacked_count += 1
+                if qm.indexed:
+                    self._log_delivery(qm)
                 consumer.channel.deliver(consumer, qm, self)
         finally:
             self._dispatching = False
@@ -300,6 +355,7 @@ class Queue:
         qm = self.ready.popleft()
         if qm is not None:
             self.delivered += 1
+            self._log_delivery(qm)
             if self._has_ttl:
                 self._arm_ttl_timer()
         return qm
@@ -312,6 +368,10 @@ class Queue:
         self.unacked_count -= count
         if consumer is not None:
             consumer.unacked -= count
+
+    def ack(self, qm: QueuedMessage) -> None:
+        """An unacknowledged delivery was acked (or taken with no-ack by Basic.Get): gone."""
+        self._forget(qm)
 
     def requeue(self, messages: Iterable[QueuedMessage]) -> None:
         """Put unacknowledged messages back at their original positions, flagged redelivered
@@ -332,10 +392,45 @@ class Queue:
         """A delivery rejected/nacked without requeue: dead-lettered (reason ``rejected``)."""
         if self.host is not None and not self.deleted:
             self.host.dead_letter(self, qm.message, "rejected")
+        self._forget(qm)
 
     def purge(self) -> int:
         """Drop every ready message (not dead-lettered); returns how many (messages)."""
-        return len(self.ready.clear())
+        dropped = self.ready.clear()
+        for qm in dropped:
+            self._forget(qm)
+        return len(dropped)
+
+    def restore(self, entries: list[IndexEntry]) -> None:
+        """Recovery: rebuild the ready list from the queue index's live entries (whose store
+        references the caller has retained), then rewrite the index compactly."""
+        store = self.storage.store if self.storage is not None else None
+        if store is None or self.index is None:
+            return
+        now_wall = time.time() * 1000
+        now = self._now()
+        kept: list[IndexEntry] = []
+        for e in entries:
+            try:
+                message = store.read(e.msg_id)
+            except (KeyError, OSError, ValueError) as exc:
+                log.error("%s: message %d lost: %s", self.name, e.msg_id, exc)
+                store.release(e.msg_id)
+                continue
+            expires_at = None
+            if e.expiry_ms:
+                expires_at = now + (e.expiry_ms - now_wall) / 1000.0
+                self._has_ttl = True
+            qm = QueuedMessage(e.seq, message, e.delivered, expires_at, e.priority)
+            qm.msg_id = e.msg_id
+            qm.indexed = True
+            qm.delivery_logged = e.delivered
+            self.ready.append(qm)
+            self._seq = max(self._seq, e.seq)
+            kept.append(e)
+        self.index.compact(kept)
+        if self._has_ttl:
+            self._expire_head()
 
     # ---- consumers -----------------------------------------------------------------------
 
@@ -407,12 +502,16 @@ class Queue:
     def mark_deleted(self) -> list[Consumer]:
         """Flag the queue deleted, drop its messages and timers; returns the consumers to
         notify."""
-        self.deleted = True
         consumers = list(self._consumer_order)
         self._consumer_order.clear()
         self._levels.clear()
-        self.ready.clear()
+        for qm in self.ready.clear():
+            self._forget(qm)
+        self.deleted = True
         for timer in (self._ttl_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()
+        if self.index is not None and self.storage is not None:
+            self.storage.delete_index(self.index)
+            self.index = None
         return consumers

@@ -31,6 +31,7 @@ from queue_store.dead_letter import dead_letter_message, is_cycle
 from queue_store.message import Message
 from queue_store.queue import Queue
 from queue_store.queue_args import QueueSettings, resolve_settings, validate_queue_arguments
+from queue_store.storage import VhostStorage
 from vhosts.equivalence import assert_args_equivalent, inequivalent
 from vhosts.policies import Policy, matching_policy, validate_policy
 
@@ -86,11 +87,14 @@ class VirtualHost:
     Args:
         name: vhost name, e.g. ``"/"``.
         timers: the broker's timers (queue TTL, x-expires).
+        storage: the vhost's message store and queue indexes (None: nothing on disk).
     """
 
-    def __init__(self, name: str, timers: Timers | None = None) -> None:
+    def __init__(self, name: str, timers: Timers | None = None,
+                 storage: VhostStorage | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
+        self.storage = storage
         self.policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}

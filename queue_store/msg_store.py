@@ -1,0 +1,347 @@
+"""The message store: message bodies on disk, shared by a vhost's queues, reference-counted.
+
+Theory of operation
+-------------------
+Messages are appended to numbered segment files (``00000001.seg``...; a new segment starts
+past ``segment_size`` bytes). Each record is::
+
+    u32 payload length | u32 CRC-32 of payload | u64 msg_id | payload
+    payload = u16 len | exchange+routing-key shortstrs | u32 len | property bytes | body
+
+A message routed to N queues is written once; the store counts references (one per queue that
+holds it on disk) and forgets the message when the count drops to zero. A segment whose every
+record is dead is deleted; a closed segment that is mostly dead (live bytes below
+``compact_ratio``) is compacted: its live records are copied to the current segment, and the
+old file is deleted only after the copies are synced.
+
+Writes go to an in-memory buffer (:meth:`MessageStore.write`) and reach the file on
+:meth:`flush` (a plain ``write``, cheap, on the event-loop thread); :meth:`sync` (``fsync``)
+is the slow part and is meant to run in a worker thread, once for many publishes (group
+commit, see :mod:`queue_store.durability`).
+
+Recovery (:meth:`recover`) scans every segment, checks each record's CRC, and skips a torn
+or corrupt record with a logged error (a torn tail is truncated); which records are live is
+decided afterwards by the queue indexes that reference them (:meth:`retain`).
+
+Source: RabbitMQ ``rabbit_msg_store`` (shared store, ref counts, GC/compaction of files);
+LavinMQ's segment files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from queue_store.message import Message
+
+log = logging.getLogger("amqpq.msg_store")
+
+_head = struct.Struct(">IIQ")  # payload length, crc32, msg_id
+HEAD_SIZE = _head.size
+SEGMENT_SIZE = 16 * 1024 * 1024  # bytes
+COMPACT_RATIO = 0.5
+
+
+@dataclass(slots=True)
+class Location:
+    """Where a message's record is: segment number, offset and total size (bytes)."""
+
+    segment: int
+    offset: int
+    size: int
+    refs: int = 0
+
+
+def encode_record(msg_id: int, message: Message) -> bytes:
+    """One store record for ``message`` (header + payload)."""
+    ex_rk = message.ex_rk_raw
+    props = message.properties_raw
+    payload = b"".join((
+        struct.pack(">H", len(ex_rk)), ex_rk, struct.pack(">I", len(props)), props, message.body,
+    ))
+    return _head.pack(len(payload), zlib.crc32(payload), msg_id) + payload
+
+
+def decode_payload(payload: bytes) -> Message:
+    """The Message a record payload holds.
+
+    Raises:
+        ValueError: the payload is malformed.
+    """
+    try:
+        (n,) = struct.unpack_from(">H", payload, 0)
+        ex_rk = payload[2:2 + n]
+        pos = 2 + n
+        (plen,) = struct.unpack_from(">I", payload, pos)
+        props = payload[pos + 4:pos + 4 + plen]
+        body = payload[pos + 4 + plen:]
+        ex_len = ex_rk[0]
+        exchange = ex_rk[1:1 + ex_len].decode("utf-8")
+        routing_key = ex_rk[2 + ex_len:].decode("utf-8")
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed message record: {exc}") from None
+    return Message(exchange, routing_key, bytes(ex_rk), bytes(props), bytes(body))
+
+
+class MessageStore:
+    """Segment files under ``directory`` with an in-RAM index msg_id -> :class:`Location`.
+
+    Args:
+        directory: the store's folder (created).
+        segment_size: bytes after which a new segment file starts.
+    """
+
+    def __init__(self, directory: Path, segment_size: int = SEGMENT_SIZE) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_size = segment_size
+        self.index: dict[int, Location] = {}
+        self.live_bytes: dict[int, int] = {}  # segment -> bytes of live records
+        self.next_id = 1
+        self._segment = 0
+        self._fd = -1
+        self._size = 0  # bytes of the current segment written or buffered
+        self._buffer = bytearray()
+        self._buffer_start = 0  # file offset of the first buffered byte
+        self._read_fds: dict[int, int] = {}
+        self._dirty: set[int] = set()  # segments written since the last sync
+        self._pending_delete: list[int] = []  # compacted segments, deleted after a sync
+        self._retired_fds: list[int] = []  # rotated-out segment fds awaiting their fsync
+        self._syncing_fds: list[int] = []
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def _path(self, segment: int) -> Path:
+        return self.directory / f"{segment:08d}.seg"
+
+    def _open_segment(self, segment: int) -> None:
+        if self._fd >= 0:
+            self.flush()
+            self._retired_fds.append(self._fd)  # closed after its data is fsynced
+        self._segment = segment
+        self._fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._buffer_start = self._size
+        self.live_bytes.setdefault(segment, 0)
+
+    def _reader(self, segment: int) -> int:
+        fd = self._read_fds.get(segment)
+        if fd is None:
+            fd = self._read_fds[segment] = os.open(self._path(segment), os.O_RDONLY)
+        return fd
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def write(self, message: Message) -> int:
+        """Store ``message`` (once; later calls for the same Message object add a reference)
+        and return its msg_id. The record is durable only after :meth:`flush` and
+        :meth:`sync`."""
+        msg_id = message.store_id
+        if msg_id:
+            loc = self.index.get(msg_id)
+            if loc is not None:
+                loc.refs += 1
+                return msg_id
+        msg_id = self.next_id
+        self.next_id += 1
+        self._append(msg_id, message, 1)
+        message.store_id = msg_id
+        return msg_id
+
+    def _append(self, msg_id: int, message: Message, refs: int) -> None:
+        if self._fd < 0:
+            self._open_segment(self._segment + 1)
+        elif self._size >= self.segment_size:
+            self._open_segment(self._segment + 1)
+        record = encode_record(msg_id, message)
+        self.index[msg_id] = Location(self._segment, self._size, len(record), refs)
+        self.live_bytes[self._segment] += len(record)
+        self._buffer += record
+        self._size += len(record)
+        self._dirty.add(self._segment)
+
+    def add_ref(self, msg_id: int) -> None:
+        self.index[msg_id].refs += 1
+
+    def release(self, msg_id: int) -> None:
+        """Drop one reference; the record is dead when none remain."""
+        loc = self.index.get(msg_id)
+        if loc is None:
+            return
+        loc.refs -= 1
+        if loc.refs > 0:
+            return
+        del self.index[msg_id]
+        self.live_bytes[loc.segment] -= loc.size
+        if loc.segment != self._segment:
+            self._maybe_collect(loc.segment)
+
+    def flush(self) -> None:
+        """Write buffered records to the current segment file (no fsync)."""
+        if self._buffer and self._fd >= 0:
+            os.write(self._fd, self._buffer)
+            self._buffer.clear()
+            self._buffer_start = self._size
+
+    def dirty_fds(self) -> list[int]:
+        """File descriptors to fsync for everything flushed so far (for :meth:`sync`)."""
+        self.flush()
+        fds = [self._fd] if self._segment in self._dirty and self._fd >= 0 else []
+        self._syncing_fds, self._retired_fds = self._retired_fds, []
+        self._dirty.clear()
+        return fds + self._syncing_fds
+
+    def sync(self) -> None:
+        """Flush and fsync (blocking: call from a worker thread via
+        :func:`sync_fds`, or directly in tests)."""
+        sync_fds(self.dirty_fds())
+        self.after_sync()
+
+    def after_sync(self) -> None:
+        """Close rotated-out segment files and delete segments whose live records were
+        copied elsewhere, now that everything is synced."""
+        for fd in self._syncing_fds:
+            os.close(fd)
+        self._syncing_fds = []
+        for segment in self._pending_delete:
+            self._delete_segment(segment)
+        self._pending_delete.clear()
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def read(self, msg_id: int) -> Message:
+        """The stored message.
+
+        Raises:
+            KeyError: unknown msg_id; ValueError: the record is corrupt (CRC mismatch).
+        """
+        loc = self.index[msg_id]
+        if loc.segment == self._segment and loc.offset >= self._buffer_start:
+            start = loc.offset - self._buffer_start
+            raw = bytes(self._buffer[start:start + loc.size])
+        else:
+            raw = os.pread(self._reader(loc.segment), loc.size, loc.offset)
+        length, crc, stored_id = _head.unpack_from(raw, 0)
+        payload = raw[HEAD_SIZE:HEAD_SIZE + length]
+        if stored_id != msg_id or len(payload) != length or zlib.crc32(payload) != crc:
+            raise ValueError(f"corrupt record for message {msg_id} in segment {loc.segment}")
+        message = decode_payload(payload)
+        message.store_id = msg_id
+        return message
+
+    # ---- garbage collection --------------------------------------------------------------
+
+    def _maybe_collect(self, segment: int) -> None:
+        live = self.live_bytes.get(segment, 0)
+        if live <= 0:
+            self._delete_segment(segment)
+            return
+        try:
+            size = os.path.getsize(self._path(segment))
+        except OSError:
+            return
+        if size and live / size < COMPACT_RATIO and segment not in self._pending_delete:
+            self._compact(segment)
+
+    def _compact(self, segment: int) -> None:
+        """Copy a mostly-dead segment's live records to the current one."""
+        moved = [(mid, loc) for mid, loc in self.index.items() if loc.segment == segment]
+        for msg_id, loc in moved:
+            try:
+                message = self.read(msg_id)
+            except (OSError, ValueError) as exc:
+                log.error("compaction: cannot read message %d: %s", msg_id, exc)
+                continue
+            # same msg_id: queue indexes refer to it
+            self._append(msg_id, message, loc.refs)
+        self.live_bytes[segment] = 0
+        self._pending_delete.append(segment)
+
+    def _delete_segment(self, segment: int) -> None:
+        fd = self._read_fds.pop(segment, None)
+        if fd is not None:
+            os.close(fd)
+        self.live_bytes.pop(segment, None)
+        try:
+            os.unlink(self._path(segment))
+        except FileNotFoundError:
+            pass
+
+    # ---- recovery ------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Scan every segment; index every intact record (refs 0 until :meth:`retain`).
+        Returns the number of corrupt or torn records skipped."""
+        skipped = 0
+        segments = sorted(int(p.stem) for p in self.directory.glob("*.seg") if p.stem.isdigit())
+        for segment in segments:
+            path = self._path(segment)
+            data = path.read_bytes()
+            pos = 0
+            good_end = 0
+            self.live_bytes[segment] = 0
+            while pos + HEAD_SIZE <= len(data):
+                length, crc, msg_id = _head.unpack_from(data, pos)
+                end = pos + HEAD_SIZE + length
+                if end > len(data):
+                    break
+                if zlib.crc32(data[pos + HEAD_SIZE:end]) != crc:
+                    log.error("msg store %s: corrupt record at offset %d skipped", path, pos)
+                    skipped += 1
+                else:
+                    self.index[msg_id] = Location(segment, pos, end - pos, 0)
+                    self.next_id = max(self.next_id, msg_id + 1)
+                    good_end = end
+                pos = end
+            if pos < len(data):
+                log.error("msg store %s: torn record at offset %d (%d bytes) truncated", path,
+                          pos, len(data) - pos)
+                skipped += 1
+                with open(path, "r+b") as fh:
+                    fh.truncate(max(good_end, pos))
+        if segments:
+            self._open_segment(segments[-1] + 1)
+        return skipped
+
+    def retain(self, msg_id: int) -> bool:
+        """After :meth:`recover`: a queue index still references ``msg_id``. False when the
+        record was lost (corrupt or missing)."""
+        loc = self.index.get(msg_id)
+        if loc is None:
+            return False
+        loc.refs += 1
+        self.live_bytes[loc.segment] = self.live_bytes.get(loc.segment, 0) + loc.size
+        return True
+
+    def drop_unreferenced(self) -> None:
+        """After recovery: forget records no queue references; delete dead segments."""
+        for msg_id in [m for m, loc in self.index.items() if loc.refs <= 0]:
+            del self.index[msg_id]
+        for segment, live in list(self.live_bytes.items()):
+            if live <= 0 and segment != self._segment:
+                self._delete_segment(segment)
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        for fd in self._retired_fds + self._syncing_fds:
+            os.close(fd)
+        self._retired_fds, self._syncing_fds = [], []
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+
+
+def sync_fds(fds: list[int]) -> None:
+    """fsync each file descriptor (blocking; for a worker thread)."""
+    for fd in fds:
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # a closed fd after rotation: its data was fsynced on close
+            log.debug("fsync skipped: %s", exc)

@@ -1,0 +1,59 @@
+"""A vhost's on-disk state: its shared message store and its durable queues' indexes.
+
+Layout under the broker's data dir: ``vhosts/<vhost-id>/msg_store/*.seg`` and
+``vhosts/<vhost-id>/queues/<queue-id>.idx``, where the ids are hex SHA-1 digests of the
+names, so any vhost or queue name maps to a safe file name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from queue_store.durability import Durability
+from queue_store.msg_store import MessageStore
+from queue_store.queue_index import IndexEntry, QueueIndex
+
+
+def name_id(name: str) -> str:
+    """A file-name-safe id for a vhost or queue name."""
+    return hashlib.sha1(name.encode("utf-8")).hexdigest()
+
+
+class VhostStorage:
+    """The message store and queue-index folder of one vhost.
+
+    Args:
+        directory: the vhost's folder (created).
+        durability: the broker's group-commit coordinator (the store registers with it).
+    """
+
+    def __init__(self, directory: Path, durability: Durability) -> None:
+        self.directory = Path(directory)
+        self.durability = durability
+        self.store = MessageStore(self.directory / "msg_store")
+        self.index_dir = self.directory / "queues"
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        durability.add_store(self.store)
+
+    def index_path(self, queue: str) -> Path:
+        return self.index_dir / f"{name_id(queue)}.idx"
+
+    def open_index(self, queue: str) -> QueueIndex:
+        return QueueIndex(self.index_path(queue))
+
+    def recover_index(self, queue: str) -> list[IndexEntry]:
+        """Live entries of ``queue``'s journal whose store record survived."""
+        entries = QueueIndex.recover(self.index_path(queue))
+        return [e for e in entries if self.store.retain(e.msg_id)]
+
+    def delete_index(self, index: QueueIndex) -> None:
+        """Remove a deleted queue's journal (after any fsync in flight)."""
+        self.durability.indexes.discard(index)
+        if self.durability.syncing:
+            self.durability.after_sync(index.delete)
+        else:
+            index.delete()
+
+    def close(self) -> None:
+        self.store.close()
