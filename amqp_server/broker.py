@@ -5,6 +5,7 @@ Everything here runs on the event-loop thread; it holds no sockets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from amqp_server.config import BrokerConfig
@@ -36,6 +37,8 @@ class Broker:
         self.durability = Durability()
         self.durability.on_synced = self.flush_confirms
         self.storage_enabled = storage
+        self.topology_dirty = False
+        self.on_topology_changed: Callable[[], None] | None = None
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.permissions = PermissionStore()
@@ -61,7 +64,21 @@ class Broker:
                 directory = self.config.data_dir / "vhosts" / name_id(name)
                 storage = VhostStorage(directory, self.durability)
             vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage)
+            vhost.changed = self.mark_changed
+            self.mark_changed()
         return vhost
+
+    def mark_changed(self) -> None:
+        """Topology changed: persist definitions at the end of this batch of input."""
+        self.topology_dirty = True
+
+    def after_batch(self) -> None:
+        """End of a batch of input: write records, persist changed topology."""
+        self.durability.flush_writes()
+        if self.topology_dirty:
+            self.topology_dirty = False
+            if self.on_topology_changed is not None:
+                self.on_topology_changed()
 
     def flush_confirms(self) -> None:
         """Send the publisher confirms that became due (after an fsync round)."""
@@ -74,6 +91,7 @@ class Broker:
         vhost = self.vhosts.pop(name, None)
         if vhost is None:
             return False
+        self.mark_changed()
         for conn in list(self.connections):
             if conn.vhost_name == name:
                 conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")

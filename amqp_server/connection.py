@@ -224,7 +224,7 @@ class Connection:
                 log.exception("internal error on channel %d", channel)
                 self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), payload)
         self.flush_confirms()
-        self.broker.durability.flush_writes()
+        self.broker.after_batch()
 
     def flush_confirms(self) -> None:
         """Send coalesced Basic.Ack/Nack for every channel with newly settled confirms."""

@@ -19,11 +19,13 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from amqp_server.persistence import TopologyStore, recover_messages
 
 log = logging.getLogger("amqpq.server")
 
@@ -111,7 +113,8 @@ class BrokerServer:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.broker = Broker(config)
+        self.broker = Broker(config, storage=True)
+        self.topology = TopologyStore(self.broker, Path(config.data_dir))
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._server: asyncio.base_events.Server | None = None
@@ -120,11 +123,22 @@ class BrokerServer:
         self._timer_when: float | None = None
 
     async def start(self) -> None:
-        """Open the data dir and the listener (raises OSError if the port is taken)."""
+        """Recover state from the data dir, then listen.
+
+        Raises:
+            OSError: the port is taken; ValueError: the saved definitions are unreadable.
+        """
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         self.broker.timers.clock = loop.time
         self.broker.timers.wakeup = self._arm_timers
+        self.broker.durability.runner = self._run_sync
+        self.topology.load()
+        counts = recover_messages(self.broker)
+        self.topology.save_if_changed()
+        self.broker.on_topology_changed = self._save_topology
+        log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
+                 counts["messages"], counts["queues"], counts["skipped"])
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
         )
@@ -132,6 +146,23 @@ class BrokerServer:
         self._ticker = asyncio.create_task(self._tick_loop())
         log.info("amqpq listening on %s:%d (data dir %s)", self.config.host, self.port,
                  self.config.data_dir)
+
+    def _run_sync(self, work: Callable[[], None], done: Callable[[], None]) -> None:
+        """Group commit: fsync in a worker thread, then ``done`` on the loop."""
+        loop = asyncio.get_running_loop()
+
+        def finished(fut: asyncio.Future[None]) -> None:
+            if fut.exception() is not None:
+                log.error("fsync failed: %s", fut.exception())
+            done()
+
+        loop.run_in_executor(None, work).add_done_callback(finished)
+
+    def _save_topology(self) -> None:
+        try:
+            self.topology.save_if_changed()
+        except Exception:
+            log.exception("could not save definitions")
 
     def _arm_timers(self, when: float) -> None:
         """Keep one loop timer armed for the broker's earliest deadline (queue TTL etc.)."""
@@ -161,6 +192,7 @@ class BrokerServer:
                     proto.tick()
                 except Exception:
                     log.exception("tick failed")
+            self._save_topology()  # catches changes made outside AMQP (management API)
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
@@ -183,6 +215,11 @@ class BrokerServer:
                 proto.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        self._save_topology()
+        self.broker.durability.flush_writes()
+        for vhost in self.broker.vhosts.values():
+            if vhost.storage is not None:
+                vhost.storage.close()
         log.info("amqpq stopped")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from queue_store.message import Message
@@ -59,6 +59,8 @@ class BackingQueue(Protocol):
     def requeue(self, qms: list[QueuedMessage]) -> None: ...
 
     def clear(self) -> list[QueuedMessage]: ...
+
+    def close(self) -> None: ...
 
 
 class MemoryBackingQueue:
@@ -108,6 +110,9 @@ class MemoryBackingQueue:
         self.bytes = 0
         return out
 
+    def close(self) -> None:
+        """Nothing to release (RAM only)."""
+
 
 class PriorityBackingQueue:
     """One :class:`MemoryBackingQueue` per priority 0..max_priority; a message's priority is
@@ -115,9 +120,11 @@ class PriorityBackingQueue:
 
     __slots__ = ("_levels", "max_priority")
 
-    def __init__(self, max_priority: int) -> None:
+    def __init__(self, max_priority: int,
+                 factory: Callable[[int], BackingQueue] | None = None) -> None:
         self.max_priority = max_priority
-        self._levels = [MemoryBackingQueue() for _ in range(max_priority + 1)]
+        make = factory or (lambda level: MemoryBackingQueue())
+        self._levels: list[BackingQueue] = [make(level) for level in range(max_priority + 1)]
 
     @property
     def bytes(self) -> int:  # type: ignore[override]
@@ -130,7 +137,7 @@ class PriorityBackingQueue:
         for level in reversed(self._levels):
             yield from level
 
-    def _level(self, qm: QueuedMessage) -> MemoryBackingQueue:
+    def _level(self, qm: QueuedMessage) -> BackingQueue:
         return self._levels[min(max(qm.priority, 0), self.max_priority)]
 
     def append(self, qm: QueuedMessage) -> None:
@@ -161,12 +168,18 @@ class PriorityBackingQueue:
             out.extend(level.clear())
         return out
 
+    def close(self) -> None:
+        for level in self._levels:
+            level.close()
 
-def make_backing_queue(max_priority: int | None) -> BackingQueue:
-    """A priority backing queue for ``x-max-priority`` >= 1, else a plain FIFO."""
+
+def make_backing_queue(max_priority: int | None,
+                       factory: Callable[[int], BackingQueue] | None = None) -> BackingQueue:
+    """A priority backing queue for ``x-max-priority`` >= 1, else one FIFO;
+    ``factory(level)`` makes each FIFO (default: RAM only)."""
     if max_priority:
-        return PriorityBackingQueue(max_priority)
-    return MemoryBackingQueue()
+        return PriorityBackingQueue(max_priority, factory)
+    return factory(0) if factory is not None else MemoryBackingQueue()
 
 
 def sorted_by_seq(qms: Iterable[QueuedMessage]) -> list[QueuedMessage]:

@@ -56,13 +56,18 @@ class Location:
     refs: int = 0
 
 
-def encode_record(msg_id: int, message: Message) -> bytes:
-    """One store record for ``message`` (header + payload)."""
+def encode_payload(message: Message) -> bytes:
+    """A message as bytes: routing info, raw properties, body (see the module docstring)."""
     ex_rk = message.ex_rk_raw
     props = message.properties_raw
-    payload = b"".join((
+    return b"".join((
         struct.pack(">H", len(ex_rk)), ex_rk, struct.pack(">I", len(props)), props, message.body,
     ))
+
+
+def encode_record(msg_id: int, message: Message) -> bytes:
+    """One store record for ``message`` (header + payload)."""
+    payload = encode_payload(message)
     return _head.pack(len(payload), zlib.crc32(payload), msg_id) + payload
 
 
@@ -163,6 +168,8 @@ class MessageStore:
         self._buffer += record
         self._size += len(record)
         self._dirty.add(self._segment)
+        if len(self._buffer) >= 1 << 20:  # keep the write buffer small (bytes)
+            self.flush()
 
     def add_ref(self, msg_id: int) -> None:
         self.index[msg_id].refs += 1

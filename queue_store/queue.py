@@ -138,7 +138,9 @@ class Queue:
         self.arguments = arguments or {}
         self.host = host
         self.settings = settings or QueueSettings()
-        self.ready: BackingQueue = make_backing_queue(self.settings.max_priority)
+        self.storage = host.storage if host is not None else None
+        factory = self.storage.backing_queue_factory(name) if self.storage is not None else None
+        self.ready: BackingQueue = make_backing_queue(self.settings.max_priority, factory)
         # consumers by priority level, highest first; round-robin inside a level
         self._levels: list[tuple[int, deque[Consumer]]] = []
         self._consumer_order: list[Consumer] = []  # subscription order (single active consumer)
@@ -152,7 +154,6 @@ class Queue:
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
         self.delivered = 0
-        self.storage = host.storage if host is not None else None
         self.index: QueueIndex | None = None
         if durable and self.storage is not None:
             self.index = self.storage.open_index(name)
@@ -507,6 +508,7 @@ class Queue:
         self._levels.clear()
         for qm in self.ready.clear():
             self._forget(qm)
+        self.ready.close()
         self.deleted = True
         for timer in (self._ttl_timer, self._expiry_timer):
             if timer is not None:

@@ -8,11 +8,14 @@ names, so any vhost or queue name maps to a safe file name.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
+from queue_store.backing import BackingQueue
 from queue_store.durability import Durability
 from queue_store.msg_store import MessageStore
 from queue_store.queue_index import IndexEntry, QueueIndex
+from queue_store.variable_queue import VariableQueue
 
 
 def name_id(name: str) -> str:
@@ -34,10 +37,20 @@ class VhostStorage:
         self.store = MessageStore(self.directory / "msg_store")
         self.index_dir = self.directory / "queues"
         self.index_dir.mkdir(parents=True, exist_ok=True)
+        self.paging_dir = self.directory / "paging"
+        if self.paging_dir.exists():  # paged messages are transient: gone after a restart
+            for leftover in self.paging_dir.iterdir():
+                leftover.unlink()
+        self.paging_dir.mkdir(parents=True, exist_ok=True)
         durability.add_store(self.store)
 
     def index_path(self, queue: str) -> Path:
         return self.index_dir / f"{name_id(queue)}.idx"
+
+    def backing_queue_factory(self, queue: str) -> Callable[[int], BackingQueue]:
+        """Makes the paging FIFO of each priority level of ``queue``."""
+        base = name_id(queue)
+        return lambda level: VariableQueue(self.paging_dir / f"{base}.{level}.delta")
 
     def open_index(self, queue: str) -> QueueIndex:
         return QueueIndex(self.index_path(queue))

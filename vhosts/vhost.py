@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from amqp_server.errors import AccessRefused, NotFound, PreconditionFailed, rs
@@ -95,6 +96,7 @@ class VirtualHost:
         self.name = name
         self.timers = timers or Timers()
         self.storage = storage
+        self.changed: Callable[[], None] = lambda: None  # topology changed (persist it)
         self.policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
@@ -156,6 +158,7 @@ class VirtualHost:
             x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = x
             self._apply_exchange_policy(x)
+            self.changed()
             return x
         what = rs("exchange", name, self.name)
         if x.type_name != type_name:
@@ -189,6 +192,7 @@ class VirtualHost:
 
     def _remove_exchange(self, x: Exchange) -> None:
         self.exchanges.pop(x.name, None)
+        self.changed()
         for binding in list(x.bindings.values()):
             self._drop_binding(x, binding, cascade=False)
         for binding in list(self._inbound.get(Destination("exchange", x.name), {}).values()):
@@ -246,6 +250,7 @@ class VirtualHost:
                 host=self,
             )
             self.queues[name] = q
+            self.changed()
             return q
         # strict exclusive check: the requested owner must be the current one
         if q.owner is not (connection if exclusive else None):
@@ -289,6 +294,7 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
+        self.changed()
         count = q.message_count
         for consumer in q.mark_deleted():
             consumer.channel.consumer_cancelled_by_broker(consumer)
@@ -368,6 +374,7 @@ class VirtualHost:
         return True
 
     def _reapply_policies(self) -> None:
+        self.changed()
         for q in list(self.queues.values()):
             q.apply_settings(self._queue_settings(q.name, q.arguments))
         for x in self.exchanges.values():
@@ -397,6 +404,7 @@ class VirtualHost:
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
         if x.add_binding(binding):
             self._inbound.setdefault(destination, {})[binding.key] = binding
+            self.changed()
 
     def unbind(
         self,
@@ -427,6 +435,7 @@ class VirtualHost:
 
     def _drop_binding(self, source: Exchange, binding: Binding, cascade: bool = True) -> None:
         source.remove_binding(binding)
+        self.changed()
         inbound = self._inbound.get(binding.destination)
         if inbound is not None:
             inbound.pop(binding.key, None)

@@ -1,0 +1,214 @@
+"""The variable queue: a queue's ready messages split between RAM and disk by a budget.
+
+Theory of operation
+-------------------
+RabbitMQ's classic queue keeps each message in one of four states: **alpha** (index and body
+in RAM), **beta** (index in RAM, body on disk), **gamma** (index in RAM and on disk, body on
+disk) and **delta** (index and body on disk only), in the sub-queues q1, q2, delta, q3, q4.
+This module keeps the two ends of that spectrum, in publish order::
+
+    head                                                        tail
+    [ q4: alpha (RAM) ............ ][ delta: paging file on disk ]
+
+* **q4** holds :class:`QueuedMessage` objects with their bodies in RAM. A persistent message
+  on a durable queue in q4 also has its body in the message store and its index record in
+  the queue index: the body is in RAM *and* on disk (RabbitMQ keeps such a message alpha
+  too until memory pressure drops its body).
+* **delta** is a per-queue paging file of whole records (sequence number, expiry,
+  priority, flags, store msg_id, routing info, properties, body); nothing per message stays
+  in RAM, only the region's count and byte total, so a backlog of millions costs no memory.
+
+Transitions: an append goes to q4 while q4 is under its budget (``ram_messages``,
+``ram_bytes``) and delta is empty; otherwise it is paged out to delta (alpha -> delta), so
+FIFO order holds. When q4 falls below a quarter of its budget and delta is not empty, a batch
+is read back (delta -> alpha, sequential reads of up to ``read_batch`` messages, not one
+read per message). Requeued messages always came from q4's head, so they go back into q4.
+The paging file is truncated whenever delta drains, and is deleted at start (its messages
+are transient; persistent ones are recovered from the queue index and message store).
+
+Source: RabbitMQ ``rabbit_variable_queue`` (module documentation of states and sub-queues).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import struct
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from queue_store.backing import QueuedMessage
+from queue_store.msg_store import decode_payload, encode_payload
+
+_rec = struct.Struct(">IQdBBQ")  # payload len, seq, expires_at (NaN none), priority, flags, msg_id
+F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
+RAM_MESSAGES = 50_000
+RAM_BYTES = 32 * 1024 * 1024
+READ_BATCH = 2_000
+READ_CHUNK = 1 << 20  # bytes per read from the paging file
+
+
+def _encode(qm: QueuedMessage) -> bytes:
+    payload = encode_payload(qm.message)
+    flags = ((F_REDELIVERED if qm.redelivered else 0) | (F_INDEXED if qm.indexed else 0)
+             | (F_LOGGED if qm.delivery_logged else 0))
+    expires = qm.expires_at if qm.expires_at is not None else math.nan
+    return _rec.pack(len(payload), qm.seq, expires, qm.priority, flags, qm.msg_id) + payload
+
+
+class VariableQueue:
+    """A FIFO of ready messages with a RAM head (alpha) and an on-disk tail (delta).
+
+    Args:
+        path: the paging file (created on first page-out, truncated when drained).
+        ram_messages, ram_bytes: q4's budget (messages, body bytes).
+        read_batch: messages read back per refill.
+    """
+
+    def __init__(self, path: Path, ram_messages: int = RAM_MESSAGES, ram_bytes: int = RAM_BYTES,
+                 read_batch: int = READ_BATCH) -> None:
+        self.path = Path(path)
+        self.ram_messages = ram_messages
+        self.ram_bytes = ram_bytes
+        self.read_batch = read_batch
+        self.q4: deque[QueuedMessage] = deque()
+        self.q4_bytes = 0
+        self.delta_count = 0
+        self.delta_bytes = 0  # body bytes of paged messages
+        self._fd = -1
+        self._write_buf = bytearray()
+        self._read_pos = 0  # file offset of the next byte to read
+        self._read_buf = b""  # bytes read but not yet decoded, from _read_off on
+        self._read_off = 0
+        self._file_size = 0
+        self.paged_out = 0  # messages ever paged out (stats)
+
+    # ---- BackingQueue interface ----------------------------------------------------------
+
+    @property
+    def bytes(self) -> int:
+        return self.q4_bytes + self.delta_bytes
+
+    def __len__(self) -> int:
+        return len(self.q4) + self.delta_count
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        return iter(list(self.q4))  # the RAM head only: iterating delta would read it all
+
+    def append(self, qm: QueuedMessage) -> None:
+        size = len(qm.message.body)
+        if self.delta_count or len(self.q4) >= self.ram_messages or (
+                self.q4_bytes + size > self.ram_bytes and self.q4):
+            self._page_out(qm)
+            return
+        self.q4.append(qm)
+        self.q4_bytes += size
+
+    def popleft(self) -> QueuedMessage | None:
+        if len(self.q4) <= self.ram_messages // 4 and self.delta_count:
+            self._page_in()
+        if not self.q4:
+            return None
+        qm = self.q4.popleft()
+        self.q4_bytes -= len(qm.message.body)
+        return qm
+
+    def peek(self) -> QueuedMessage | None:
+        if not self.q4 and self.delta_count:
+            self._page_in()
+        return self.q4[0] if self.q4 else None
+
+    def requeue(self, qms: list[QueuedMessage]) -> None:
+        """Merge ``qms`` (sorted by seq, all older than delta) back into q4 by sequence."""
+        if not qms:
+            return
+        self.q4_bytes += sum(len(qm.message.body) for qm in qms)
+        if not self.q4 or qms[-1].seq < self.q4[0].seq:
+            self.q4.extendleft(reversed(qms))
+        else:
+            self.q4 = deque(heapq.merge(qms, self.q4))
+
+    def clear(self) -> list[QueuedMessage]:
+        out = list(self.q4)
+        self.q4.clear()
+        self.q4_bytes = 0
+        while self.delta_count:
+            self._page_in()
+            out.extend(self.q4)
+            self.q4.clear()
+        self.q4_bytes = 0
+        self._reset_file()
+        return out
+
+    # ---- paging --------------------------------------------------------------------------
+
+    def _page_out(self, qm: QueuedMessage) -> None:
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            self._read_pos = self._file_size = 0
+        self._write_buf += _encode(qm)
+        self.delta_count += 1
+        self.delta_bytes += len(qm.message.body)
+        self.paged_out += 1
+        if len(self._write_buf) >= READ_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._write_buf:
+            os.pwrite(self._fd, self._write_buf, self._file_size)
+            self._file_size += len(self._write_buf)
+            self._write_buf.clear()
+
+    def _page_in(self) -> None:
+        """Read up to ``read_batch`` messages from delta into q4."""
+        self._flush()
+        loaded = 0
+        buf, off = self._read_buf, self._read_off
+        while loaded < self.read_batch and self.delta_count:
+            have = len(buf) - off
+            if have < _rec.size or have < _rec.size + _rec.unpack_from(buf, off)[0]:
+                chunk = os.pread(self._fd, READ_CHUNK, self._read_pos)
+                if not chunk:
+                    raise OSError(f"paging file {self.path} ended with "
+                                  f"{self.delta_count} messages unread")
+                self._read_pos += len(chunk)
+                buf, off = buf[off:] + chunk, 0
+                continue
+            length, seq, expires, priority, flags, msg_id = _rec.unpack_from(buf, off)
+            start = off + _rec.size
+            off = start + length
+            message = decode_payload(buf[start:off])
+            message.store_id = msg_id
+            qm = QueuedMessage(seq, message, bool(flags & F_REDELIVERED),
+                               None if math.isnan(expires) else expires, priority)
+            qm.msg_id = msg_id
+            qm.indexed = bool(flags & F_INDEXED)
+            qm.delivery_logged = bool(flags & F_LOGGED)
+            self.q4.append(qm)
+            self.q4_bytes += len(message.body)
+            self.delta_count -= 1
+            self.delta_bytes -= len(message.body)
+            loaded += 1
+        self._read_buf, self._read_off = buf, off
+        if not self.delta_count:
+            self._reset_file()
+
+    def _reset_file(self) -> None:
+        """Delta is empty: drop the paging file's contents."""
+        self.delta_count = 0
+        self.delta_bytes = 0
+        self._write_buf.clear()
+        self._read_buf = b""
+        self._read_off = self._read_pos = self._file_size = 0
+        if self._fd >= 0:
+            os.ftruncate(self._fd, 0)
+
+    def close(self, delete: bool = True) -> None:
+        """Release the paging file (deleted by default: its contents are transient)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if delete:
+            self.path.unlink(missing_ok=True)
