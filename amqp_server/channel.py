@@ -341,7 +341,8 @@ class Channel:
     def can_deliver(self) -> bool:
         if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
             return False
-        return self.connection.writable and not self.closing
+        conn = self.connection
+        return conn.writable and not self.closing and not conn.output_full()
 
     def deliver(self, consumer: Consumer, qm: QueuedMessage, queue: Queue) -> None:
         """Write Basic.Deliver + content for ``qm`` to ``consumer``."""

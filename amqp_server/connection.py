@@ -66,6 +66,7 @@ CAPABILITIES = {
 HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
 MIN_FRAME_MAX = 4096  # spec 4.2.1 frame-min-size
+OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 _method_index = struct.Struct(">I")
 
@@ -163,6 +164,8 @@ class Connection:
         self.closed = False  # the transport should close once output is written
         self.on_output: Callable[[], None] | None = None
         self._out: list[bytes] = []
+        self._out_size = 0  # bytes in _out
+        self._throttled = False
         self._header_buf = b""
         self._mechanism = "PLAIN"
         now = clock()
@@ -177,6 +180,7 @@ class Connection:
     def send_frame(self, data: bytes) -> None:
         out = self._out
         out.append(data)
+        self._out_size += len(data)
         if len(out) == 1 and self.on_output is not None:
             self.on_output()
 
@@ -184,16 +188,31 @@ class Connection:
         out = self._out
         was_empty = not out
         out.extend(frames)
+        for frame in frames:
+            self._out_size += len(frame)
         if was_empty and self.on_output is not None:
             self.on_output()
 
+    def output_full(self) -> bool:
+        """True when OUTPUT_LIMIT bytes wait in the output buffer: deliveries pause until
+        :meth:`data_to_send` takes them (so a backlog is not copied into RAM at once)."""
+        if self._out_size < OUTPUT_LIMIT:
+            return False
+        self._throttled = True
+        return True
+
     def data_to_send(self) -> bytes:
-        """All pending output bytes (and clears them)."""
+        """All pending output bytes (and clears them). Deliveries paused by a full output
+        buffer resume here, so the next call may have more."""
         if not self._out:
             return b""
         data = b"".join(self._out)
         self._out.clear()
+        self._out_size = 0
         self.last_sent = self.clock()
+        if self._throttled and self.writable:
+            self._throttled = False
+            self._dispatch_consumers()
         return data
 
     # ---- input ---------------------------------------------------------------------------
@@ -511,6 +530,10 @@ class Connection:
     def resume_writing(self) -> None:
         """The transport drained: let this connection's consumers take messages again."""
         self.writable = True
+        self._throttled = False
+        self._dispatch_consumers()
+
+    def _dispatch_consumers(self) -> None:
         for ch in list(self.channels.values()):
             for queue in {c.queue for c in ch.consumers.values()}:
                 queue.dispatch()
