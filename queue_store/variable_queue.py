@@ -44,8 +44,8 @@ from queue_store.msg_store import decode_payload, encode_payload
 
 _rec = struct.Struct(">IQdBBQ")  # payload len, seq, expires_at (NaN none), priority, flags, msg_id
 F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
-RAM_MESSAGES = 50_000
-RAM_BYTES = 32 * 1024 * 1024
+RAM_MESSAGES = 200_000
+RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
 READ_CHUNK = 1 << 20  # bytes per read from the paging file
 
