@@ -38,6 +38,8 @@ class Broker:
         self.durability.on_synced = self.flush_confirms
         self.storage_enabled = storage
         self.topology_dirty = False
+        self.alarms_active = False
+        self.alarm_reason = "low on memory"
         self.on_topology_changed: Callable[[], None] | None = None
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
@@ -67,6 +69,19 @@ class Broker:
             vhost.changed = self.mark_changed
             self.mark_changed()
         return vhost
+
+    def set_alarm(self, active: bool, reason: str = "low on memory") -> None:
+        """A memory/disk alarm went on or off: block or unblock publishing connections."""
+        self.alarms_active = active
+        self.alarm_reason = reason
+        for conn in list(self.connections):
+            conn.set_blocked(active, reason)
+
+    def set_memory_pressure(self, on: bool) -> None:
+        """Past the paging threshold: queues keep fewer messages in RAM."""
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                queue.ready.set_memory_pressure(on)
 
     def mark_changed(self) -> None:
         """Topology changed: persist definitions at the end of this batch of input."""

@@ -22,6 +22,8 @@ class BrokerConfig:
         heartbeat: heartbeat interval offered (seconds, 60; 0 disables).
         default_user, default_pass, default_vhost: created at start (guest/guest, "/").
         loopback_users: users that may log in only from loopback (guest).
+        memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
+        disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
         product, version: reported in Connection.Start server properties.
     """
 
@@ -35,5 +37,7 @@ class BrokerConfig:
     default_pass: str = "guest"
     default_vhost: str = "/"
     loopback_users: tuple[str, ...] = ("guest",)
+    memory_high_watermark: float = 0.4
+    disk_free_limit: int = 50_000_000
     product: str = "amqpq"
     version: str = "0.1.0"

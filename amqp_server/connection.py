@@ -163,6 +163,9 @@ class Connection:
         self.writable = True
         self.closed = False  # the transport should close once output is written
         self.on_output: Callable[[], None] | None = None
+        self.on_block: Callable[[bool], None] | None = None  # pause/resume reading
+        self.has_published = False
+        self.blocked = False
         self._out: list[bytes] = []
         self._out_size = 0  # bytes in _out
         self._throttled = False
@@ -316,6 +319,10 @@ class Connection:
         index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if ch is not None and not ch.closing:
             if index == framing.BASIC_PUBLISH:
+                if not self.has_published:
+                    self.has_published = True
+                    if self.broker.alarms_active:
+                        self.set_blocked(True, self.broker.alarm_reason)
                 try:
                     ex, rk, ex_rk_raw, mandatory, immediate = framing.parse_publish(payload)
                 except (ValueError, IndexError):
@@ -426,6 +433,21 @@ class Connection:
         self.vhost_obj = vhost
         self.state = State.OPEN
         self.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
+
+    def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
+        """Resource alarm: block (Connection.Blocked, stop reading) a publishing connection,
+        or unblock it. https://www.rabbitmq.com/docs/connection-blocked"""
+        if blocked == self.blocked or self.state is not State.OPEN:
+            return
+        if blocked and not self.has_published:
+            return
+        self.blocked = blocked
+        if self.client_capability("connection.blocked"):
+            method = (commands.Connection.Blocked(reason=reason) if blocked
+                      else commands.Connection.Unblocked())
+            self.send_frame(framing.method_frame(0, method))
+        if self.on_block is not None:
+            self.on_block(blocked)
 
     def client_capability(self, name: str) -> bool:
         caps = self.client_properties.get("capabilities") or {}

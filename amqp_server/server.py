@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
@@ -55,6 +56,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer_addr = (str(peer[0]), int(peer[1])) if peer else None
         self.conn = Connection(self.server.broker, peer_addr)
         self.conn.on_output = self._schedule_flush
+        self.conn.on_block = self._set_reading_blocked
         self.server.protocols.add(self)
 
     def _schedule_flush(self) -> None:
@@ -73,6 +75,14 @@ class AMQPProtocol(asyncio.Protocol):
             transport.write(data)
         if conn.closed:
             transport.close()
+
+    def _set_reading_blocked(self, blocked: bool) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if blocked:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -115,6 +125,9 @@ class BrokerServer:
         self.config = config
         self.broker = Broker(config, storage=True)
         self.topology = TopologyStore(self.broker, Path(config.data_dir))
+        self.alarms = Alarms(Path(config.data_dir), config.memory_high_watermark,
+                             config.disk_free_limit, on_change=self._alarm_changed,
+                             on_paging=self.broker.set_memory_pressure)
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._server: asyncio.base_events.Server | None = None
@@ -158,6 +171,10 @@ class BrokerServer:
 
         loop.run_in_executor(None, work).add_done_callback(finished)
 
+    def _alarm_changed(self, active: bool) -> None:
+        reason = "low on disk" if self.alarms.disk and not self.alarms.memory else "low on memory"
+        self.broker.set_alarm(active, reason)
+
     def _save_topology(self) -> None:
         try:
             self.topology.save_if_changed()
@@ -193,6 +210,7 @@ class BrokerServer:
                 except Exception:
                     log.exception("tick failed")
             self._save_topology()  # catches changes made outside AMQP (management API)
+            self.alarms.check()
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
@@ -234,6 +252,10 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
     p.add_argument("--heartbeat", type=int, default=60, help="heartbeat offered (s, 0 = off)")
     p.add_argument("--frame-max", type=int, default=131072, help="frame_max offered (bytes)")
     p.add_argument("--channel-max", type=int, default=2047, help="channel_max offered")
+    p.add_argument("--vm-memory-high-watermark", type=float, default=0.4,
+                   help="memory alarm: fraction of RAM (<= 1) or bytes (> 1)")
+    p.add_argument("--disk-free-limit", type=int, default=50_000_000,
+                   help="disk alarm: bytes that must stay free in the data dir")
     a = p.parse_args(argv)
     if not 0 <= a.port <= 65535:
         p.error(f"--port must be 0..65535, got {a.port}")
@@ -243,12 +265,17 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
         p.error(f"--channel-max must be 1..65535, got {a.channel_max}")
     if a.heartbeat < 0:
         p.error(f"--heartbeat must be >= 0, got {a.heartbeat}")
+    if a.vm_memory_high_watermark <= 0:
+        p.error(f"--vm-memory-high-watermark must be > 0, got {a.vm_memory_high_watermark}")
+    if a.disk_free_limit < 0:
+        p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
     logging.basicConfig(
         level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     return BrokerConfig(
         host=a.host, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
         frame_max=a.frame_max, channel_max=a.channel_max,
+        memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
     )
 
 

@@ -62,6 +62,8 @@ class BackingQueue(Protocol):
 
     def close(self) -> None: ...
 
+    def set_memory_pressure(self, on: bool) -> None: ...
+
 
 class MemoryBackingQueue:
     """FIFO of ready messages in RAM; ``requeue`` puts messages back at their original
@@ -112,6 +114,9 @@ class MemoryBackingQueue:
 
     def close(self) -> None:
         """Nothing to release (RAM only)."""
+
+    def set_memory_pressure(self, on: bool) -> None:
+        """Nothing to page to (RAM only)."""
 
 
 class PriorityBackingQueue:
@@ -171,6 +176,10 @@ class PriorityBackingQueue:
     def close(self) -> None:
         for level in self._levels:
             level.close()
+
+    def set_memory_pressure(self, on: bool) -> None:
+        for level in self._levels:
+            level.set_memory_pressure(on)
 
 
 def make_backing_queue(max_priority: int | None,

@@ -47,6 +47,7 @@ F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
 RAM_MESSAGES = 200_000
 RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
+PRESSURE_RAM_MESSAGES = 2_000  # q4 budget while memory is past the paging threshold
 READ_CHUNK = 1 << 20  # bytes per read from the paging file
 
 
@@ -70,7 +71,7 @@ class VariableQueue:
     def __init__(self, path: Path, ram_messages: int = RAM_MESSAGES, ram_bytes: int = RAM_BYTES,
                  read_batch: int = READ_BATCH) -> None:
         self.path = Path(path)
-        self.ram_messages = ram_messages
+        self.ram_messages = self._base_ram_messages = ram_messages
         self.ram_bytes = ram_bytes
         self.read_batch = read_batch
         self.q4: deque[QueuedMessage] = deque()
@@ -204,6 +205,18 @@ class VariableQueue:
         self._read_off = self._read_pos = self._file_size = 0
         if self._fd >= 0:
             os.ftruncate(self._fd, 0)
+
+    def set_memory_pressure(self, on: bool) -> None:
+        """Memory past the paging threshold: a small RAM budget, and q4's tail beyond it
+        paged out now when delta is empty (otherwise order forbids it: q4 is older)."""
+        self.ram_messages = PRESSURE_RAM_MESSAGES if on else self._base_ram_messages
+        if on and not self.delta_count:
+            keep = self.ram_messages
+            tail = [self.q4.pop() for _ in range(max(0, len(self.q4) - keep))]
+            for qm in reversed(tail):
+                self.q4_bytes -= len(qm.message.body)
+                self._page_out(qm)
+            self._flush()
 
     def close(self, delete: bool = True) -> None:
         """Release the paging file (deleted by default: its contents are transient)."""
