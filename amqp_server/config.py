@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amqp_server.tls import TLSConfig
+
 
 @dataclass
 class BrokerConfig:
@@ -24,6 +26,7 @@ class BrokerConfig:
         loopback_users: users that may log in only from loopback (guest).
         memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
         disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
+        tls: the AMQPS listener (off unless a certificate is set).
         product, version: reported in Connection.Start server properties.
     """
 
@@ -39,5 +42,6 @@ class BrokerConfig:
     loopback_users: tuple[str, ...] = ("guest",)
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
+    tls: TLSConfig = field(default_factory=TLSConfig)
     product: str = "amqpq"
     version: str = "0.1.0"

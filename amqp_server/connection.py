@@ -158,6 +158,7 @@ class Connection:
         self.confirms_dirty: set[Channel] = set()
         self.client_properties: dict[str, Any] = {}
         self.user: str | None = None
+        self.peer_cn: str | None = None  # verified TLS client certificate CN (EXTERNAL)
         self.vhost_name = ""
         self.vhost_obj: Any = None
         self.writable = True
@@ -273,7 +274,7 @@ class Connection:
             version_major=0,
             version_minor=9,
             server_properties=self._server_properties(),
-            mechanisms="PLAIN AMQPLAIN",
+            mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cn else "PLAIN AMQPLAIN",
             locales="en_US",
         )))
         return buf[8:]
@@ -395,9 +396,14 @@ class Connection:
     def _start_ok(self, m: Any) -> None:
         self.client_properties = m.client_properties or {}
         self._mechanism = m.mechanism
-        username, password = parse_sasl(m.mechanism, m.response)
         host = self.peer[0] if self.peer else "127.0.0.1"
-        if self.broker.users.authenticate(username, password, host) is None:
+        if m.mechanism == "EXTERNAL" and self.peer_cn:
+            username = self.peer_cn
+            user = self.broker.users.authenticate_external(username, host)
+        else:
+            username, password = parse_sasl(m.mechanism, m.response)
+            user = self.broker.users.authenticate(username, password, host)
+        if user is None:
             log.warning("login refused for user '%s' from %s", username, host)
             raise ConnectionAccessRefused(
                 f"Login was refused using authentication mechanism {m.mechanism}."

@@ -236,9 +236,13 @@ class Queue:
         """``qm`` left the queue for good (acked, dropped, expired, purged): release its
         store reference and record the ack in the queue index."""
         if qm.indexed and self.index is not None:
-            self.index.ack(qm.seq)
-            self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
+            index = self.index
+            index.ack(qm.seq)
+            durability = self.storage.durability  # type: ignore[union-attr]
+            durability.index_dirty(index)
             qm.indexed = False
+            if index.live == 0 and index.needs_compaction() and not durability.syncing:
+                index.compact([])  # drained: start the journal afresh
         if qm.msg_id and self.storage is not None:
             self.storage.store.release(qm.msg_id)
             qm.msg_id = 0

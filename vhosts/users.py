@@ -91,6 +91,13 @@ class UserStore:
         """Raises KeyError for an unknown user."""
         self.users[name].tags = list(tags)
 
+    def authenticate_external(self, name: str, peer_host: str | None) -> User | None:
+        """EXTERNAL (TLS client certificate) login: the user must exist; no password."""
+        user = self.users.get(name)
+        if user is None or (name in self.loopback_users and not is_loopback(peer_host)):
+            return None
+        return user
+
     def authenticate(self, name: str, password: str, peer_host: str | None) -> User | None:
         """The user when the password matches and the loopback rule allows ``peer_host``."""
         user = self.users.get(name)
