@@ -117,8 +117,15 @@ class QueueIndex:
         self.flush()
         os.close(self._fd)
 
+    def retire(self) -> None:
+        """The queue was deleted: move the journal aside at once (a queue of the same name
+        may be declared before :meth:`delete` runs)."""
+        retired = self.path.with_name(f"{self.path.name}.deleted-{os.getpid()}-{id(self)}")
+        os.replace(self.path, retired)
+        self.path = retired
+
     def delete(self) -> None:
-        """The queue was deleted: remove its journal."""
+        """Close and remove the journal."""
         os.close(self._fd)
         self.path.unlink(missing_ok=True)
 

@@ -37,6 +37,8 @@ class VhostStorage:
         self.store = MessageStore(self.directory / "msg_store")
         self.index_dir = self.directory / "queues"
         self.index_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in self.index_dir.glob("*.deleted-*"):  # deleted queues, crash between
+            leftover.unlink()
         self.paging_dir = self.directory / "paging"
         if self.paging_dir.exists():  # paged messages are transient: gone after a restart
             for leftover in self.paging_dir.iterdir():
@@ -63,6 +65,7 @@ class VhostStorage:
     def delete_index(self, index: QueueIndex) -> None:
         """Remove a deleted queue's journal (after any fsync in flight)."""
         self.durability.indexes.discard(index)
+        index.retire()
         if self.durability.syncing:
             self.durability.after_sync(index.delete)
         else:
