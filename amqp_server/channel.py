@@ -26,6 +26,7 @@ https://www.rabbitmq.com/docs/confirms and /docs/consumer-prefetch.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,8 @@ class Channel:
         self.tx: list[tuple[str, Any]] | None = None  # None: not transactional
         self.last_queue = ""
         self._tx_unsynced = False
+        # (first delivery tag, time) samples for the consumer timeout
+        self._tag_marks: deque[tuple[int, float]] = deque([(1, connection.clock())])
         self._perm_version = -1
         self._write_cache: set[str] = set()
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
@@ -325,6 +328,23 @@ class Channel:
         out.insert(0, framing.deliver_frame(self.number, framing.encode_shortstr(tag_str), tag,
                                             False, msg.ex_rk_raw))
         conn.send_frames(out)
+
+    def ack_overdue(self, now: float, timeout: float) -> bool:
+        """True when the oldest unacknowledged delivery is older than ``timeout`` seconds.
+
+        Delivery times are sampled once per call (about once a second): each call records
+        the next delivery tag with the time, so no clock is read per delivery.
+        """
+        marks = self._tag_marks
+        marks.append((self.next_tag, now))
+        if not self.unacked:
+            marks.clear()
+            marks.append((self.next_tag, now))
+            return False
+        oldest = next(iter(self.unacked))
+        while len(marks) > 1 and marks[1][0] <= oldest:
+            marks.popleft()
+        return marks[0][0] <= oldest and now - marks[0][1] > timeout
 
     def flush_confirms(self) -> None:
         """Send the Basic.Ack/Nack that confirms settled since the last flush (coalesced)."""

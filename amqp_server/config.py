@@ -24,6 +24,9 @@ class BrokerConfig:
         heartbeat: heartbeat interval offered (seconds, 60; 0 disables).
         default_user, default_pass, default_vhost: created at start (guest/guest, "/").
         loopback_users: users that may log in only from loopback (guest).
+        consumer_timeout: ms an unacknowledged delivery may wait before its channel is
+            closed with 406 (RabbitMQ's consumer_timeout; 0 = never).
+        max_connections: open connections allowed (0 = no limit; beyond: 530 at open).
         memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
         disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
         tls: the AMQPS listener (off unless a certificate is set).
@@ -40,6 +43,8 @@ class BrokerConfig:
     default_pass: str = "guest"
     default_vhost: str = "/"
     loopback_users: tuple[str, ...] = ("guest",)
+    consumer_timeout: int = 1_800_000
+    max_connections: int = 0
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
     tls: TLSConfig = field(default_factory=TLSConfig)

@@ -45,6 +45,7 @@ from amqp_server.errors import (
     FrameError,
     InternalError,
     NotAllowed,
+    PreconditionFailed,
     SyntaxError_,
     UnexpectedFrame,
 )
@@ -435,6 +436,10 @@ class Connection:
         if self.broker.permissions.get(self.user or "", m.virtual_host) is None:
             raise NotAllowed(
                 f"access to vhost '{m.virtual_host}' refused for user '{self.user}'")
+        limit = self.broker.config.max_connections
+        if limit and sum(1 for c in self.broker.connections if c.state is State.OPEN) >= limit:
+            raise NotAllowed(f"access to vhost '{m.virtual_host}' refused for user "
+                             f"'{self.user}': connection limit ({limit}) is reached")
         self.vhost_name = m.virtual_host
         self.vhost_obj = vhost
         self.state = State.OPEN
@@ -523,7 +528,9 @@ class Connection:
 
         Sends a heartbeat after ``heartbeat / 2`` seconds without output; closes (``closed``)
         after two heartbeat intervals without input, when the handshake takes longer than
-        10 s, or when Connection.CloseOk does not come within 3 s.
+        10 s, or when Connection.CloseOk does not come within 3 s; closes a channel whose
+        oldest unacknowledged delivery is older than the consumer timeout (406, RabbitMQ's
+        ``consumer_timeout``, 30 min by default).
         """
         now = self.clock() if now is None else now
         if self.closed:
@@ -538,6 +545,14 @@ class Connection:
                 self.closed = True
                 self._release()
             return
+        timeout = self.broker.config.consumer_timeout
+        if timeout:
+            for ch in list(self.channels.values()):
+                if ch.ack_overdue(now, timeout / 1000.0):
+                    self._fail(ch.number, PreconditionFailed(
+                        f"delivery acknowledgement on channel {ch.number} timed out. Timeout "
+                        f"value used: {timeout} ms. This timeout value can be configured, see "
+                        "consumers doc guide to learn more"))
         hb = self.heartbeat
         if not hb:
             return
