@@ -142,8 +142,8 @@ class Channel:
         """Raises UnexpectedFrame (505) when a publish's content frames are still due."""
         if self._publish is not None:
             raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead"
-            )
+                "expected content header for class 60, got non content header frame instead",
+                60, 40)
 
     def start_publish(self, exchange: str, routing_key: str, ex_rk_raw: bytes, mandatory: bool,
                       immediate: bool) -> None:
@@ -206,11 +206,14 @@ class Channel:
         if frame_type == framing.FRAME_HEADER:
             if self._props_raw:
                 raise UnexpectedFrame(
-                    "expected content body, got non content body frame instead"
-                )
+                    "expected content body, got non content body frame instead", 60, 40)
             if len(payload) < 14:
                 raise FrameError("content header frame too short")
-            _cls, _weight, size = _content_head.unpack_from(payload)
+            class_id, _weight, size = _content_head.unpack_from(payload)
+            if class_id != 60:
+                raise UnexpectedFrame(
+                    f"expected content header for class 60, got one for class {class_id} "
+                    "instead", 60, 40)
             if size > MAX_MESSAGE_SIZE:
                 self._publish = None
                 raise PreconditionFailed(
@@ -223,8 +226,8 @@ class Channel:
             return
         if not self._props_raw:
             raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead"
-            )
+                "expected content header for class 60, got non content header frame instead",
+                60, 40)
         self._body.append(payload)
         self._body_got += len(payload)
         if self._body_got >= self._body_size:

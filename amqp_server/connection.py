@@ -260,10 +260,10 @@ class Connection:
     def _receive_header(self, data: bytes) -> bytes:
         buf = self._header_buf + data
         if len(buf) < 8:
-            if framing.PROTOCOL_HEADER.startswith(buf):
+            if any(h.startswith(buf) for h in framing.ACCEPTED_HEADERS):
                 self._header_buf = buf
                 return b""
-        if buf[:8] != framing.PROTOCOL_HEADER:
+        if buf[:8] not in framing.ACCEPTED_HEADERS:
             # spec 4.2.2: answer with the header we support, then close
             self.send_frame(framing.PROTOCOL_HEADER)
             self.closed = True
@@ -308,7 +308,7 @@ class Connection:
                 raise UnexpectedFrame("content frame before the connection is open")
             ch = self.channels.get(channel)
             if ch is None:
-                raise ChannelError("expected 'channel.open'")
+                raise UnexpectedFrame("expected method frame, got non method frame instead")
             if not ch.closing:
                 ch.handle_content(ftype, payload)
 
@@ -383,6 +383,8 @@ class Connection:
             return
         if state is State.CLOSING:
             return
+        if state is State.OPEN and not isinstance(method, commands.Connection.UpdateSecret):
+            raise ChannelError("unexpected method in connection state running")
         if state is State.START_OK and isinstance(method, commands.Connection.StartOk):
             self._start_ok(method)
         elif state is State.TUNE_OK and isinstance(method, commands.Connection.TuneOk):
@@ -419,9 +421,11 @@ class Connection:
     def _tune_ok(self, m: Any) -> None:
         server_max = self.broker.config.frame_max
         if m.frame_max and m.frame_max < MIN_FRAME_MAX:
-            raise NotAllowed(f"frame_max={m.frame_max} < {MIN_FRAME_MAX} min size")
+            raise NotAllowed(f"negotiated frame_max = {m.frame_max} is lower than the minimum "
+                             f"allowed value ({MIN_FRAME_MAX})")
         if m.frame_max > server_max:
-            raise NotAllowed(f"frame_max={m.frame_max} > {server_max} max size")
+            raise NotAllowed(f"negotiated frame_max = {m.frame_max} is higher than the maximum "
+                             f"allowed value ({server_max})")
         self.frame_max = m.frame_max or server_max
         self.reader.frame_max = self.frame_max
         if m.channel_max:
@@ -469,7 +473,13 @@ class Connection:
     def _fail(self, channel: int, exc: AMQPError, payload: bytes = b"") -> None:
         """Turn ``exc`` into Channel.Close or Connection.Close (the only place that does)."""
         class_id, method_id = exc.class_id, exc.method_id
-        if not class_id and len(payload) >= 4:
+        if isinstance(exc, ConnectionAccessRefused):
+            if not self.client_capability("authentication_failure_close"):
+                self.closed = True  # RabbitMQ closes the socket without a word
+                self._release()
+                return
+            class_id = method_id = 0
+        elif not class_id and len(payload) >= 4 and not isinstance(exc, FrameError):
             class_id, method_id = struct.unpack_from(">HH", payload)
         ch = self.channels.get(channel) if channel else None
         if exc.is_soft and ch is not None and not isinstance(exc, ConnectionAccessRefused):

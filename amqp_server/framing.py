@@ -32,6 +32,8 @@ FRAME_END = 0xCE
 FRAME_END_BYTE = b"\xce"
 FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# headers answered as 0-9-1 (RabbitMQ also speaks the 0-9 framing this way)
+ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _frame_head = struct.Struct(">BHI")
@@ -53,8 +55,8 @@ class FrameReader:
     bounds accepted frames; 0 means "not negotiated yet" and uses the 131072-byte default.
 
     Raises:
-        FrameError (501): a frame larger than ``frame_max``, a missing frame-end octet, or an
-            unknown frame type.
+        FrameError (501): a frame payload larger than ``frame_max`` (RabbitMQ allows the
+            8 bytes of overhead on top), a missing frame-end octet, or an unknown frame type.
     """
 
     __slots__ = ("_buf", "frame_max")
@@ -73,9 +75,11 @@ class FrameReader:
         while end - pos >= 7:
             ftype, channel, size = _frame_head.unpack_from(buf, pos)
             total = size + FRAME_OVERHEAD
-            if total > limit:
+            # RabbitMQ tolerates 8 bytes over frame_max (FRAME_SIZE_FUDGE): clients get it wrong
+            if size > limit:
                 del buf[:pos]
-                raise FrameError(f"frame size {total} > frame_max {limit}")
+                raise FrameError(f"type {ftype}, all octets = <<>>: "
+                                 f"{{frame_too_large,{size},{limit - FRAME_OVERHEAD}}}")
             if end - pos < total:
                 break
             if buf[pos + total - 1] != FRAME_END:
@@ -83,7 +87,7 @@ class FrameReader:
                 raise FrameError(f"invalid frame end octet on channel {channel}")
             if ftype not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
                 del buf[:pos]
-                raise FrameError(f"type {ftype}, all octets = <<>>: unknown frame type")
+                raise FrameError(f"type {ftype}, all octets = <<>>: unknown_frame")
             frames.append((ftype, channel, bytes(buf[pos + 7 : pos + total - 1])))
             pos += total
         if pos:

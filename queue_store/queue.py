@@ -174,11 +174,14 @@ class Queue:
     def check_exclusive_access(self, connection: object) -> None:
         """Raises ResourceLocked (405) when an exclusive queue is used by another connection."""
         if self.exclusive and self.owner is not connection:
-            raise ResourceLocked(
-                f"cannot obtain exclusive access to locked {rs('queue', self.name, self.vhost)}."
-                " It could be originally declared on another connection or the exclusive"
-                " property value does not match that of the original declaration."
-            )
+            raise self.locked_error()
+
+    def locked_error(self) -> ResourceLocked:
+        """RabbitMQ's 405 for a queue another connection owns or whose exclusivity differs."""
+        return ResourceLocked(
+            f"cannot obtain exclusive access to locked {rs('queue', self.name, self.vhost)}."
+            " It could be originally declared on another connection or the exclusive"
+            " property value does not match that of the original declaration.")
 
     def _now(self) -> float:
         return self.host.timers.clock() if self.host is not None else 0.0

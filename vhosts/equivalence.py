@@ -55,13 +55,17 @@ def assert_args_equivalent(
 
     Raises:
         PreconditionFailed (406): ``inequivalent arg 'x-message-ttl' for queue 'q' in vhost
-            '/': received the value '2000' of type 'signedint' but current is the value '1000'
-            of type 'signedint'``.
+            '/': received '2000' but current is '1000'`` when both are set, ``... received the
+            value '5' of type 'signedint' but current is none`` when one is missing.
     """
     for key in keys:
         want, have = requested.get(key), current.get(key)
-        if _normal(want) != _normal(have) or (type(want) is bool) != (type(have) is bool):
-            raise PreconditionFailed(
+        if _normal(want) == _normal(have) and (type(want) is bool) == (type(have) is bool):
+            continue
+        if want is not None and have is not None:
+            # both set: RabbitMQ's assert_field_equivalence text, values only
+            raise inequivalent(key, what, str(_normal(want)), str(_normal(have)))
+        raise PreconditionFailed(
                 f"inequivalent arg '{key}' for {what}: received {_describe(want)} but current is"
                 f" {_describe(have)}"
             )

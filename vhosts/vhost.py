@@ -26,6 +26,7 @@ from typing import Any
 
 from amqp_server.errors import AccessRefused, NotFound, PreconditionFailed, rs
 from amqp_server.timers import Timers
+from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
@@ -151,6 +152,8 @@ class VirtualHost:
         check_not_default_exchange(name)
         if passive:
             return self.exchange(name)
+        if type_name not in EXCHANGE_TYPES:  # RabbitMQ checks the type before the name
+            make_exchange_type(type_name)
         arguments = arguments or {}
         x = self.exchanges.get(name)
         if x is None:
@@ -181,11 +184,11 @@ class VirtualHost:
             PreconditionFailed (406): if_unused and it has bindings.
         """
         check_not_default_exchange(name)
+        if name.startswith("amq."):
+            raise AccessRefused(f"deletion of system {rs('exchange', name, self.name)} not allowed")
         x = self.exchanges.get(name)
         if x is None:
             return
-        if name.startswith("amq."):
-            raise AccessRefused(f"deletion of system {rs('exchange', name, self.name)} not allowed")
         if if_unused and x.bindings:
             raise PreconditionFailed(f"{rs('exchange', name, self.name)} in use")
         self._remove_exchange(x)
@@ -254,7 +257,7 @@ class VirtualHost:
             return q
         # strict exclusive check: the requested owner must be the current one
         if q.owner is not (connection if exclusive else None):
-            q.check_exclusive_access(None)
+            raise q.locked_error()
         for field, want, have in (
             ("durable", durable, q.durable),
             ("auto_delete", auto_delete, q.auto_delete),
