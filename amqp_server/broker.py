@@ -112,6 +112,8 @@ class Broker:
                 conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
         for queue in list(vhost.queues.values()):
             vhost.remove_queue(queue)
+        if vhost.storage is not None:
+            vhost.storage.destroy()
         self.permissions.forget_vhost(name)
         return True
 

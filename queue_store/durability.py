@@ -54,11 +54,22 @@ class Durability:
         self.indexes.add(index)
 
     def flush_writes(self) -> None:
-        """Write every buffered record to its file (no fsync)."""
+        """Write every buffered record to its file (no fsync); start a sync round when a
+        store has files waiting to be closed or deleted."""
+        housekeeping = False
         for store in self.stores:
             store.flush()
+            housekeeping = housekeeping or store.needs_housekeeping
         for index in self.indexes:
             index.flush()
+        if housekeeping and not self._syncing:
+            self._start()
+
+    def maybe_sync(self) -> None:
+        """Start a sync round if anything waits for one (called periodically), so files are
+        fsynced, closed and deleted even when no publisher asks for confirms."""
+        if not self._syncing and (self.indexes or any(s.needs_sync for s in self.stores)):
+            self._start()
 
     @property
     def syncing(self) -> bool:
@@ -76,10 +87,9 @@ class Durability:
         fds: list[int] = []
         for store in self.stores:
             fds.extend(store.dirty_fds())
-        for index in list(self.indexes):
-            fd = index.sync_fd()
-            if fd >= 0:
-                fds.append(fd)
+        indexes = list(self.indexes)
+        for index in indexes:
+            fds.extend(index.sync_fds())
         self.indexes.clear()
         self._syncing = True
 
@@ -91,6 +101,8 @@ class Durability:
             self.syncs += 1
             for store in self.stores:
                 store.after_sync()
+            for index in indexes:
+                index.after_sync()
             for callback in callbacks:
                 try:
                     callback()

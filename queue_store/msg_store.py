@@ -5,7 +5,7 @@ Theory of operation
 Messages are appended to numbered segment files (``00000001.seg``...; a new segment starts
 past ``segment_size`` bytes). Each record is::
 
-    u32 payload length | u32 CRC-32 of payload | u64 msg_id | payload
+    u32 payload length | u32 CRC-32 of (msg_id + payload) | u64 msg_id | payload
     payload = u16 len | exchange+routing-key shortstrs | u32 len | property bytes | body
 
 A message routed to N queues is written once; the store counts references (one per queue that
@@ -20,8 +20,10 @@ is the slow part and is meant to run in a worker thread, once for many publishes
 commit, see :mod:`queue_store.durability`).
 
 Recovery (:meth:`recover`) scans every segment, checks each record's CRC, and skips a torn
-or corrupt record with a logged error (a torn tail is truncated); which records are live is
-decided afterwards by the queue indexes that reference them (:meth:`retain`).
+or corrupt record with a logged error: after a bad record it searches forward for the next
+record whose CRC checks, so one damaged length field does not cost the records after it; a
+torn tail is truncated. Which records are live is decided afterwards by the queue indexes
+that reference them (:meth:`retain`).
 
 Source: RabbitMQ ``rabbit_msg_store`` (shared store, ref counts, GC/compaction of files);
 LavinMQ's segment files.
@@ -41,7 +43,13 @@ from queue_store.message import Message
 log = logging.getLogger("amqpq.msg_store")
 
 _head = struct.Struct(">IIQ")  # payload length, crc32, msg_id
+_msg_id = struct.Struct(">Q")
 HEAD_SIZE = _head.size
+
+
+def record_crc(msg_id: int, payload: bytes | memoryview) -> int:
+    """CRC-32 over the msg_id and the payload, so a damaged id is caught too."""
+    return zlib.crc32(payload, zlib.crc32(_msg_id.pack(msg_id)))
 SEGMENT_SIZE = 16 * 1024 * 1024  # bytes
 COMPACT_RATIO = 0.5
 
@@ -68,7 +76,7 @@ def encode_payload(message: Message) -> bytes:
 def encode_record(msg_id: int, message: Message) -> bytes:
     """One store record for ``message`` (header + payload)."""
     payload = encode_payload(message)
-    return _head.pack(len(payload), zlib.crc32(payload), msg_id) + payload
+    return _head.pack(len(payload), record_crc(msg_id, payload), msg_id) + payload
 
 
 def decode_payload(payload: bytes) -> Message:
@@ -117,6 +125,7 @@ class MessageStore:
         self._pending_delete: list[int] = []  # compacted segments, deleted after a sync
         self._retired_fds: list[int] = []  # rotated-out segment fds awaiting their fsync
         self._syncing_fds: list[int] = []
+        self._deleting: list[int] = []  # compacted before the running sync round began
 
     # ---- files ---------------------------------------------------------------------------
 
@@ -124,6 +133,7 @@ class MessageStore:
         return self.directory / f"{segment:08d}.seg"
 
     def _open_segment(self, segment: int) -> None:
+        previous = self._segment if self._fd >= 0 else None
         if self._fd >= 0:
             self.flush()
             self._retired_fds.append(self._fd)  # closed after its data is fsynced
@@ -132,6 +142,8 @@ class MessageStore:
         self._size = os.fstat(self._fd).st_size
         self._buffer_start = self._size
         self.live_bytes.setdefault(segment, 0)
+        if previous is not None:
+            self._maybe_collect(previous)  # records acked while it was current
 
     def _reader(self, segment: int) -> int:
         fd = self._read_fds.get(segment)
@@ -199,8 +211,19 @@ class MessageStore:
         self.flush()
         fds = [self._fd] if self._segment in self._dirty and self._fd >= 0 else []
         self._syncing_fds, self._retired_fds = self._retired_fds, []
+        self._deleting, self._pending_delete = self._pending_delete, []
         self._dirty.clear()
         return fds + self._syncing_fds
+
+    @property
+    def needs_housekeeping(self) -> bool:
+        """Rotated-out files to close or compacted segments to delete (after an fsync)."""
+        return bool(self._retired_fds or self._pending_delete)
+
+    @property
+    def needs_sync(self) -> bool:
+        """Something waits for an fsync round (unsynced data, files to close or delete)."""
+        return bool(self._dirty or self._buffer or self._retired_fds or self._pending_delete)
 
     def sync(self) -> None:
         """Flush and fsync (blocking: call from a worker thread via
@@ -214,9 +237,9 @@ class MessageStore:
         for fd in self._syncing_fds:
             os.close(fd)
         self._syncing_fds = []
-        for segment in self._pending_delete:
+        for segment in self._deleting:  # their live records were copied before this round
             self._delete_segment(segment)
-        self._pending_delete.clear()
+        self._deleting = []
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -234,7 +257,7 @@ class MessageStore:
             raw = os.pread(self._reader(loc.segment), loc.size, loc.offset)
         length, crc, stored_id = _head.unpack_from(raw, 0)
         payload = raw[HEAD_SIZE:HEAD_SIZE + length]
-        if stored_id != msg_id or len(payload) != length or zlib.crc32(payload) != crc:
+        if stored_id != msg_id or len(payload) != length or record_crc(msg_id, payload) != crc:
             raise ValueError(f"corrupt record for message {msg_id} in segment {loc.segment}")
         message = decode_payload(payload)
         message.store_id = msg_id
@@ -251,7 +274,8 @@ class MessageStore:
             size = os.path.getsize(self._path(segment))
         except OSError:
             return
-        if size and live / size < COMPACT_RATIO and segment not in self._pending_delete:
+        if (size and live / size < COMPACT_RATIO and segment not in self._pending_delete
+                and segment not in self._deleting):
             self._compact(segment)
 
     def _compact(self, segment: int) -> None:
@@ -288,31 +312,44 @@ class MessageStore:
         for segment in segments:
             path = self._path(segment)
             data = path.read_bytes()
+            view = memoryview(data)
             pos = 0
             good_end = 0
             self.live_bytes[segment] = 0
             while pos + HEAD_SIZE <= len(data):
                 length, crc, msg_id = _head.unpack_from(data, pos)
                 end = pos + HEAD_SIZE + length
-                if end > len(data):
-                    break
-                if zlib.crc32(data[pos + HEAD_SIZE:end]) != crc:
-                    log.error("msg store %s: corrupt record at offset %d skipped", path, pos)
-                    skipped += 1
-                else:
+                if end <= len(data) and record_crc(msg_id, view[pos + HEAD_SIZE:end]) == crc:
                     self.index[msg_id] = Location(segment, pos, end - pos, 0)
                     self.next_id = max(self.next_id, msg_id + 1)
-                    good_end = end
-                pos = end
-            if pos < len(data):
-                log.error("msg store %s: torn record at offset %d (%d bytes) truncated", path,
-                          pos, len(data) - pos)
+                    good_end = pos = end
+                    continue
+                nxt = self._resync(data, view, pos + 1)
+                if nxt is None:
+                    break
+                log.error("msg store %s: corrupt record at offset %d skipped (%d bytes)", path,
+                          pos, nxt - pos)
+                skipped += 1
+                pos = nxt
+            if good_end < len(data):
+                log.error("msg store %s: torn or corrupt tail at offset %d (%d bytes) truncated",
+                          path, good_end, len(data) - good_end)
                 skipped += 1
                 with open(path, "r+b") as fh:
-                    fh.truncate(max(good_end, pos))
+                    fh.truncate(good_end)
         if segments:
             self._open_segment(segments[-1] + 1)
         return skipped
+
+    @staticmethod
+    def _resync(data: bytes, view: memoryview, start: int) -> int | None:
+        """The offset of the next intact record at or after ``start``, or None."""
+        for pos in range(start, len(data) - HEAD_SIZE + 1):
+            length, crc, msg_id = _head.unpack_from(data, pos)
+            end = pos + HEAD_SIZE + length
+            if end <= len(data) and record_crc(msg_id, view[pos + HEAD_SIZE:end]) == crc:
+                return pos
+        return None
 
     def retain(self, msg_id: int) -> bool:
         """After :meth:`recover`: a queue index still references ``msg_id``. False when the
@@ -333,8 +370,10 @@ class MessageStore:
                 self._delete_segment(segment)
 
     def close(self) -> None:
+        """Flush, fsync and close every file (clean shutdown)."""
         self.flush()
         if self._fd >= 0:
+            os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
         for fd in self._retired_fds + self._syncing_fds:

@@ -7,8 +7,10 @@ redelivered flag) and *ack* (the message is gone). Each record is 30 bytes with 
     u8 kind | u64 seq | u64 msg_id | u64 expiry (wall-clock ms, 0 = none) | u8 priority | u32 crc
 
 Recovery replays the journal: published and not acked is live; a torn or corrupt record is
-logged and skipped (a torn tail is truncated). The journal is rewritten with only its live
-records (write temp + fsync + rename) when acked records dominate.
+logged and skipped (a torn tail is truncated). The journal is segmented: the current segment
+is rotated when acked records dominate it, and a rotated segment is deleted once all its
+messages are acked; at recovery the journal is rewritten with only its live records (write
+temp + fsync + rename).
 
 Source: RabbitMQ ``rabbit_queue_index`` / ``rabbit_classic_queue_index_v2``.
 """
@@ -48,21 +50,49 @@ def _record(kind: int, seq: int, msg_id: int = 0, expiry_ms: int = 0, priority: 
 
 
 class QueueIndex:
-    """The journal file of one durable queue (``path``), appended through a buffer."""
+    """The journal of one durable queue, appended through a buffer.
+
+    The journal is segmented: the current segment is ``path``; when its acked records
+    dominate (more than ``COMPACT_MIN_ACKS`` and twice its live ones) it is rotated to
+    ``path.N`` and a new one started. A rotated segment is deleted as soon as every message
+    it published is acked, so a queue with a standing backlog keeps a bounded journal
+    (RabbitMQ's queue index segments).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._buffer = bytearray()
-        self.live = 0
-        self.acked = 0
+        self.live = 0  # live messages in the whole journal
+        self.acked = 0  # ack records in the current segment
+        self._cur_first = 0  # first seq published into the current segment (0: none yet)
+        self._cur_last = 0
+        self._cur_live = 0
+        # rotated segments: number -> [first seq, last seq, live messages]
+        self._rotated: dict[int, list[int]] = {}
+        self._next_segment = 1 + max(self._segment_numbers(self.path), default=0)
+        self._retired_fds: list[int] = []
+        self._syncing_fds: list[int] = []
         self.dirty = False  # records in the buffer
         self.unsynced = False  # records written but not fsynced
+
+    @staticmethod
+    def _segment_numbers(path: Path) -> list[int]:
+        prefix = path.name + "."
+        return sorted(int(p.name[len(prefix):]) for p in path.parent.glob(prefix + "*")
+                      if p.name[len(prefix):].isdigit())
+
+    def _segment_path(self, number: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{number}")
 
     def publish(self, seq: int, msg_id: int, expiry_ms: int = 0, priority: int = 0) -> None:
         self._buffer += _record(PUBLISH, seq, msg_id, expiry_ms, priority)
         self.live += 1
+        self._cur_live += 1
+        if not self._cur_first:
+            self._cur_first = seq
+        self._cur_last = seq
         self.dirty = True
 
     def deliver(self, seq: int) -> None:
@@ -74,6 +104,32 @@ class QueueIndex:
         self.live -= 1
         self.acked += 1
         self.dirty = True
+        if self._cur_first and seq >= self._cur_first:
+            self._cur_live -= 1
+        else:
+            for number, seg in self._rotated.items():
+                if seg[0] <= seq <= seg[1]:
+                    seg[2] -= 1
+                    if seg[2] <= 0:
+                        del self._rotated[number]
+                        self._segment_path(number).unlink(missing_ok=True)
+                    break
+        if self.needs_compaction():
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Start a new current segment; the old one waits for its last ack."""
+        self.flush()
+        number = self._next_segment
+        self._next_segment += 1
+        os.replace(self.path, self._segment_path(number))
+        self._retired_fds.append(self._fd)  # closed after its data is fsynced
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if self._cur_live > 0:
+            self._rotated[number] = [self._cur_first, self._cur_last, self._cur_live]
+        else:
+            self._segment_path(number).unlink(missing_ok=True)
+        self._cur_first = self._cur_live = self.acked = 0
 
     def flush(self) -> None:
         """Write the buffer to the file (no fsync)."""
@@ -83,19 +139,28 @@ class QueueIndex:
             self.unsynced = True
         self.dirty = False
 
-    def sync_fd(self) -> int:
-        """Flush; the fd to fsync for everything written so far, or -1 if none."""
+    def sync_fds(self) -> list[int]:
+        """Flush; the fds to fsync for everything written so far."""
         self.flush()
-        if not self.unsynced:
-            return -1
-        self.unsynced = False
-        return self._fd
+        self._syncing_fds, self._retired_fds = self._retired_fds, []
+        fds = list(self._syncing_fds)
+        if self.unsynced:
+            self.unsynced = False
+            fds.append(self._fd)
+        return fds
+
+    def after_sync(self) -> None:
+        """Close the rotated-out segment files that the finished round fsynced."""
+        for fd in self._syncing_fds:
+            os.close(fd)
+        self._syncing_fds = []
 
     def needs_compaction(self) -> bool:
-        return self.acked > COMPACT_MIN_ACKS and self.acked > 2 * max(self.live, 1)
+        return self.acked > COMPACT_MIN_ACKS and self.acked > 2 * max(self._cur_live, 1)
 
     def compact(self, entries: list[IndexEntry]) -> None:
-        """Rewrite the journal with only ``entries`` (the live messages), atomically."""
+        """Rewrite the journal with only ``entries`` (the live messages), atomically, and
+        drop the rotated segments."""
         tmp = self.path.with_suffix(".tmp")
         data = bytearray()
         for e in entries:
@@ -109,34 +174,54 @@ class QueueIndex:
         self.flush()
         os.close(self._fd)
         os.replace(tmp, self.path)
+        for number in self._segment_numbers(self.path):
+            self._segment_path(number).unlink(missing_ok=True)
+        self._rotated.clear()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.live = len(entries)
+        self.live = self._cur_live = len(entries)
+        self._cur_first = entries[0].seq if entries else 0
+        self._cur_last = entries[-1].seq if entries else 0
         self.acked = 0
 
     def close(self) -> None:
         self.flush()
         os.close(self._fd)
+        for fd in self._retired_fds + self._syncing_fds:
+            os.close(fd)
+        self._retired_fds, self._syncing_fds = [], []
 
     def retire(self) -> None:
         """The queue was deleted: move the journal aside at once (a queue of the same name
         may be declared before :meth:`delete` runs)."""
+        for number in self._segment_numbers(self.path):
+            self._segment_path(number).unlink(missing_ok=True)
+        self._rotated.clear()
         retired = self.path.with_name(f"{self.path.name}.deleted-{os.getpid()}-{id(self)}")
         os.replace(self.path, retired)
         self.path = retired
 
     def delete(self) -> None:
         """Close and remove the journal."""
-        os.close(self._fd)
+        self.close()
         self.path.unlink(missing_ok=True)
 
     @staticmethod
     def recover(path: Path) -> list[IndexEntry]:
-        """The live entries of journal ``path`` in sequence order (empty if missing)."""
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            return []
+        """The live entries of journal ``path`` (and its rotated segments ``path.N``) in
+        sequence order (empty if missing)."""
+        path = Path(path)
         entries: dict[int, IndexEntry] = {}
+        numbers = QueueIndex._segment_numbers(path)
+        for file in [path.with_name(f"{path.name}.{n}") for n in numbers] + [path]:
+            QueueIndex._replay(file, entries)
+        return [entries[s] for s in sorted(entries)]
+
+    @staticmethod
+    def _replay(path: Path, entries: dict[int, IndexEntry]) -> None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
         usable = len(data) - len(data) % RECORD_SIZE
         if usable != len(data):
             log.error("queue index %s: torn record of %d bytes at the end truncated", path,
@@ -156,4 +241,3 @@ class QueueIndex:
                 entries[seq].delivered = True
             elif kind == ACK:
                 entries.pop(seq, None)
-        return [entries[s] for s in sorted(entries)]

@@ -8,6 +8,7 @@ names, so any vhost or queue name maps to a safe file name.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,3 +74,17 @@ class VhostStorage:
 
     def close(self) -> None:
         self.store.close()
+
+    def destroy(self) -> None:
+        """The vhost was deleted: close and remove its folder (after any fsync in flight),
+        so a vhost created later under the same name starts empty."""
+        def remove() -> None:
+            if self.store in self.durability.stores:
+                self.durability.stores.remove(self.store)
+            self.store.close()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+        if self.durability.syncing:
+            self.durability.after_sync(remove)
+        else:
+            remove()
