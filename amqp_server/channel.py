@@ -357,7 +357,7 @@ class Channel:
             if ack:
                 self.send(commands.Basic.Ack(delivery_tag=tag, multiple=multiple))
             else:
-                self.send(commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=False))
+                self.send(commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=True))
 
     # ---- delivery (called by queues) -----------------------------------------------------
 
@@ -737,17 +737,18 @@ class Channel:
 
     def release(self) -> None:
         """Channel closing: cancel consumers, requeue unacked deliveries, drop tx state."""
-        self.closing = True  # no more deliveries to this channel
+        self.closing = True  # no more deliveries to this channel (can_deliver is False)
         self._drop_reply_consumer()
-        consumers = list(self.consumers.values())
-        self.consumers.clear()
-        # consumers go first, so requeued messages are not delivered back to them
-        for consumer in consumers:
-            consumer.queue.remove_consumer(consumer)
         entries = list(self.unacked.values())
         self.unacked.clear()
         self.tx = None if self.tx is None else []
         self._publish = None
         self._body = []
+        # requeue before the consumers go: the next single active consumer must see the
+        # requeued messages first, in their original order
         if entries:
             self._apply_settle(entries, requeue=True)
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            consumer.queue.remove_consumer(consumer)

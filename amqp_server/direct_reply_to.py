@@ -15,10 +15,9 @@ import base64
 import os
 from typing import TYPE_CHECKING
 
-from pamqp.header import ContentHeader
-
 from amqp_server.errors import PreconditionFailed
 from queue_store.message import Message
+from queue_store.properties import join_properties, shortstr, split_properties
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -61,9 +60,7 @@ def rewrite_reply_to(message: Message, address: str | None) -> Message:
     """
     if address is None:
         raise PreconditionFailed("fast reply consumer does not exist")
-    props = message.properties
-    props.reply_to = address
-    raw = ContentHeader(0, len(message.body), props).marshal()[12:]
-    out = Message(message.exchange, message.routing_key, message.ex_rk_raw, raw, message.body)
-    out._props = props
-    return out
+    fields = split_properties(message.properties_raw)
+    fields["reply_to"] = shortstr(address)
+    return Message(message.exchange, message.routing_key, message.ex_rk_raw,
+                   join_properties(fields), message.body)

@@ -16,12 +16,13 @@ Source: https://www.rabbitmq.com/docs/definitions; RabbitMQ's recovery of durabl
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from vhosts.definitions import export_definitions, import_definitions
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -55,14 +56,10 @@ class TopologyStore:
         self._last: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        from vhosts.definitions import export_definitions
-
         return export_definitions(self.broker)
 
     def save_if_changed(self) -> bool:
         """Rewrite the file when the durable definitions changed; True if written."""
-        if importlib.util.find_spec("vhosts.definitions") is None:  # lands with issue [5/9]
-            return False
         current = self.snapshot()
         if current == self._last:
             return False
@@ -76,11 +73,6 @@ class TopologyStore:
         Raises:
             ValueError: the file is unreadable or the import refused it.
         """
-        if importlib.util.find_spec("vhosts.definitions") is None:
-            log.warning("definitions support missing: durable topology is not recovered")
-            return False
-        from vhosts.definitions import import_definitions
-
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:

@@ -22,10 +22,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from amqp_server import tls
 from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from amqp_server.management import options as management
+from amqp_server.management import stop_management
 from amqp_server.persistence import TopologyStore, recover_messages
 
 log = logging.getLogger("amqpq.server")
@@ -55,6 +58,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         peer_addr = (str(peer[0]), int(peer[1])) if peer else None
         self.conn = Connection(self.server.broker, peer_addr)
+        self.conn.peer_cn = tls.peer_common_name(transport)
         self.conn.on_output = self._schedule_flush
         self.conn.on_block = self._set_reading_blocked
         self.server.protocols.add(self)
@@ -133,6 +137,8 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
+        self.tls_port = 0
         self._timer_when: float | None = None
 
     async def start(self) -> None:
@@ -152,10 +158,18 @@ class BrokerServer:
         self.broker.on_topology_changed = self._save_topology
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
                  counts["messages"], counts["queues"], counts["skipped"])
+        management.load_definitions(self.broker, self.config)  # --definitions FILE
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.config.tls.enabled:
+            self._tls_server = await loop.create_server(
+                lambda: AMQPProtocol(self), self.config.host, self.config.tls.port,
+                ssl=tls.make_context(self.config.tls), backlog=1024)
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+            log.info("amqpq AMQPS listening on %s:%d", self.config.host, self.tls_port)
+        self.management = await management.start_for_server(self.broker, self.config, self.port)
         self._ticker = asyncio.create_task(self._tick_loop())
         log.info("amqpq listening on %s:%d (data dir %s)", self.config.host, self.port,
                  self.config.data_dir)
@@ -211,11 +225,15 @@ class BrokerServer:
                     log.exception("tick failed")
             self._save_topology()  # catches changes made outside AMQP (management API)
             self.alarms.check()
+            self.broker.durability.maybe_sync()
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
+        await stop_management(getattr(self, "management", None))
         if self._server is not None:
             self._server.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         if self._ticker is not None:
             self._ticker.cancel()
         for proto in list(self.protocols):
@@ -252,10 +270,16 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
     p.add_argument("--heartbeat", type=int, default=60, help="heartbeat offered (s, 0 = off)")
     p.add_argument("--frame-max", type=int, default=131072, help="frame_max offered (bytes)")
     p.add_argument("--channel-max", type=int, default=2047, help="channel_max offered")
+    p.add_argument("--consumer-timeout", type=int, default=1_800_000,
+                   help="ms before an unacknowledged delivery closes its channel (0 = never)")
+    p.add_argument("--max-connections", type=int, default=0,
+                   help="open connections allowed (0 = no limit)")
     p.add_argument("--vm-memory-high-watermark", type=float, default=0.4,
                    help="memory alarm: fraction of RAM (<= 1) or bytes (> 1)")
     p.add_argument("--disk-free-limit", type=int, default=50_000_000,
                    help="disk alarm: bytes that must stay free in the data dir")
+    management.add_arguments(p)
+    tls.add_arguments(p)
     a = p.parse_args(argv)
     if not 0 <= a.port <= 65535:
         p.error(f"--port must be 0..65535, got {a.port}")
@@ -267,16 +291,20 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
         p.error(f"--heartbeat must be >= 0, got {a.heartbeat}")
     if a.vm_memory_high_watermark <= 0:
         p.error(f"--vm-memory-high-watermark must be > 0, got {a.vm_memory_high_watermark}")
+    if a.consumer_timeout < 0 or a.max_connections < 0:
+        p.error("--consumer-timeout and --max-connections must be >= 0")
     if a.disk_free_limit < 0:
         p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
     logging.basicConfig(
         level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return BrokerConfig(
+    return management.attach(BrokerConfig(
         host=a.host, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
         frame_max=a.frame_max, channel_max=a.channel_max,
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
-    )
+        tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
+        max_connections=a.max_connections,
+    ), a, p)
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -290,6 +318,8 @@ async def serve(config: BrokerConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
     host = f"[{config.host}]" if ":" in config.host else config.host
     print(f"amqpq: listening on amqp://{host}:{server.port}", flush=True)
+    if server.tls_port:
+        print(f"amqpq: listening on amqps://{host}:{server.tls_port}", flush=True)
     await stop.wait()
     await server.stop()
 

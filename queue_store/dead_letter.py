@@ -21,9 +21,15 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from pamqp.header import ContentHeader
-
 from queue_store.message import Message
+from queue_store.properties import (
+    Long,
+    encode_value,
+    join_properties,
+    join_table,
+    split_properties,
+    split_table,
+)
 
 
 def _routing_keys(message: Message) -> list[str]:
@@ -43,24 +49,22 @@ def dead_letter_message(
     """The copy of ``message`` to publish to exchange ``dlx`` and the routing keys to route it
     with (``[dlrk]`` when set, else the original routing key and CC headers).
 
+    Only the death headers and ``expiration`` change; every other property and header entry
+    is copied byte for byte (see :mod:`queue_store.properties`).
+
     Args:
         reason: ``"rejected"``, ``"expired"`` or ``"maxlen"``.
         queue: the name of the queue the message died in.
     """
-    old = message.properties
-    props = type(old)()
-    for attr in old.__slots__:
-        setattr(props, attr, getattr(old, attr))
-    headers: dict[str, Any] = dict(old.headers or {})
+    fields = split_properties(message.properties_raw)
+    headers = message.headers or {}
     now = now or datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     keys = [dlrk] if dlrk is not None else _routing_keys(message)
-    deaths = [d for d in headers.get("x-death") or [] if isinstance(d, dict)]
+    deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]
     for i, death in enumerate(deaths):
         if _text(death.get("queue")) == queue and _text(death.get("reason")) == reason:
-            entry = dict(death)
+            entry = deaths.pop(i)  # a repeat: count + 1, moved to the front, first time kept
             entry["count"] = int(entry.get("count") or 0) + 1
-            entry["time"] = now
-            del deaths[i]
             break
     else:
         entry = {
@@ -71,21 +75,21 @@ def dead_letter_message(
             "exchange": message.exchange,
             "routing-keys": _routing_keys(message),
         }
-        if old.expiration is not None:
-            entry["original-expiration"] = old.expiration
+        if message.expiration is not None:
+            entry["original-expiration"] = message.expiration
     deaths.insert(0, entry)
-    headers["x-death"] = deaths
-    headers.setdefault("x-first-death-reason", reason)
-    headers.setdefault("x-first-death-queue", queue)
-    headers.setdefault("x-first-death-exchange", message.exchange)
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-queue"] = queue
-    headers["x-last-death-exchange"] = message.exchange
-    props.headers = headers
-    props.expiration = None
-    raw = ContentHeader(0, len(message.body), props).marshal()[12:]
-    out = Message.create(dlx, keys[0], raw, message.body)
-    out._props = props
+    for death in deaths:
+        death["count"] = Long(int(death.get("count") or 0))
+    new: dict[str, Any] = {"x-death": deaths}
+    for field, value in (("reason", reason), ("queue", queue), ("exchange", message.exchange)):
+        if f"x-first-death-{field}" not in headers:
+            new[f"x-first-death-{field}"] = value
+        new[f"x-last-death-{field}"] = value
+    kept = [(k, v) for k, v in split_table(fields["headers"])
+            if k not in new] if "headers" in fields else []
+    fields["headers"] = join_table(kept + [(k, encode_value(v)) for k, v in new.items()])
+    fields.pop("expiration", None)
+    out = Message.create(dlx, keys[0], join_properties(fields), message.body)
     return out, keys
 
 

@@ -23,6 +23,7 @@ FLAG_HEADERS = 1 << 13
 FLAG_DELIVERY_MODE = 1 << 12
 FLAG_PRIORITY = 1 << 11
 FLAG_REPLY_TO = 1 << 9
+MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's rabbit_misc:check_expiry bound (10 years, ms)
 FLAG_EXPIRATION = 1 << 8
 
 
@@ -131,6 +132,8 @@ class Message:
         value = int(text)
         if value < 0:
             raise ValueError(f"{{value_negative,{value}}}")
+        if value > MAX_EXPIRY_MS:
+            raise ValueError(f"{{value_too_large,{value}}}")
         return value
 
 

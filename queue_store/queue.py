@@ -149,6 +149,8 @@ class Queue:
         self._seq = 0
         self._had_consumer = False
         self._dispatching = False
+        # single active consumer: a cancelled active consumer whose deliveries are unsettled
+        self._sac_previous: Consumer | None = None
         self._has_ttl = self.settings.message_ttl is not None
         self._ttl_timer: TimerHandle | None = None
         self._expiry_timer: TimerHandle | None = None
@@ -310,6 +312,8 @@ class Queue:
 
     def _next_consumer(self) -> Consumer | None:
         if self.settings.single_active_consumer:
+            if self._sac_previous is not None and self._sac_previous.unacked > 0:
+                return None  # the old active consumer's deliveries are not settled yet
             active = self._consumer_order[0] if self._consumer_order else None
             return active if active is not None and active.can_take() else None
         for _, consumers in self._levels:
@@ -335,7 +339,8 @@ class Queue:
                     break
                 qm = ready.popleft()
                 assert qm is not None
-                if has_ttl and qm.expires_at is not None and qm.expires_at <= now:
+                # strictly past: TTL 0 still reaches a consumer that can take it at once
+                if has_ttl and qm.expires_at is not None and qm.expires_at < now:
                     if self.host is not None:
                         self.host.dead_letter(self, qm.message, "expired")
                     self._forget(qm)
@@ -365,7 +370,7 @@ class Queue:
             self.delivered += 1
             self._log_delivery(qm)
             if self._has_ttl:
-                self._arm_ttl_timer()
+                self._expire_head()  # GetOk's message_count must not count expired ones
         return qm
 
     # ---- settlement ----------------------------------------------------------------------
@@ -376,6 +381,8 @@ class Queue:
         self.unacked_count -= count
         if consumer is not None:
             consumer.unacked -= count
+            if consumer is self._sac_previous and consumer.unacked <= 0:
+                self._sac_previous = None
 
     def ack(self, qm: QueuedMessage) -> None:
         """An unacknowledged delivery was acked (or taken with no-ack by Basic.Get): gone."""
@@ -471,6 +478,11 @@ class Queue:
         """Cancel a consumer; an auto-delete queue whose last consumer goes is deleted."""
         if consumer not in self._consumer_order:
             return
+        if (self.settings.single_active_consumer and consumer is self._consumer_order[0]
+                and consumer.unacked > 0):
+            # hand over only once its deliveries are settled, so order is kept (RabbitMQ
+            # delivers to the next active consumer after the old one's messages come back)
+            self._sac_previous = consumer
         self._consumer_order.remove(consumer)
         for i, (_, consumers) in enumerate(self._levels):
             if consumer in consumers:

@@ -43,7 +43,7 @@ def _non_neg(value: Any) -> str | None:
 def _expiry(value: Any) -> str | None:
     err = _non_neg(value)
     if err is None and value > MAX_EXPIRY_MS:
-        return f"{{value_too_large,{value},{MAX_EXPIRY_MS}}}"
+        return f"{{value_too_large,{value}}}"
     return err
 
 
@@ -109,6 +109,10 @@ def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
             {value_negative,-1}``.
     """
     for key, value in args.items():
+        if key == "x-dead-letter-exchange" and not isinstance(value, str | bytes):
+            # checked by rabbit_channel before the queue's own validation, other wording
+            raise PreconditionFailed(
+                f"invalid type '{amqp_type_name(value)}' for arg '{key}' in {what}")
         if key == "x-dead-letter-routing-key":
             err = _dlrk(value, args)
         else:

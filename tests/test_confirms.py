@@ -152,7 +152,7 @@ def test_reject_publish_overflow_is_nacked(client: Client) -> None:
     assert acks(client.publish(1, "", "q", b"1")) == [("Ack", 1, False)]
     assert acks(client.publish(1, "", "q", b"2")) == [("Nack", 2, False)]
     nack = only(client.publish(1, "", "q", b"3"), commands.Basic.Nack)
-    assert nack.requeue is False
+    assert nack.requeue is True  # the field's default, as RabbitMQ sends it
 
 
 def test_tx_select_in_confirm_mode_is_refused(client: Client) -> None:

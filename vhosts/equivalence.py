@@ -40,12 +40,16 @@ def amqp_type_name(value: Any) -> str:
 def _describe(value: Any) -> str:
     if value is None:
         return "none"
-    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return f"the value '{shown}' of type '{amqp_type_name(value)}'"
+    return f"the value '{_shown(value)}' of type '{amqp_type_name(value)}'"
 
 
 def _normal(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _shown(value: Any) -> str:
+    """A value as RabbitMQ prints it in inequivalence texts (booleans lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(_normal(value))
 
 
 def assert_args_equivalent(
@@ -64,7 +68,7 @@ def assert_args_equivalent(
             continue
         if want is not None and have is not None:
             # both set: RabbitMQ's assert_field_equivalence text, values only
-            raise inequivalent(key, what, str(_normal(want)), str(_normal(have)))
+            raise inequivalent(key, what, _shown(want), _shown(have))
         raise PreconditionFailed(
                 f"inequivalent arg '{key}' for {what}: received {_describe(want)} but current is"
                 f" {_describe(have)}"

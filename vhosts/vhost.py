@@ -238,9 +238,9 @@ class VirtualHost:
             check_name("queue", name)
         arguments = arguments or {}
         what = rs("queue", name, self.name)
-        validate_queue_arguments(arguments, what)
         q = self.queues.get(name)
         if q is None:
+            validate_queue_arguments(arguments, what)  # RabbitMQ validates new queues only
             q = Queue(
                 name,
                 self.name,

@@ -26,6 +26,7 @@ import base64
 import binascii
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -35,7 +36,6 @@ from amqp_server.management.state import state
 from vhosts.permissions import Perm
 
 MANAGEMENT_TAGS = frozenset({"management", "policymaker", "monitoring", "administrator"})
-PRINCIPAL_KEY = "amqpq_principal"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -70,6 +70,11 @@ def parse_basic(header: str | None) -> tuple[str, str] | None:
         return None
     user, sep, password = raw.partition(":")
     return (user, password) if sep else None
+
+
+# aiohttp >= 3.12 wants typed request keys; older versions take a plain string
+PRINCIPAL_KEY: Any = (web.RequestKey("amqpq_principal", Principal)
+                      if hasattr(web, "RequestKey") else "amqpq_principal")
 
 
 @web.middleware

@@ -11,22 +11,23 @@ Stats"), ``rabbit_mgmt_format.erl``.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote_plus
 
+from amqp_server.connection import Connection
 from exchanges.binding import Binding
 from queue_store.queue import Consumer, Queue
-from vhosts.definitions import jsonable, vhost_metadata
+from vhosts.definitions import extras, jsonable, vhost_metadata
 from vhosts.users import HASHING_ALGORITHM, User
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.channel import Channel
-    from amqp_server.connection import Connection
     from amqp_server.management.state import ManagementState
     from exchanges.exchange import Exchange
     from vhosts.permissions import Permission
@@ -47,9 +48,10 @@ def details(**counts: int) -> dict[str, Any]:
 # ---- users, vhosts, permissions ----------------------------------------------------------
 
 
-def user_json(user: User) -> dict[str, Any]:
+def user_json(broker: Broker, user: User) -> dict[str, Any]:
     return {"name": user.name, "password_hash": user.password_hash,
-            "hashing_algorithm": HASHING_ALGORITHM, "tags": list(user.tags), "limits": {}}
+            "hashing_algorithm": HASHING_ALGORITHM, "tags": list(user.tags),
+            "limits": dict(extras(broker).user_limits.get(user.name, {}))}
 
 
 def permission_json(user: str, vhost: str, p: Permission) -> dict[str, Any]:
@@ -101,8 +103,6 @@ def args_hash(arguments: dict[str, Any]) -> str:
     RabbitMQ's, but are used the same way)."""
     canonical = repr(sorted((str(k), repr(jsonable(v))) for k, v in arguments.items()))
     digest = hashlib.sha256(canonical.encode()).digest()[:4]
-    import base64
-
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
@@ -195,7 +195,7 @@ def channel_json(ch: Channel, st: ManagementState) -> dict[str, Any]:
 
 
 def consumer_json(c: Consumer, st: ManagementState) -> dict[str, Any]:
-    ch: Channel = c.channel  # type: ignore[assignment]
+    ch = cast("Channel", c.channel)
     conn = ch.connection
     peer_host, peer_port = conn.peer or ("127.0.0.1", 0)
     return {
@@ -270,9 +270,9 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "message_stats": details(publish=q.published, deliver_get=q.delivered),
     }
     owner = q.owner if q.exclusive else None
-    if owner is not None and hasattr(owner, "peer"):
+    if isinstance(owner, Connection):
         peer_host, peer_port = owner.peer or ("127.0.0.1", 0)
-        out["owner_pid_details"] = {"name": connection_name(owner, st),  # type: ignore[arg-type]
+        out["owner_pid_details"] = {"name": connection_name(owner, st),
                                     "peer_host": peer_host, "peer_port": peer_port}
     if full:
         out["consumer_details"] = [consumer_json(c, st) for c in consumers]

@@ -1,0 +1,5 @@
+"""``python -m amqp_server.ctl`` runs ``amqpqctl``."""
+
+from amqp_server.ctl.cli import main
+
+main()

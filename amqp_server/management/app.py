@@ -1,0 +1,117 @@
+"""The management HTTP API as an aiohttp application, run in the broker's event loop.
+
+:func:`start_management` serves :func:`build_app` on ``host:port`` (RabbitMQ's 15672 by
+default; 0 picks a free port, see ``runner.addresses``) and returns the runner that
+:func:`stop_management` stops. Handlers touch the broker directly: they run on the loop
+thread, between two AMQP frames, like any channel does.
+
+Every response to a failure is JSON as RabbitMQ's management plugin writes it
+(:mod:`amqp_server.management.errors`). After each request that may change something
+(anything but GET/HEAD) the broker is told, so changed definitions are persisted and
+persistent messages published over HTTP are written, as after a batch of AMQP frames.
+
+Source: https://www.rabbitmq.com/docs/management#http-api.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from amqp_server.errors import AMQPError
+from amqp_server.management import metrics
+from amqp_server.management.auth import Handler, auth_middleware
+from amqp_server.management.errors import ApiError, from_amqp, not_found
+from amqp_server.management.routes import all_routes
+from amqp_server.management.state import STATE_KEY, ManagementState
+
+if TYPE_CHECKING:
+    from amqp_server.broker import Broker
+
+log = logging.getLogger("amqpq.management")
+
+DEFAULT_PORT = 15672
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn ApiError/AMQPError/unknown paths into RabbitMQ-shaped JSON errors."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except AMQPError as exc:
+        return from_amqp(exc).response()
+    except web.HTTPNotFound:
+        return not_found().response()
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("management request %s %s failed", request.method, request.path)
+        return ApiError(500, "internal_error", "see the broker log").response()
+
+
+@web.middleware
+async def persist_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """After a request that may change state, let the broker persist what changed."""
+    try:
+        return await handler(request)
+    finally:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            broker = request.app[STATE_KEY].broker
+            for hook in ("mark_changed", "after_batch"):
+                fn = getattr(broker, hook, None)
+                if callable(fn):
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("broker.%s failed after %s %s", hook, request.method,
+                                      request.path)
+
+
+def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 5672
+              ) -> web.Application:
+    """The management application for ``broker`` (AMQP listener address for connection
+    names)."""
+    app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware],
+                          client_max_size=64 * 1024 * 1024)
+    app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
+    for table in all_routes():
+        app.add_routes(table)
+    app.add_routes(metrics.routes)
+    return app
+
+
+async def start_management(broker: Broker, host: str, port: int = DEFAULT_PORT,
+                           amqp_port: int | None = None) -> web.AppRunner:
+    """Serve the management API on ``host:port`` in the running loop.
+
+    Raises:
+        OSError: the port is taken.
+    """
+    app = build_app(broker, host, amqp_port if amqp_port is not None else broker.config.port)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = management_port(runner)
+    app[STATE_KEY].http_port = bound
+    log.info("management API listening on http://%s:%d", host, bound)
+    return runner
+
+
+def management_port(runner: web.AppRunner) -> int:
+    """The TCP port the runner listens on."""
+    return int(runner.addresses[0][1])
+
+
+async def stop_management(runner: web.AppRunner | None) -> None:
+    """Stop serving (idempotent; None is accepted)."""
+    if runner is not None:
+        await runner.cleanup()

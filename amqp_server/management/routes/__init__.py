@@ -1,0 +1,28 @@
+"""The management API's routes, one module per resource.
+
+Source: https://www.rabbitmq.com/docs/management#http-api.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management.routes import (
+    bindings,
+    connections,
+    definitions,
+    exchanges,
+    overview,
+    permissions,
+    policies,
+    queues,
+    users,
+    vhosts,
+)
+
+
+def all_routes() -> list[web.RouteTableDef]:
+    """Every route table, in matching order."""
+    return [overview.routes, vhosts.routes, users.routes, permissions.routes,
+            exchanges.routes, queues.routes, bindings.routes, policies.routes,
+            connections.routes, definitions.routes]

@@ -1,0 +1,112 @@
+"""``/api/vhosts``: list, create (``PUT`` with ``description``/``tags``), delete, and the
+vhost's permissions, connections and channels.
+
+Creating a vhost grants the creating user full permissions in it, as the management plugin
+does. Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/vhosts.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_server.management.auth import principal, require_admin, require_vhost, visible_vhosts
+from amqp_server.management.errors import bad_request, not_found
+from amqp_server.management.routes.common import created, no_content, ok, read_json, vhost_of
+from amqp_server.management.serializers import (
+    channel_json,
+    connection_json,
+    open_channels,
+    permission_json,
+    vhost_json,
+)
+from amqp_server.management.state import state
+from vhosts.definitions import extras, parse_tags, set_vhost_metadata
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/api/vhosts")
+async def list_vhosts(request: web.Request) -> web.Response:
+    st = state(request)
+    return ok([vhost_json(st.broker, n, st.node) for n in visible_vhosts(request)])
+
+
+@routes.get("/api/vhosts/{vhost}")
+async def get_vhost(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_admin(request)
+    st = state(request)
+    return ok(vhost_json(st.broker, vhost.name, st.node))
+
+
+@routes.put("/api/vhosts/{vhost}")
+async def put_vhost(request: web.Request) -> web.Response:
+    who = require_admin(request)
+    name = request.match_info["vhost"]
+    body = await read_json(request)
+    broker = state(request).broker
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        raise bad_request("description must be a string")
+    try:
+        tags = parse_tags(body["tags"]) if "tags" in body else None
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+    was_new = name not in broker.vhosts
+    broker.add_vhost(name)
+    set_vhost_metadata(broker, name, description, tags)
+    if was_new and broker.permissions.get(who.name, name) is None:
+        broker.permissions.set(who.name, name, ".*", ".*", ".*")
+    return created(was_new)
+
+
+@routes.delete("/api/vhosts/{vhost}")
+async def delete_vhost(request: web.Request) -> web.Response:
+    require_admin(request)
+    broker = state(request).broker
+    name = request.match_info["vhost"]
+    if not broker.delete_vhost(name):
+        raise not_found()
+    extras(broker).vhost_metadata.pop(name, None)
+    extras(broker).vhost_limits.pop(name, None)
+    return no_content()
+
+
+@routes.get("/api/vhosts/{vhost}/permissions")
+async def vhost_permissions(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_admin(request)
+    perms = state(request).broker.permissions.permissions
+    return ok([permission_json(u, v, p) for (u, v), p in sorted(perms.items())
+               if v == vhost.name])
+
+
+@routes.get("/api/vhosts/{vhost}/topic-permissions")
+async def vhost_topic_permissions(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_admin(request)
+    from amqp_server.management.routes.permissions import topic_permission_rows
+
+    return ok([r for r in topic_permission_rows(state(request).broker)
+               if r["vhost"] == vhost.name])
+
+
+@routes.get("/api/vhosts/{vhost}/connections")
+async def vhost_connections(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_vhost(request, vhost.name)
+    st = state(request)
+    who = principal(request)
+    return ok([connection_json(c, st) for c in st.broker.connections
+               if c.vhost_name == vhost.name and (who.is_monitor or c.user == who.name)])
+
+
+@routes.get("/api/vhosts/{vhost}/channels")
+async def vhost_channels(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_vhost(request, vhost.name)
+    st = state(request)
+    who = principal(request)
+    return ok([channel_json(ch, st) for ch in open_channels(st.broker)
+               if ch.connection.vhost_name == vhost.name
+               and (who.is_monitor or ch.connection.user == who.name)])

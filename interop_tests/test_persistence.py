@@ -1,0 +1,322 @@
+"""Persistence against real processes: the broker is SIGKILLed while a pika publisher streams
+persistent messages with publisher confirms, restarted on the same data dir, and at the end
+every confirmed message must be there exactly once, and nothing acked before a kill may come
+back. Also: SIGTERM closes clients with 320 CONNECTION_FORCED and a restart recovers.
+
+These tests start their own broker processes (one data dir each), so they ignore
+``AMQPQ_TEST_URL``: killing a shared broker is not an option.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pika = pytest.importorskip("pika")
+from pika import exceptions as pika_exc  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 15.0
+READY_LINE = "amqpq: listening on"
+QUEUE = "persistence.q"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class BrokerProcess:
+    """``python -m amqp_server`` on a data dir; restartable, on a fresh port each start."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.starts = 0
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.port = _free_port()
+        self.starts += 1
+        with open(self.log_path, "a") as log:
+            log.write(f"\n==== start #{self.starts} on port {self.port} ====\n")
+            log.flush()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--data-dir", str(self.data_dir),
+                 "--log-level", "info"],
+                stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)},
+            )
+        lines: queue.Queue[str | None] = queue.Queue()
+        proc = self.proc
+
+        def pump() -> None:  # read stdout to the end so the broker never blocks on it
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"broker not listening within {START_TIMEOUT:.0f} s\n{self.log()}",
+                            pytrace=False)
+            if line is None:
+                proc.wait(timeout=5)
+                pytest.fail(f"broker exited with {proc.returncode} before listening\n"
+                            f"{self.log()}", pytrace=False)
+            if READY_LINE in line:
+                assert f":{self.port}" in line, line
+                return
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def log(self) -> str:
+        try:
+            return "broker log (tail):\n" + self.log_path.read_text(errors="replace")[-6000:]
+        except OSError:
+            return "<no broker log>"
+
+    def params(self) -> pika.ConnectionParameters:
+        return pika.ConnectionParameters(
+            host="127.0.0.1", port=self.port, credentials=pika.PlainCredentials("guest", "guest"),
+            connection_attempts=1, socket_timeout=5, stack_timeout=10,
+            blocked_connection_timeout=30, heartbeat=0)
+
+    def connect(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(self.params())
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    bp = BrokerProcess(tmp_path / "data", tmp_path / "broker.log")
+    yield bp
+    bp.kill()
+
+
+@contextlib.contextmanager
+def connection(bp: BrokerProcess) -> Iterator[pika.BlockingConnection]:
+    conn = bp.connect()
+    try:
+        yield conn
+    finally:
+        with contextlib.suppress(Exception):
+            if conn.is_open:
+                conn.close()
+
+
+class Ledger:
+    """What the test knows about every message id across kills."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.attempted: set[int] = set()
+        self.confirmed: set[int] = set()
+        self.acked: set[int] = set()
+        self.delivered: set[int] = set()  # delivered at least once (acked or not)
+        self.errors: list[str] = []
+
+    def check_delivery(self, msg_id: int, redelivered: bool, where: str) -> None:
+        if msg_id not in self.attempted:
+            self.errors.append(f"{where}: id {msg_id} was never published")
+        if msg_id in self.acked:
+            self.errors.append(f"{where}: id {msg_id} was acked before a kill and came back")
+        if msg_id in self.delivered and not redelivered:
+            self.errors.append(f"{where}: id {msg_id} delivered again without redelivered")
+        self.delivered.add(msg_id)
+
+
+def publish_until_killed(bp: BrokerProcess, ledger: Ledger, first_id: int,
+                         started: threading.Event) -> None:
+    """Publish persistent messages with confirms, one id after the other, until the broker
+    goes away; every id whose confirm arrived goes into ``ledger.confirmed``."""
+    msg_id = first_id
+    try:
+        conn = bp.connect()
+        ch = conn.channel()
+        ch.confirm_delivery()
+        started.set()
+        while True:
+            with ledger.lock:
+                ledger.attempted.add(msg_id)
+            ch.basic_publish(
+                "", QUEUE, str(msg_id).encode(),
+                pika.BasicProperties(delivery_mode=2, message_id=str(msg_id)),
+                mandatory=True)
+            with ledger.lock:
+                ledger.confirmed.add(msg_id)
+            msg_id += 1
+    except (pika_exc.UnroutableError, pika_exc.NackError) as exc:
+        ledger.errors.append(f"publisher: id {msg_id} refused: {exc!r}")
+    except (pika_exc.AMQPError, OSError):
+        return  # the broker was killed
+    except Exception as exc:  # anything else is a finding
+        ledger.errors.append(f"publisher: {type(exc).__name__}: {exc}")
+    finally:
+        started.set()
+
+
+def consume_some(bp: BrokerProcess, ledger: Ledger, ack: int, hold: int, where: str
+                 ) -> pika.BlockingConnection:
+    """Basic.Get and ack up to ``ack`` messages (each ack confirmed processed by a round
+    trip), then take up to ``hold`` more without acking them. Returns the open connection,
+    so the held deliveries stay unacked until the broker is killed."""
+    conn = bp.connect()
+    ch = conn.channel()
+    for _ in range(ack):
+        method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
+        if method is None:
+            break
+        msg_id = int(body)
+        ledger.check_delivery(msg_id, method.redelivered, where)
+        ch.basic_ack(method.delivery_tag)
+        ch.queue_declare(QUEUE, passive=True)  # round trip: the ack was processed
+        ledger.acked.add(msg_id)
+    for _ in range(hold):
+        method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
+        if method is None:
+            break
+        ledger.check_delivery(int(body), method.redelivered, where)
+    ch.queue_declare(QUEUE, passive=True)  # the deliveries were logged before the kill
+    return conn
+
+
+def run_kill_loop(bp: BrokerProcess, kills: int, seed: int) -> Ledger:
+    rnd = random.Random(seed)
+    ledger = Ledger()
+    bp.start()
+    with connection(bp) as conn:
+        conn.channel().queue_declare(QUEUE, durable=True)
+    next_id = 1
+    for cycle in range(kills):
+        held = None
+        if cycle:  # consume a little of what survived the previous kill
+            held = consume_some(bp, ledger, ack=rnd.randrange(0, 40), hold=rnd.randrange(0, 5),
+                                where=f"cycle {cycle}")
+        started = threading.Event()
+        publisher = threading.Thread(target=publish_until_killed,
+                                     args=(bp, ledger, next_id, started), daemon=True)
+        publisher.start()
+        assert started.wait(10), "publisher did not start"
+        time.sleep(rnd.uniform(0.2, 1.2))  # mid-stream, at a random moment
+        bp.kill()
+        publisher.join(10)
+        assert not publisher.is_alive(), "publisher hangs after the broker was killed"
+        if held is not None:
+            with contextlib.suppress(Exception):
+                held.close()
+        with ledger.lock:
+            next_id = max(ledger.attempted) + 1
+        bp.start()
+    return ledger
+
+
+def final_check(bp: BrokerProcess, ledger: Ledger, seed: int) -> None:
+    final: list[int] = []
+    with connection(bp) as conn:
+        ch = conn.channel()
+        while True:
+            method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
+            if method is None:
+                break
+            msg_id = int(body)
+            ledger.check_delivery(msg_id, method.redelivered, "final drain")
+            final.append(msg_id)
+            ch.basic_ack(method.delivery_tag)
+        ch.queue_declare(QUEUE, passive=True)
+    context = f"(seed {seed}; {len(ledger.confirmed)} confirmed, {len(ledger.acked)} acked)"
+    assert ledger.errors == [], f"{context}\n" + "\n".join(ledger.errors[:20])
+    assert len(final) == len(set(final)), f"duplicates in the final drain {context}"
+    expected = ledger.confirmed - ledger.acked
+    missing = sorted(expected - set(final))
+    assert not missing, f"confirmed ids lost: {missing[:20]} {context}\n{bp.log()}"
+    assert set(final) <= ledger.attempted
+    # what a single publisher sent in order comes back in order (ids increase)
+    assert final == sorted(final), f"order changed {context}"
+
+
+@pytest.mark.timeout(90)
+def test_kill_9_during_confirmed_publishing_loses_nothing(broker_process: BrokerProcess
+                                                          ) -> None:
+    seed = random.randrange(1 << 30)
+    ledger = run_kill_loop(broker_process, kills=3, seed=seed)
+    assert len(ledger.confirmed) > 0, broker_process.log()
+    final_check(broker_process, ledger, seed)
+    assert broker_process.terminate() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_kill_9_during_confirmed_publishing_loses_nothing_soak(broker_process: BrokerProcess
+                                                               ) -> None:
+    seed = random.randrange(1 << 30)
+    ledger = run_kill_loop(broker_process, kills=20, seed=seed)
+    assert len(ledger.confirmed) > 0, broker_process.log()
+    final_check(broker_process, ledger, seed)
+    assert broker_process.terminate() == 0
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_closes_clients_with_320_and_restart_recovers(
+        broker_process: BrokerProcess) -> None:
+    bp = broker_process
+    bp.start()
+    conn = bp.connect()
+    ch = conn.channel()
+    ch.queue_declare(QUEUE, durable=True)
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", QUEUE, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    ch.basic_publish("", QUEUE, b"transient", pika.BasicProperties(delivery_mode=1))
+    method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
+    assert body == b"m0"  # delivered, not acked at shutdown
+    bp.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(pika_exc.ConnectionClosedByBroker) as info:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+    assert info.value.reply_code == 320
+    assert "CONNECTION_FORCED" in info.value.reply_text
+    assert bp.proc.wait(timeout=10) == 0, bp.log()
+    bp.start()
+    got = []
+    with connection(bp) as conn2:
+        ch2 = conn2.channel()
+        ok = ch2.queue_declare(QUEUE, durable=True, passive=True)
+        assert ok.method.message_count == 10
+        while True:
+            method, _props, body = ch2.basic_get(QUEUE, auto_ack=True)
+            if method is None:
+                break
+            got.append((body, method.redelivered))
+    assert got == [(b"m0", True)] + [(f"m{i}".encode(), False) for i in range(1, 10)]
+    assert bp.terminate() == 0

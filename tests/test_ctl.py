@@ -1,0 +1,291 @@
+"""``amqpqctl`` (the installed console script) against a broker subprocess on free ports.
+
+The "done when" scenario and the error reporting run the installed script as a subprocess:
+with amqpqctl alone create a vhost, a user with permissions, an exchange, a queue and a
+binding, see them listed, publish through them with pika as that user, and export the
+definitions; errors are one line on stderr, without a traceback. The other command tests
+run the same click group in-process (``CliRunner``), against the same broker subprocess, to
+keep the suite fast.
+
+Source: https://www.rabbitmq.com/docs/man/rabbitmqctl.8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pika
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CTL = Path(sys.executable).parent / "amqpqctl"
+FIXTURE = Path(__file__).parent / "data" / "rabbitmq-3.10-definitions.json"
+
+pytestmark = pytest.mark.skipif(not CTL.exists(), reason="amqpqctl is not installed "
+                                "(pip install -e '.[test,fast]')")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Node:
+    amqp_port: int
+    http_port: int
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    amqp, http = free_port(), free_port()
+    data = tmp_path_factory.mktemp("ctl-broker")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "amqp_server", "--port", str(amqp), "--management-port",
+         str(http), "--data-dir", str(data), "--log-level", "warning"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=1).read()
+            break
+        except (urllib.error.URLError, OSError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"broker did not start: {err}")
+            time.sleep(0.1)
+    yield Node(amqp, http, proc)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def ctl(node: Node, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    res = subprocess.run([str(CTL), "--port", str(node.http_port), *args], capture_output=True,
+                         text=True, timeout=30, env=env)
+    if check:
+        assert res.returncode == 0, (args, res.stdout, res.stderr)
+    return res
+
+
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def run(node: Node, *args: str, check: bool = True) -> Result:
+    """``amqpqctl ARGS`` in-process (click's CliRunner)."""
+    from click.testing import CliRunner
+
+    from amqp_server.ctl.cli import cli
+
+    res = CliRunner().invoke(cli, ["--port", str(node.http_port), *args])
+    out = Result(res.exit_code, res.stdout, res.stderr)
+    if check:
+        assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
+    return out
+
+
+def table(out: str) -> list[list[str]]:
+    """Rows of a table output (after the "Listing ..." line and the header)."""
+    lines = [line for line in out.splitlines() if line and not line.startswith("Listing")]
+    return [line.split("\t") for line in lines[1:]]
+
+
+def test_done_when_scenario(node: Node, tmp_path: Path) -> None:
+    vh = f"shop-{uuid.uuid4().hex[:6]}"
+    ctl(node, "add_vhost", vh)
+    ctl(node, "add_user", "shopper", "s3cret", "--tags", "management")
+    ctl(node, "set_permissions", "-p", vh, "shopper", ".*", ".*", ".*")
+    ctl(node, "declare_exchange", "-p", vh, "orders", "topic")
+    ctl(node, "declare_queue", "-p", vh, "orders.eu")
+    ctl(node, "bind", "-p", vh, "orders", "orders.eu", "--routing-key", "eu.#")
+
+    assert [vh] in table(ctl(node, "list_vhosts").stdout)
+    assert ["shopper", "[management]"] in table(ctl(node, "list_users").stdout)
+    assert ["shopper", ".*", ".*", ".*"] in table(ctl(node, "list_permissions", "-p",
+                                                      vh).stdout)
+    assert ["orders", "topic"] in table(ctl(node, "list_exchanges", "-p", vh).stdout)
+    assert ["exchange", "queue", "eu.#"] == table(ctl(
+        node, "-p", vh, "list_bindings", "source_kind", "destination_kind", "routing_key"
+    ).stdout)[-1]
+
+    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port, vh,
+                                       pika.PlainCredentials("shopper", "s3cret"))
+    with pika.BlockingConnection(params) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("orders", "eu.paris", b"order-1")
+        ch.basic_publish("orders", "us.nyc", b"order-2")  # no binding: dropped
+
+    out = ctl(node, "list_queues", "-p", vh, "name", "messages", "consumers").stdout
+    assert out.splitlines()[0] == f"Listing queues for vhost {vh} ..."
+    assert out.splitlines()[1] == "name\tmessages\tconsumers"
+    assert ["orders.eu", "1", "0"] in table(out)
+
+    target = tmp_path / "defs.json"
+    ctl(node, "export_definitions", str(target))
+    doc = json.loads(target.read_text())
+    assert {"name": vh, "limits": {}, "metadata": {"description": "", "tags": []}} \
+        in doc["vhosts"]
+    assert "shopper" in [u["name"] for u in doc["users"]]
+    assert {"name": "orders.eu", "vhost": vh, "durable": True, "auto_delete": False,
+            "arguments": {}} in doc["queues"]
+    assert {"source": "orders", "vhost": vh, "destination": "orders.eu",
+            "destination_type": "queue", "routing_key": "eu.#", "arguments": {}} \
+        in doc["bindings"]
+    ctl(node, "delete_vhost", vh)
+    ctl(node, "delete_user", "shopper")
+
+
+def test_json_format_and_quiet(node: Node) -> None:
+    rows = json.loads(run(node, "list_queues", "--format", "json", "name", "messages").stdout)
+    assert isinstance(rows, list)
+    rows = json.loads(run(node, "--format", "json", "list_vhosts", "name", "tags").stdout)
+    assert {"name": "/", "tags": []} in rows
+    out = run(node, "-q", "list_vhosts").stdout
+    assert out.splitlines()[0] == "name"
+
+
+def test_errors_are_one_line(node: Node) -> None:
+    res = ctl(node, "delete_vhost", "no-such-vhost", check=False)
+    assert res.returncode == 1
+    assert res.stderr == "Error: vhost 'no-such-vhost' does not exist\n"
+    res = ctl(node, "list_queues", "-p", "no-such-vhost", check=False)
+    assert (res.returncode, res.stderr) == (1, "Error: vhost 'no-such-vhost' does not exist\n")
+    res = ctl(node, "delete_queue", "missing-q", check=False)
+    assert res.stderr == "Error: queue 'missing-q' in vhost '/' does not exist\n"
+    res = ctl(node, "declare_exchange", "bad-x", "nope", check=False)
+    assert res.stderr == "Error: unknown exchange type 'nope'\n"
+    res = ctl(node, "--password", "wrong", "list_vhosts", check=False)
+    assert res.stderr == "Error: login failed for user 'guest'\n"
+    res = ctl(node, "list_queues", "bogus", check=False)
+    assert res.returncode == 1 and res.stderr.startswith("Error: unknown column(s): bogus;")
+    dead = free_port()
+    res = subprocess.run([str(CTL), "--port", str(dead), "list_vhosts"], capture_output=True,
+                         text=True, timeout=30)
+    assert (res.returncode, res.stderr) == (
+        69, f"Error: broker not reachable at http://127.0.0.1:{dead}\n")
+    for r in (res,):
+        assert "Traceback" not in r.stderr
+
+
+def test_queue_exchange_policy_commands(node: Node) -> None:
+    vh = f"ops-{uuid.uuid4().hex[:6]}"
+    run(node, "add_vhost", vh, "--description", "ops")
+    run(node, "-p", vh, "declare_queue", "q", "--arguments", '{"x-max-length": 5}')
+    run(node, "-p", vh, "declare_exchange", "fx", "fanout", "--transient")
+    run(node, "-p", vh, "bind", "fx", "q")
+    run(node, "-p", vh, "set_policy", "lim", "^q$", '{"max-length": 3}', "--apply-to",
+        "queues", "--priority", "2")
+    assert [vh, "lim", "^q$", "queues", '{"max-length":3}', "2"] in table(
+        run(node, "list_policies", "-p", vh).stdout)
+    for _ in range(2):
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{node.http_port}/api/exchanges/{vh}/fx/publish",
+            data=json.dumps({"properties": {}, "routing_key": "", "payload": "m",
+                             "payload_encoding": "string"}).encode(), method="POST",
+            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=",
+                     "Content-Type": "application/json"})).read()
+    assert ["q", "2", "lim"] in table(run(node, "-p", vh, "list_queues", "name", "messages",
+                                          "policy").stdout)
+    run(node, "-p", vh, "purge_queue", "q")
+    assert ["q", "0"] in table(run(node, "-p", vh, "list_queues").stdout)
+    run(node, "-p", vh, "clear_policy", "lim")
+    run(node, "-p", vh, "unbind", "fx", "q")
+    res = run(node, "-p", vh, "unbind", "fx", "q", check=False)
+    assert res.stderr.startswith("Error: no binding from exchange 'fx' to queue 'q'")
+    run(node, "-p", vh, "delete_exchange", "fx")
+    run(node, "-p", vh, "delete_queue", "q")
+    assert table(run(node, "-p", vh, "list_queues").stdout) == []
+    run(node, "delete_vhost", vh)
+
+
+def test_user_commands(node: Node) -> None:
+    user = f"u{uuid.uuid4().hex[:6]}"
+    run(node, "add_user", user, "one")
+    run(node, "set_user_tags", user, "monitoring", "policymaker")
+    run(node, "change_password", user, "two")
+    assert [user, "[monitoring, policymaker]"] in table(run(node, "list_users").stdout)
+    whoami = run(node, "--user", user, "--password", "two", "--format", "json", "status")
+    assert json.loads(whoami.stdout)["rabbitmq_version"] == "3.10.8"
+    run(node, "set_permissions", user, "^x", "", ".*")
+    assert [user, "^x", "", ".*"] in table(run(node, "list_permissions").stdout)
+    run(node, "clear_permissions", user)
+    res = run(node, "clear_permissions", user, check=False)
+    assert res.stderr == f"Error: user '{user}' has no permissions in vhost '/'\n"
+    run(node, "delete_user", user)
+    res = run(node, "delete_user", user, check=False)
+    assert res.stderr == f"Error: user '{user}' does not exist\n"
+
+
+def test_connections_consumers_close(node: Node) -> None:
+    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port)
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("ctl-consumed", exclusive=True)
+        ch.basic_consume("ctl-consumed", lambda *a: None, consumer_tag="ctl-tag")
+        conn.process_data_events(0.1)
+        port = conn._impl._transport._sock.getsockname()[1]
+        rows = table(run(node, "list_connections", "name", "user", "peer_port", "state").stdout)
+        name = f"127.0.0.1:{port} -> 127.0.0.1:{node.amqp_port}"
+        assert [name, "guest", str(port), "running"] in rows
+        consumers = table(run(node, "list_consumers", "queue_name", "consumer_tag").stdout)
+        assert ["ctl-consumed", "ctl-tag"] in consumers
+        run(node, "close_connection", name, "go away")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            for _ in range(50):
+                conn.process_data_events(0.05)
+        assert info.value.reply_text == "CONNECTION_FORCED - go away"
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_import_definitions_and_status(node: Node, tmp_path: Path) -> None:
+    run(node, "import_definitions", str(FIXTURE))
+    assert ["fixture-vh"] in table(run(node, "list_vhosts").stdout)
+    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port, "/",
+                                       pika.PlainCredentials("narrow", "narrowpw"))
+    with pika.BlockingConnection(params) as conn:
+        conn.channel().queue_declare("n-ctl", auto_delete=True)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"vhosts": [{"name": "never"}],
+                               "queues": [{"name": "q", "vhost": "nowhere"}]}))
+    res = run(node, "import_definitions", str(bad), check=False)
+    assert (res.returncode, res.stderr) == (
+        1, "Error: queues[0] (name 'q' in vhost 'nowhere'): no vhost 'nowhere'\n")
+    assert ["never"] not in table(run(node, "list_vhosts").stdout)
+    out = run(node, "status").stdout
+    assert f"amqp: 127.0.0.1:{node.amqp_port}" in out and "queues:" in out
+    run(node, "delete_vhost", "fixture-vh")
+    for user in ("fx-admin", "fx-app", "narrow", "noperm"):
+        run(node, "delete_user", user)
+
+
+def test_module_entry_point_runs() -> None:
+    res = subprocess.run([sys.executable, "-m", "amqp_server.ctl", "--help"],
+                         capture_output=True, text=True, timeout=30, cwd=REPO)
+    assert res.returncode == 0 and "list_queues" in res.stdout
+    assert shutil.which(str(CTL))
