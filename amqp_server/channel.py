@@ -49,6 +49,7 @@ from exchanges.exchange import Exchange
 from queue_store.message import Message
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
+from queue_store.sender_selected import extra_routing_keys, without_bcc
 from vhosts.permissions import Perm
 from vhosts.vhost import server_generated_name
 
@@ -267,6 +268,14 @@ class Channel:
         else:
             x.published += 1
             queues = vhost.route(x, msg.routing_key, msg)
+        extra = extra_routing_keys(msg)
+        if extra:  # sender-selected distribution (CC/BCC headers)
+            found = {id(q): q for q in queues}
+            for key in extra:
+                more = vhost.route_default(key) if x is None else vhost.route(x, key, msg)
+                found.update((id(q), q) for q in more)
+            queues = list(found.values())
+            msg = without_bcc(msg)
         rejected = unsynced = False
         for q in queues:
             result = q.publish(msg)

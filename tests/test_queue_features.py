@@ -1478,3 +1478,21 @@ def test_unroutable_through_exchange_binding_falls_back_to_alternate_exchange(
     world.bind_x("inner", "front")
     world.publish("nothing-bound", b"m", exchange="front")
     assert world.bodies("unrouted") == [b"m"]
+
+
+# --- sender-selected distribution (CC / BCC) -------------------------------------------------
+
+
+def test_cc_and_bcc_headers_add_routing_keys_and_bcc_is_removed(wired) -> None:
+    broker, _, wire = wired
+    for name in ("a", "b", "c", "d"):
+        wire.send(1, commands.Queue.Declare(queue=name))
+    wire.publish(1, "", "a", b"hi", headers={"CC": ["b"], "BCC": ["c"], "keep": 1})
+    vhost = broker.vhosts["/"]
+    assert vhost.queues["d"].message_count == 0
+    got = {name: vhost.queues[name].get() for name in ("a", "b", "c")}
+    assert all(qm is not None for qm in got.values())
+    for qm in got.values():
+        headers = qm.message.headers
+        assert headers["CC"] == ["b"] and headers["keep"] == 1
+        assert "BCC" not in headers
