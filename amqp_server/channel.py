@@ -46,7 +46,7 @@ from amqp_server.errors import (
 )
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
-from queue_store.message import Message
+from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, Message
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
 from queue_store.sender_selected import extra_routing_keys, without_bcc
@@ -195,47 +195,64 @@ class Channel:
         return self._write_cache
 
     def handle_content(self, frame_type: int, payload: bytes) -> None:
-        """A content header or body frame.
+        """A content header or body frame (see :meth:`handle_header`, :meth:`handle_body`)."""
+        if frame_type == framing.FRAME_HEADER:
+            self.handle_header(payload)
+        else:
+            self.handle_body(payload)
+
+    def handle_header(self, payload: bytes) -> None:
+        """A content header frame.
 
         Raises:
-            UnexpectedFrame (505): content without a Basic.Publish, or out of order.
-            FrameError (501): more body than the header announced.
+            UnexpectedFrame (505): no Basic.Publish before it, a second header, another class.
+            FrameError (501): too short.
             PreconditionFailed (406): body larger than max_message_size.
         """
         if self._publish is None:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
-        if frame_type == framing.FRAME_HEADER:
-            if self._props_raw:
-                raise UnexpectedFrame(
-                    "expected content body, got non content body frame instead", 60, 40)
-            if len(payload) < 14:
-                raise FrameError("content header frame too short")
-            class_id, _weight, size = _content_head.unpack_from(payload)
-            if class_id != 60:
-                raise UnexpectedFrame(
-                    f"expected content header for class 60, got one for class {class_id} "
-                    "instead", 60, 40)
-            if size > MAX_MESSAGE_SIZE:
-                self._publish = None
-                raise PreconditionFailed(
-                    f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}"
-                )
-            self._props_raw = payload[12:]
-            self._body_size = size
-            if size == 0:
-                self._finish_publish()
-            return
+        if self._props_raw:
+            raise UnexpectedFrame(
+                "expected content body, got non content body frame instead", 60, 40)
+        if len(payload) < 14:
+            raise FrameError("content header frame too short")
+        class_id, _weight, size = _content_head.unpack_from(payload)
+        if class_id != 60:
+            raise UnexpectedFrame(
+                f"expected content header for class 60, got one for class {class_id} "
+                "instead", 60, 40)
+        if size > MAX_MESSAGE_SIZE:
+            self._publish = None
+            raise PreconditionFailed(
+                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}")
+        self._props_raw = payload[12:]
+        self._body_size = size
+        if size == 0:
+            self._finish_publish()
+
+    def handle_body(self, payload: bytes) -> None:
+        """A content body frame.
+
+        Raises:
+            UnexpectedFrame (505): no content header before it.
+            FrameError (501): more body than the header announced.
+        """
         if not self._props_raw:
+            if self._publish is None:
+                raise UnexpectedFrame("expected method frame, got non method frame instead")
             raise UnexpectedFrame(
                 "expected content header for class 60, got non content header frame instead",
                 60, 40)
+        got = self._body_got + len(payload)
+        if got == self._body_size and not self._body:
+            self._body.append(payload)  # the common case: the whole body in one frame
+            self._finish_publish()
+            return
         self._body.append(payload)
-        self._body_got += len(payload)
-        if self._body_got >= self._body_size:
-            if self._body_got > self._body_size:
-                raise FrameError(
-                    f"content body {self._body_got} bytes > announced {self._body_size} bytes"
-                )
+        self._body_got = got
+        if got >= self._body_size:
+            if got > self._body_size:
+                raise FrameError(f"content body {got} bytes > announced {self._body_size} bytes")
             self._finish_publish()
 
     def _finish_publish(self) -> None:
@@ -246,13 +263,15 @@ class Channel:
         self._props_raw = b""
         self._body = []
         self._body_got = 0
-        if msg.expiration is not None:
-            try:
-                msg.expiration_ms()
-            except ValueError as exc:
-                raise PreconditionFailed(f"invalid expiration '{msg.expiration}': {exc}") from None
-        if msg.reply_to == direct_reply_to.PSEUDO_QUEUE:
-            msg = direct_reply_to.rewrite_reply_to(msg, self.reply_address)
+        if msg.flags & (FLAG_EXPIRATION | FLAG_REPLY_TO):
+            if msg.expiration is not None:
+                try:
+                    msg.expiration_ms()
+                except ValueError as exc:
+                    raise PreconditionFailed(
+                        f"invalid expiration '{msg.expiration}': {exc}") from None
+            if msg.reply_to == direct_reply_to.PSEUDO_QUEUE:
+                msg = direct_reply_to.rewrite_reply_to(msg, self.reply_address)
         if self.tx is not None:
             self.tx.append(("publish", (x, msg, mandatory)))
         else:

@@ -302,15 +302,19 @@ class Connection:
             if channel:
                 raise FrameError(f"heartbeat frame on channel {channel}")
         else:
-            if self.state is not State.OPEN:
+            ch = self.channels.get(channel)
+            if ch is None or self.state is not State.OPEN:
                 if self.state is State.CLOSING:
                     return
-                raise UnexpectedFrame("content frame before the connection is open")
-            ch = self.channels.get(channel)
-            if ch is None:
+                if self.state is not State.OPEN:
+                    raise UnexpectedFrame("content frame before the connection is open")
                 raise UnexpectedFrame("expected method frame, got non method frame instead")
-            if not ch.closing:
-                ch.handle_content(ftype, payload)
+            if ch.closing:
+                return
+            if ftype == framing.FRAME_BODY:
+                ch.handle_body(payload)
+            else:
+                ch.handle_header(payload)
 
     def _channel_method(self, number: int, payload: bytes) -> None:
         if self.state is not State.OPEN:

@@ -38,7 +38,7 @@ class Message:
     """
 
     __slots__ = ("exchange", "routing_key", "ex_rk_raw", "properties_raw", "body", "_props",
-                 "store_id")
+                 "store_id", "flags")
 
     def __init__(
         self,
@@ -55,6 +55,8 @@ class Message:
         self.body = body
         self._props: commands.Basic.Properties | None = None
         self.store_id = 0  # msg_id in the vhost's message store, 0 when not stored
+        # the first property-flags word: which properties are present (spec 4.2.6.1)
+        self.flags = (properties_raw[0] << 8 | properties_raw[1]) if len(properties_raw) > 1 else 0
 
     @classmethod
     def create(cls, exchange: str, routing_key: str, properties_raw: bytes, body: bytes
@@ -83,8 +85,7 @@ class Message:
         return self._props
 
     def _has(self, flag: int) -> bool:
-        raw = self.properties_raw
-        return len(raw) >= 2 and bool(((raw[0] << 8) | raw[1]) & flag)
+        return bool(self.flags & flag)
 
     @property
     def headers(self) -> dict[str, Any] | None:

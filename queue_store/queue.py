@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from amqp_server.errors import ResourceLocked, rs
 from amqp_server.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
-from queue_store.message import Message
+from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.queue_args import QueueSettings
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
@@ -152,6 +152,7 @@ class Queue:
         # single active consumer: a cancelled active consumer whose deliveries are unsettled
         self._sac_previous: Consumer | None = None
         self._has_ttl = self.settings.message_ttl is not None
+        self._plain = self._is_plain(self.settings)
         self._ttl_timer: TimerHandle | None = None
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
@@ -169,9 +170,15 @@ class Queue:
     def apply_settings(self, settings: QueueSettings) -> None:
         """New effective settings (a policy changed); limits and timers apply at once."""
         self.settings = settings
+        self._plain = self._is_plain(settings)
         self._has_ttl = self._has_ttl or settings.message_ttl is not None
         self._enforce_limits()
         self.touch()
+
+    @staticmethod
+    def _is_plain(s: QueueSettings) -> bool:
+        """No TTL, length limit or priority: publish can take the fast path."""
+        return s.message_ttl is None and not s.limited and not s.max_priority
 
     def check_exclusive_access(self, connection: object) -> None:
         """Raises ResourceLocked (405) when an exclusive queue is used by another connection."""
@@ -201,6 +208,15 @@ class Queue:
         Raises:
             ValueError: the message's ``expiration`` property is not a non-negative integer.
         """
+        if self._plain and not message.flags & FLAG_EXPIRATION and (
+                self.index is None or not message.persistent):
+            # fast path: no TTL, limits or priorities to consider (most queues, most messages)
+            self._seq += 1
+            self.published += 1
+            self.ready.append(QueuedMessage(self._seq, message))
+            if self._levels and not self._dispatching:
+                self.dispatch()
+            return ACCEPTED
         s = self.settings
         if s.limited and s.overflow != "drop-head" and self._would_overflow(message):
             if s.overflow == "reject-publish-dlx" and self.host is not None:

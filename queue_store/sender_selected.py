@@ -9,13 +9,15 @@ Source: https://www.rabbitmq.com/docs/sender-selected
 
 from __future__ import annotations
 
-from queue_store.message import Message
+from queue_store.message import FLAG_HEADERS, Message
 from queue_store.properties import join_properties, join_table, split_properties, split_table
 
 
 def extra_routing_keys(message: Message) -> list[str]:
     """The routing keys from ``CC`` and ``BCC`` (empty for most messages, without decoding
     their properties: a byte search rules them out first)."""
+    if not message.flags & FLAG_HEADERS:
+        return []
     raw = message.properties_raw
     if b"\x02CC" not in raw and b"\x03BCC" not in raw:
         return []
