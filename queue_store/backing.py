@@ -24,7 +24,7 @@ class QueuedMessage:
     its on-disk state (store reference, queue-index record)."""
 
     __slots__ = ("seq", "message", "redelivered", "expires_at", "priority", "msg_id",
-                 "indexed", "delivery_logged")
+                 "indexed", "delivery_logged", "size")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False,
                  expires_at: float | None = None, priority: int = 0) -> None:
@@ -36,6 +36,7 @@ class QueuedMessage:
         self.msg_id = 0  # this queue holds a reference in the message store
         self.indexed = False  # recorded in the queue index (persistent on a durable queue)
         self.delivery_logged = False
+        self.size = 0  # body bytes, kept while the body is not in RAM (gamma)
 
     def __lt__(self, other: QueuedMessage) -> bool:
         return self.seq < other.seq

@@ -53,7 +53,8 @@ class VhostStorage:
     def backing_queue_factory(self, queue: str) -> Callable[[int], BackingQueue]:
         """Makes the paging FIFO of each priority level of ``queue``."""
         base = name_id(queue)
-        return lambda level: VariableQueue(self.paging_dir / f"{base}.{level}.delta")
+        return lambda level: VariableQueue(self.paging_dir / f"{base}.{level}.delta",
+                                           store=self.store)
 
     def open_index(self, queue: str) -> QueueIndex:
         return QueueIndex(self.index_path(queue))

@@ -8,15 +8,19 @@ disk) and **delta** (index and body on disk only), in the sub-queues q1, q2, del
 This module keeps the two ends of that spectrum, in publish order::
 
     head                                                        tail
-    [ q4: alpha (RAM) ............ ][ delta: paging file on disk ]
+    [ q4: alpha / gamma (RAM index) ][ delta: paging file on disk ]
 
-* **q4** holds :class:`QueuedMessage` objects with their bodies in RAM. A persistent message
-  on a durable queue in q4 also has its body in the message store and its index record in
-  the queue index: the body is in RAM *and* on disk (RabbitMQ keeps such a message alpha
-  too until memory pressure drops its body).
+* **q4** holds :class:`QueuedMessage` objects. Normally their bodies are in RAM (**alpha**).
+  A persistent message on a durable queue also has its body in the message store and its
+  record in the queue index; under memory pressure its body is dropped from RAM and only
+  the index entry stays (**gamma**: index in RAM and on disk, body on disk), read back from
+  the message store ahead of need, ``read_batch`` at a time.
 * **delta** is a per-queue paging file of whole records (sequence number, expiry,
   priority, flags, store msg_id, routing info, properties, body); nothing per message stays
   in RAM, only the region's count and byte total, so a backlog of millions costs no memory.
+
+**Beta** (index in RAM only, body on disk) is not used: a transient message that must leave
+RAM goes to delta whole, which frees more memory than beta would.
 
 Transitions: an append goes to q4 while q4 is under its budget (``ram_messages``,
 ``ram_bytes``) and delta is empty; otherwise it is paged out to delta (alpha -> delta), so
@@ -40,7 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from queue_store.backing import QueuedMessage
-from queue_store.msg_store import decode_payload, encode_payload
+from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 
 _rec = struct.Struct(">IQdBBQ")  # payload len, seq, expires_at (NaN none), priority, flags, msg_id
 F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
@@ -69,13 +73,16 @@ class VariableQueue:
     """
 
     def __init__(self, path: Path, ram_messages: int = RAM_MESSAGES, ram_bytes: int = RAM_BYTES,
-                 read_batch: int = READ_BATCH) -> None:
+                 read_batch: int = READ_BATCH, store: MessageStore | None = None) -> None:
         self.path = Path(path)
         self.ram_messages = self._base_ram_messages = ram_messages
         self.ram_bytes = ram_bytes
         self.read_batch = read_batch
+        self.store = store  # where gamma messages' bodies are read back from
         self.q4: deque[QueuedMessage] = deque()
         self.q4_bytes = 0
+        self.gamma_count = 0  # q4 entries whose body is only on disk
+        self.gamma_bytes = 0
         self.delta_count = 0
         self.delta_bytes = 0  # body bytes of paged messages
         self._fd = -1
@@ -90,7 +97,7 @@ class VariableQueue:
 
     @property
     def bytes(self) -> int:
-        return self.q4_bytes + self.delta_bytes
+        return self.q4_bytes + self.gamma_bytes + self.delta_bytes
 
     def __len__(self) -> int:
         return len(self.q4) + self.delta_count
@@ -112,6 +119,8 @@ class VariableQueue:
             self._page_in()
         if not self.q4:
             return None
+        if self.gamma_count and self.q4[0].message is None:
+            self._load_ahead()
         qm = self.q4.popleft()
         self.q4_bytes -= len(qm.message.body)
         return qm
@@ -119,7 +128,42 @@ class VariableQueue:
     def peek(self) -> QueuedMessage | None:
         if not self.q4 and self.delta_count:
             self._page_in()
-        return self.q4[0] if self.q4 else None
+        if not self.q4:
+            return None
+        if self.gamma_count and self.q4[0].message is None:
+            self._load_ahead()
+        return self.q4[0]
+
+    def _load_ahead(self) -> None:
+        """gamma -> alpha: read the bodies of up to ``read_batch`` head entries back."""
+        assert self.store is not None
+        loaded = 0
+        for qm in self.q4:
+            if loaded >= self.read_batch or not self.gamma_count:
+                break
+            if qm.message is None:
+                qm.message = self.store.read(qm.msg_id)
+                self.gamma_count -= 1
+                self.gamma_bytes -= qm.size
+                self.q4_bytes += qm.size
+                loaded += 1
+
+    def _drop_bodies(self) -> int:
+        """alpha -> gamma: forget the RAM bodies of messages that are safe on disk (in the
+        message store and the queue index); returns how many."""
+        if self.store is None:
+            return 0
+        dropped = 0
+        for qm in self.q4:
+            message = qm.message
+            if message is not None and qm.indexed and qm.msg_id:
+                qm.size = len(message.body)
+                qm.message = None  # type: ignore[assignment]
+                self.q4_bytes -= qm.size
+                self.gamma_bytes += qm.size
+                dropped += 1
+        self.gamma_count += dropped
+        return dropped
 
     def requeue(self, qms: list[QueuedMessage]) -> None:
         """Merge ``qms`` (sorted by seq, all older than delta) back into q4 by sequence."""
@@ -134,7 +178,7 @@ class VariableQueue:
     def clear(self) -> list[QueuedMessage]:
         out = list(self.q4)
         self.q4.clear()
-        self.q4_bytes = 0
+        self.q4_bytes = self.gamma_bytes = self.gamma_count = 0
         while self.delta_count:
             self._page_in()
             out.extend(self.q4)
@@ -212,11 +256,15 @@ class VariableQueue:
         self.ram_messages = PRESSURE_RAM_MESSAGES if on else self._base_ram_messages
         if on and not self.delta_count:
             keep = self.ram_messages
-            tail = [self.q4.pop() for _ in range(max(0, len(self.q4) - keep))]
+            tail = []
+            while len(self.q4) > keep and self.q4[-1].message is not None:
+                tail.append(self.q4.pop())
             for qm in reversed(tail):
                 self.q4_bytes -= len(qm.message.body)
                 self._page_out(qm)
             self._flush()
+        if on:
+            self._drop_bodies()
 
     def close(self, delete: bool = True) -> None:
         """Release the paging file (deleted by default: its contents are transient)."""

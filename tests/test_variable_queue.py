@@ -276,3 +276,35 @@ def test_close_deletes_the_paging_file(make) -> None:
     assert vq.path.exists()
     vq.close()
     assert not vq.path.exists()
+
+
+def test_memory_pressure_drops_bodies_of_persisted_messages_to_gamma(tmp_path: Path) -> None:
+    from queue_store.msg_store import MessageStore
+
+    store = MessageStore(tmp_path / "store")
+    vq = VariableQueue(tmp_path / "p.delta", ram_messages=1000, read_batch=3, store=store)
+    for seq in range(1, 11):
+        item = qm(seq, f"body-{seq}".encode())
+        if seq % 2:  # odd ones are persisted (store + queue index): gamma candidates
+            item.msg_id = store.write(item.message)
+            item.indexed = True
+        vq.append(item)
+    total = vq.bytes
+    vq.set_memory_pressure(True)
+    assert vq.gamma_count == 5
+    assert [item.message is None for item in vq.q4] == [bool(s % 2) for s in range(1, 11)]
+    assert vq.bytes == total  # x-max-length-bytes still counts gamma bodies
+    out = drain(vq)
+    assert [item.seq for item in out] == list(range(1, 11))
+    assert [item.message.body for item in out] == [f"body-{s}".encode() for s in range(1, 11)]
+    assert vq.gamma_count == 0 and vq.bytes == 0
+    store.close()
+
+
+def test_memory_pressure_leaves_transient_messages_in_ram_without_a_store(make) -> None:
+    vq = make(ram_messages=1000)
+    for seq in range(1, 6):
+        vq.append(qm(seq))
+    vq.set_memory_pressure(True)
+    assert vq.gamma_count == 0
+    assert all(item.message is not None for item in vq.q4)
