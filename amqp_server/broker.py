@@ -124,5 +124,5 @@ class Broker:
         self.permissions.forget_user(name)
         for conn in list(self.connections):
             if conn.user == name:
-                conn.close(320, f"CONNECTION_FORCED - user '{name}' was deleted")
+                conn.close(320, f"CONNECTION_FORCED - user '{name}' is deleted")
         return True

@@ -145,5 +145,5 @@ class PermissionStore:
             return
         if not entries[exchange].allows(perm, routing_key):
             raise AccessRefused(
-                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
+                f"{perm} access to topic '{routing_key}' in exchange '{exchange}' in vhost "
                 f"'{vhost}' refused for user '{user}'")
