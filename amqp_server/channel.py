@@ -98,7 +98,7 @@ class Channel:
             commands.Exchange.Declare: self._exchange_declare,
             commands.Exchange.Delete: self._exchange_delete,
             commands.Exchange.Bind: self._exchange_bind,
-            commands.Exchange.Unbind: self._exchange_unbind,
+            commands.Exchange.Unbind: self._exchange_bind,
             commands.Queue.Declare: self._queue_declare,
             commands.Queue.Bind: self._queue_bind,
             commands.Queue.Unbind: self._queue_unbind,
@@ -453,20 +453,14 @@ class Channel:
             self.send(commands.Exchange.DeleteOk())
 
     def _exchange_bind(self, m: Any) -> None:
+        """Exchange.Bind and Exchange.Unbind (RabbitMQ's e2e extension)."""
         self._check("write", "exchange", m.destination)
         self._check("read", "exchange", m.source)
-        self.vhost.bind(Destination("exchange", m.destination), m.source, m.routing_key,
-                        m.arguments)
+        bind = isinstance(m, commands.Exchange.Bind)
+        change = self.vhost.bind if bind else self.vhost.unbind
+        change(Destination("exchange", m.destination), m.source, m.routing_key, m.arguments)
         if not m.nowait:
-            self.send(commands.Exchange.BindOk())
-
-    def _exchange_unbind(self, m: Any) -> None:
-        self._check("write", "exchange", m.destination)
-        self._check("read", "exchange", m.source)
-        self.vhost.unbind(Destination("exchange", m.destination), m.source, m.routing_key,
-                          m.arguments)
-        if not m.nowait:
-            self.send(commands.Exchange.UnbindOk())
+            self.send(commands.Exchange.BindOk() if bind else commands.Exchange.UnbindOk())
 
     # ---- queue class ---------------------------------------------------------------------
 
