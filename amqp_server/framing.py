@@ -37,6 +37,7 @@ ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _frame_head = struct.Struct(">BHI")
+_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
 _method_ids = struct.Struct(">HH")
 _content_head = struct.Struct(">HHQ")
 _u64_bit = struct.Struct(">QB")
@@ -67,31 +68,33 @@ class FrameReader:
 
     def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
         buf = self._buf
-        buf += data
+        if buf:  # a partial frame from before: join once, then parse from immutable bytes
+            buf += data
+            data = bytes(buf)
+            buf.clear()
         frames: list[tuple[int, int, bytes]] = []
+        append = frames.append
+        unpack = _frame_head.unpack_from
         pos = 0
-        end = len(buf)
+        end = len(data)
         limit = self.frame_max or 131072
         while end - pos >= 7:
-            ftype, channel, size = _frame_head.unpack_from(buf, pos)
-            total = size + FRAME_OVERHEAD
+            ftype, channel, size = unpack(data, pos)
             # RabbitMQ tolerates 8 bytes over frame_max (FRAME_SIZE_FUDGE): clients get it wrong
             if size > limit:
-                del buf[:pos]
                 raise FrameError(f"type {ftype}, all octets = <<>>: "
                                  f"{{frame_too_large,{size},{limit - FRAME_OVERHEAD}}}")
-            if end - pos < total:
+            stop = pos + size + FRAME_OVERHEAD
+            if stop > end:
                 break
-            if buf[pos + total - 1] != FRAME_END:
-                del buf[:pos]
+            if data[stop - 1] != FRAME_END:
                 raise FrameError(f"invalid frame end octet on channel {channel}")
-            if ftype not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
-                del buf[:pos]
+            if ftype not in _FRAME_TYPES:
                 raise FrameError(f"type {ftype}, all octets = <<>>: unknown_frame")
-            frames.append((ftype, channel, bytes(buf[pos + 7 : pos + total - 1])))
-            pos += total
-        if pos:
-            del buf[:pos]
+            append((ftype, channel, data[pos + 7:stop - 1]))
+            pos = stop
+        if pos < end:
+            buf += data[pos:]
         return frames
 
     @property
