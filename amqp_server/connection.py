@@ -237,10 +237,22 @@ class Connection:
             frames = []
             self._fail(0, exc)
             self.closed = True  # the stream cannot be resynchronised
-        for ftype, channel, payload in frames:
+        i, n = 0, len(frames)
+        while i < n:
             if self.closed:
                 break
+            ftype, channel, payload = frames[i]
+            i += 1
             try:
+                if (ftype == framing.FRAME_METHOD and i + 1 < n
+                        and payload[:4] == framing.PUBLISH_PREFIX
+                        and frames[i][0] == framing.FRAME_HEADER
+                        and frames[i + 1][0] == framing.FRAME_BODY
+                        and frames[i][1] == channel == frames[i + 1][1]
+                        and self._publish_triple(channel, payload, frames[i][2],
+                                                 frames[i + 1][2])):
+                    i += 2  # the common publish: method, header, one body frame
+                    continue
                 self._handle_frame(ftype, channel, payload)
             except AMQPError as exc:
                 self._fail(channel, exc, payload)
@@ -315,6 +327,22 @@ class Connection:
                 ch.handle_body(payload)
             else:
                 ch.handle_header(payload)
+
+    def _publish_triple(self, number: int, method: bytes, header: bytes, body: bytes) -> bool:
+        """Fast path for Basic.Publish + content header + one body frame on an open channel,
+        with the same checks as the frame-by-frame path; False to take that path."""
+        ch = self.channels.get(number)
+        if ch is None or ch.closing or self.state is not State.OPEN or not self.has_published:
+            return False
+        try:
+            ex, rk, ex_rk_raw, mandatory, immediate = framing.parse_publish(method)
+        except (ValueError, IndexError):
+            raise SyntaxError_("cannot decode basic.publish") from None
+        ch.start_publish(ex, rk, ex_rk_raw, mandatory, immediate)
+        ch.handle_header(header)
+        if ch._publish is not None:  # not finished by an empty body
+            ch.handle_body(body)
+        return True
 
     def _channel_method(self, number: int, payload: bytes) -> None:
         if self.state is not State.OPEN:

@@ -46,6 +46,7 @@ BASIC_CLASS = 60
 # (class_id << 16 | method_id) of hand-parsed methods
 BASIC_PUBLISH = 0x003C0028
 BASIC_ACK = 0x003C0050
+PUBLISH_PREFIX = b"\x00\x3c\x00\x28"  # class 60, method 40
 
 
 class FrameReader:
