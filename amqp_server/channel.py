@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's max_message_size default (bytes)
+SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the smallest frame_max
 
 _content_head = struct.Struct(">HHQ")
 Unacked = tuple[QueuedMessage, Queue, Consumer | None]
@@ -403,6 +404,11 @@ class Channel:
             self.unacked[tag] = (qm, queue, consumer)
         msg = qm.message
         conn = self.connection
+        if len(msg.body) <= SMALL_BODY:
+            conn.send_frame(framing.deliver_bytes(
+                self.number, consumer.tag_raw, tag, qm.redelivered, msg.ex_rk_raw,
+                msg.properties_raw, msg.body, conn.frame_max))
+            return
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(
             0, framing.deliver_frame(self.number, consumer.tag_raw, tag, qm.redelivered,

@@ -196,6 +196,25 @@ def deliver_frame(
     return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
+def deliver_bytes(
+    channel: int, consumer_tag_raw: bytes, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes,
+    properties_raw: bytes, body: bytes, frame_max: int,
+) -> bytes:
+    """Basic.Deliver + content header + body as one bytes object, for a body that fits one
+    frame (the caller checks ``len(body) <= frame_max - 8``); one allocation per delivery."""
+    method = b"".join((b"\x00\x3c\x00\x3c", consumer_tag_raw,
+                       _tag_bit.pack(delivery_tag, 1 if redelivered else 0), ex_rk_raw))
+    head_len = 12 + len(properties_raw)
+    size = len(body)
+    return b"".join((
+        _frame_head.pack(FRAME_METHOD, channel, len(method)), method, FRAME_END_BYTE,
+        _frame_head.pack(FRAME_HEADER, channel, head_len),
+        _content_head.pack(60, 0, size), properties_raw, FRAME_END_BYTE,
+        _frame_head.pack(FRAME_BODY, channel, size) if size else b"", body,
+        FRAME_END_BYTE if size else b"",
+    ))
+
+
 def get_ok_frame(
     channel: int, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes, message_count: int
 ) -> bytes:

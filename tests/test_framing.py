@@ -377,3 +377,13 @@ def test_body_longer_than_announced_is_a_hard_error(client: Client) -> None:
     # RabbitMQ notices at the next frame (505), the broker at once (501): both close
     assert connection_close(client.send_bytes(publish + header + body + then)).reply_code >= 500
     assert client.broker.vhosts["/"].queues["q"].message_count == 0
+
+
+@pytest.mark.parametrize("body", [b"", b"x", b"y" * 4088])
+def test_deliver_bytes_equals_deliver_frame_plus_content_frames(body: bytes) -> None:
+    props = ContentHeader(0, len(body), commands.Basic.Properties(
+        content_type="text/plain", headers={"a": 1})).marshal()[12:]
+    ex_rk = b"\x02ex\x03key"
+    expected = framing.deliver_frame(7, b"\x03tag", 42, True, ex_rk) + b"".join(
+        framing.content_frames(7, props, body, 4096))
+    assert framing.deliver_bytes(7, b"\x03tag", 42, True, ex_rk, props, body, 4096) == expected
