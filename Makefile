@@ -11,7 +11,7 @@ PORT ?= 5672
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,fast]'
+	$(PY) -m pip install -q -e '.[test,fast,spark]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(VENV)/.installed

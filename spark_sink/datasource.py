@@ -1,0 +1,115 @@
+"""The ``amqpq`` PySpark data source (write only: batch and streaming).
+
+``writer()``/``streamWriter()`` run on the driver: they validate every option against the
+DataFrame schema, refuse save modes that have no AMQP meaning, and (``preflight``, default
+on) connect once to check the exchange exists or declare it (``declareExchange``), so a bad
+job fails before any task starts.
+
+Source: PySpark Python Data Source API (``pyspark.sql.datasource.DataSource``),
+https://spark.apache.org/docs/latest/api/python/tutorial/sql/python_data_source.html.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+
+from spark_sink.options import AmqpqOptionError, SinkConfig, parse_options
+from spark_sink.publisher import ConfirmPublisher, PublishError
+from spark_sink.writer import (
+    AmqpqArrowWriter,
+    AmqpqRowWriter,
+    AmqpqStreamRowWriter,
+    AmqpqStreamWriter,
+)
+
+log = logging.getLogger("spark_sink")
+
+
+class AmqpqSaveModeError(ValueError):
+    """A save mode / output mode that publishing cannot honour."""
+
+
+OVERWRITE_REFUSED = (
+    "amqpq sink: save mode 'overwrite' (streaming: output mode 'complete') is not supported: "
+    "publishing cannot replace messages already in queues. Use .mode('append') "
+    "(streaming: outputMode('append')). Spark itself refuses 'errorifexists' and 'ignore' "
+    "(and the streaming output mode 'update') for Python data sources."
+)
+
+
+class AmqpqDataSource(DataSource):
+    """``df.write.format("amqpq")`` / ``df.writeStream.format("amqpq")``: rows as messages.
+
+    Options are documented in ``spark_sink/__init__.py`` and the README.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``amqpq``."""
+        return "amqpq"
+
+    def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
+        """Driver: validate and return the batch writer (pickled to every task)."""
+        config = self._config(schema, overwrite)
+        if not config.job_id:
+            config = dataclasses.replace(config, job_id=uuid.uuid4().hex[:12])
+        if config.api == "row":
+            return AmqpqRowWriter(config, schema)
+        return AmqpqArrowWriter(config, schema)
+
+    def streamWriter(self, schema: T.StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        """Driver: validate and return the micro-batch writer (recreated per micro-batch)."""
+        config = self._config(schema, overwrite)
+        if config.api == "row":
+            return AmqpqStreamRowWriter(config, schema)
+        return AmqpqStreamWriter(config, schema)
+
+    def _config(self, schema: T.StructType, overwrite: bool) -> SinkConfig:
+        if overwrite:
+            raise AmqpqSaveModeError(OVERWRITE_REFUSED)
+        opts = dict(self.options)
+        config = parse_options(opts, schema)
+        if config.format == "avro" and config.body_column is None:
+            from spark_sink.avro import avro_schema, fingerprint
+
+            avro = avro_schema(schema)
+            log.info("amqpq sink: Avro schema (fingerprint %016x): %s", fingerprint(avro),
+                     json.dumps(avro))
+        if config.preflight:
+            preflight(config)
+        return config
+
+
+def preflight(config: SinkConfig) -> None:
+    """Driver: connect once; declare the exchange (``declareExchange``) or check it exists.
+
+    Raises:
+        AmqpqOptionError: no broker reachable ('uri') or the exchange is missing ('exchange').
+    """
+    publisher = ConfirmPublisher(config.addresses, timeout=min(config.timeout, 10.0))
+    try:
+        try:
+            publisher.connect()
+        except PublishError as exc:
+            raise AmqpqOptionError("uri", f"reaches no broker: {exc}") from None
+        try:
+            if config.declare_exchange:
+                publisher.declare_exchange(config.exchange, config.declare_exchange)
+            elif config.exchange:
+                publisher.declare_exchange(config.exchange, "direct", passive=True)
+        except PublishError as exc:
+            vhost = publisher.address.vhost if publisher.address else "?"
+            if config.declare_exchange:
+                raise AmqpqOptionError("declareExchange", f"failed for exchange "
+                                                          f"{config.exchange!r}: {exc}") from None
+            raise AmqpqOptionError("exchange", f"{config.exchange!r} is not usable in vhost "
+                                               f"{vhost!r}: {exc} (declare it first, or set "
+                                               "declareExchange=<type>)") from None
+    finally:
+        publisher.close()
