@@ -41,12 +41,14 @@ from amqp_server.errors import (
     NotFound,
     NotImplemented_,
     PreconditionFailed,
+    SyntaxError_,
     UnexpectedFrame,
     rs,
 )
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, Message
+from queue_store.properties import check_properties
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
 from queue_store.sender_selected import extra_routing_keys, without_bcc
@@ -225,8 +227,15 @@ class Channel:
         if size > MAX_MESSAGE_SIZE:
             self._publish = None
             raise PreconditionFailed(
-                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}")
-        self._props_raw = payload[12:]
+                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}",
+                60, 40)
+        props = payload[12:]
+        if props != b"\x00\x00":  # forwarded as is later: a malformed one must stop here
+            try:
+                check_properties(props)
+            except ValueError as exc:
+                raise SyntaxError_(f"malformed content properties: {exc}", 60, 40) from None
+        self._props_raw = props
         self._body_size = size
         if size == 0:
             self._finish_publish()

@@ -280,6 +280,7 @@ class Connection:
             self.send_frame(framing.PROTOCOL_HEADER)
             self.closed = True
             self.state = State.CLOSED
+            self.broker.connections.discard(self)
             return b""
         self._header_buf = b""
         self.state = State.START_OK
@@ -375,6 +376,7 @@ class Connection:
             if isinstance(method, commands.Channel.Open):
                 raise ChannelError("second 'channel.open' seen")
             if isinstance(method, commands.Channel.CloseOk):
+                ch.expect_method()  # inside a publish's content: 505
                 return
             ch.handle_method(method)
             return

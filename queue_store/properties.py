@@ -63,6 +63,71 @@ def split_properties(raw: bytes) -> dict[str, bytes]:
         raise ValueError(f"malformed content properties: {exc}") from None
 
 
+def check_properties(raw: bytes) -> None:
+    """Validate content-header property bytes without decoding them into objects: every
+    present field fits, a ``headers`` table is well formed (nested tables and arrays
+    included, known type tags only), nothing trails.
+
+    Raises:
+        ValueError: with what is wrong.
+    """
+    fields = split_properties(raw)
+    if sum(len(v) for v in fields.values()) + 2 != len(raw):
+        raise ValueError("trailing bytes after the content properties")
+    table = fields.get("headers")
+    if table is not None:
+        _check_table(table, 0, len(table), 0)
+
+
+_MAX_DEPTH = 64  # nesting of tables/arrays accepted in headers
+
+
+def _check_table(data: bytes, pos: int, end: int, depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise ValueError("field table nested too deeply")
+    (size,) = struct.unpack_from(">I", data, pos)
+    pos += 4
+    stop = pos + size
+    if stop > end:
+        raise ValueError("field table runs past its end")
+    while pos < stop:
+        n = data[pos]
+        try:
+            data[pos + 1:pos + 1 + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("field table key is not UTF-8") from None
+        pos = _check_value(data, pos + 1 + n, stop, depth)
+    if pos != stop:
+        raise ValueError("field table entry runs past the table")
+
+
+def _check_value(data: bytes, pos: int, end: int, depth: int) -> int:
+    if pos >= end:
+        raise ValueError("field value missing")
+    tag = chr(data[pos])
+    pos += 1
+    if tag in _FIXED:
+        nxt = pos + _FIXED[tag]
+    elif tag in _SIZED:
+        if pos + 4 > end:
+            raise ValueError("field value length missing")
+        (size,) = struct.unpack_from(">I", data, pos)
+        nxt = pos + 4 + size
+        if nxt <= end and tag == "F":
+            _check_table(data, pos, nxt, depth + 1)
+        elif nxt <= end and tag == "A":
+            item = pos + 4
+            while item < nxt:
+                item = _check_value(data, item, nxt, depth + 1)
+            if item != nxt:
+                raise ValueError("field array entry runs past the array")
+    else:
+        raise ValueError(f"unknown field type {tag!r}")
+    if nxt > end:
+        raise ValueError("field value runs past its container")
+    return nxt
+
+
 def join_properties(fields: dict[str, bytes]) -> bytes:
     """Property flags + list from name -> encoded bytes (inverse of split_properties)."""
     flags = 0
