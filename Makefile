@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 5672
 
-.PHONY: install run test lint unit interop clean
+.PHONY: install run test lint unit interop clean bench fuzz soak
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,35 @@ unit: install
 
 interop: install
 	$(PY) -m pytest -q interop_tests
+
+# benchmark suite, amqpq vs the reference RabbitMQ (on demand only; not part of `make test`):
+#   make bench BENCH_ARGS="--quick"      BENCH_ARGS="--only 1,3,7 --reps 5 --no-rabbitmq"
+BENCH_ARGS ?=
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,fast,spark,bench]' --config-settings editable_mode=compat
+	touch $@
+
+bench: $(VENV)/.bench-installed
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
+
+# robustness runs on demand (not part of `make test`); each stops by itself and prints figures:
+#   make fuzz FUZZ_SECONDS=300     coverage-guided fuzzing of the sans-IO connection (atheris)
+#   make soak SOAK_SECONDS=300     1,000 connections against a broker process (RSS, fds, p99),
+#                                  then the kill -9 loop (KILLS=20) on a persistent queue
+FUZZ_SECONDS ?= 300
+SOAK_SECONDS ?= 300
+SOAK_ARGS ?=
+KILLS ?= 20
+$(VENV)/.fuzz-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,fast,spark,fuzz]' --config-settings editable_mode=compat
+	touch $@
+
+fuzz: $(VENV)/.fuzz-installed
+	$(PY) fuzz/fuzz_connection.py --seconds $(FUZZ_SECONDS)
+
+soak: install
+	$(PY) fuzz/soak.py --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
+	$(PY) fuzz/kill_loop.py --kills $(KILLS) --seconds 600
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache *.egg-info

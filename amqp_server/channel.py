@@ -491,7 +491,7 @@ class Channel:
         conn = self.connection
         if m.queue == direct_reply_to.PSEUDO_QUEUE and m.passive:
             consumers = 1 if self.reply_consumer_tag is not None else 0
-            self.send(commands.Queue.DeclareOk(m.queue, 0, consumers))
+            conn.send_frame(framing.declare_ok_frame(self.number, m.queue, 0, consumers))
             return
         name = m.queue if (m.queue or not m.passive) else self._queue_name(m.queue)
         server_named = not name
@@ -512,7 +512,9 @@ class Channel:
             conn.exclusive_queues.append(q)
         self.last_queue = q.name
         if not m.nowait:
-            self.send(commands.Queue.DeclareOk(q.name, q.message_count, q.consumer_count))
+            # hand-packed: pamqp refuses queue names outside a narrow character set
+            conn.send_frame(framing.declare_ok_frame(self.number, q.name, q.message_count,
+                                                     q.consumer_count))
 
     def _check_bind(self, queue: str, exchange: str, routing_key: str) -> None:
         self._check("write", "queue", queue)
@@ -776,7 +778,10 @@ class Channel:
         """Channel closing: cancel consumers, requeue unacked deliveries, drop tx state."""
         self.closing = True  # no more deliveries to this channel (can_deliver is False)
         self._drop_reply_consumer()
-        entries = list(self.unacked.values())
+        # deliveries settled inside an uncommitted transaction are still unacked: requeue them
+        pending = [item for kind, arg in (self.tx or []) if kind != "publish" for item in arg[0]]
+        taken = sorted(list(self.unacked.items()) + pending, key=lambda kv: kv[0])
+        entries = [entry for _, entry in taken]
         self.unacked.clear()
         self.tx = None if self.tx is None else []
         self._publish = None

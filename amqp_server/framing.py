@@ -215,6 +215,13 @@ def deliver_bytes(
     ))
 
 
+def declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """Hand-packed Queue.DeclareOk (spec 1.7.2.2): any UTF-8 queue name, as RabbitMQ allows."""
+    payload = b"".join((b"\x00\x32\x00\x0b", _shortstr(queue),
+                        struct.pack(">II", message_count, consumer_count)))
+    return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
 def get_ok_frame(
     channel: int, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes, message_count: int
 ) -> bytes:

@@ -38,7 +38,8 @@ def _routing_keys(message: Message) -> list[str]:
     for name in ("CC", "BCC"):
         extra = headers.get(name)
         if isinstance(extra, list):
-            keys.extend(k.decode() if isinstance(k, bytes) else str(k) for k in extra)
+            keys.extend(k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else str(k)
+                        for k in extra)
     return keys
 
 

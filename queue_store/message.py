@@ -62,8 +62,8 @@ class Message:
     def create(cls, exchange: str, routing_key: str, properties_raw: bytes, body: bytes
                ) -> Message:
         """A message made by the broker itself (dead lettering, HTTP publish)."""
-        ex = exchange.encode("utf-8")
-        rk = routing_key.encode("utf-8")
+        ex = exchange.encode("utf-8", "surrogateescape")
+        rk = routing_key.encode("utf-8", "surrogateescape")[:255]
         ex_rk_raw = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
         return cls(exchange, routing_key, ex_rk_raw, properties_raw, body)
 
@@ -80,7 +80,14 @@ class Message:
         """
         if self._props is None:
             header = ContentHeader()
-            header.unmarshal(_EMPTY_CONTENT_PREFIX + self.properties_raw)
+            try:
+                header.unmarshal(_EMPTY_CONTENT_PREFIX + self.properties_raw)
+            except UnicodeDecodeError:  # a shortstr that is not UTF-8: read it as Latin-1
+                from queue_store.properties import utf8_safe_properties
+
+                header = ContentHeader()
+                header.unmarshal(_EMPTY_CONTENT_PREFIX
+                                 + utf8_safe_properties(self.properties_raw))
             self._props = header.properties
         return self._props
 

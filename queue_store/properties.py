@@ -128,6 +128,23 @@ def _check_value(data: bytes, pos: int, end: int, depth: int) -> int:
     return nxt
 
 
+def utf8_safe_properties(raw: bytes) -> bytes:
+    """``raw`` with every shortstr property that is not UTF-8 transcoded from Latin-1, so a
+    strict UTF-8 decoder accepts it (AMQP shortstrs are bytes; RabbitMQ keeps them as they
+    are). Used only to *read* properties; the original bytes are what is forwarded."""
+    fields = split_properties(raw)
+    for name, kind in PROPERTY_FIELDS:
+        value = fields.get(name)
+        if value is None or kind != "shortstr":
+            continue
+        try:
+            value[1:].decode("utf-8")
+        except UnicodeDecodeError:
+            text = value[1:].decode("latin-1").encode("utf-8")[:255]
+            fields[name] = bytes((len(text),)) + text
+    return join_properties(fields)
+
+
 def join_properties(fields: dict[str, bytes]) -> bytes:
     """Property flags + list from name -> encoded bytes (inverse of split_properties)."""
     flags = 0
@@ -191,7 +208,7 @@ def encode_value(value: Any) -> bytes:
     if isinstance(value, float):
         return b"d" + struct.pack(">d", value)
     if isinstance(value, str | bytes):
-        raw = value.encode("utf-8") if isinstance(value, str) else value
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
         return b"S" + struct.pack(">I", len(raw)) + raw
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:

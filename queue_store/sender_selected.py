@@ -26,7 +26,9 @@ def extra_routing_keys(message: Message) -> list[str]:
     for name in ("CC", "BCC"):
         value = headers.get(name)
         if isinstance(value, list):
-            keys.extend(v.decode() if isinstance(v, bytes) else str(v) for v in value)
+            # longstrs are bytes: keep non-UTF-8 ones reversible rather than fail
+            keys.extend(v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
+                        for v in value)
     return keys
 
 
