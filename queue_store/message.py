@@ -101,8 +101,22 @@ class Message:
 
     @property
     def persistent(self) -> bool:
-        """True when delivery_mode is 2 (persistent)."""
-        return self._has(FLAG_DELIVERY_MODE) and self.properties.delivery_mode == 2
+        """True when delivery_mode is 2 (persistent); reads the one byte without decoding the
+        other properties (they come first: content_type, content_encoding, headers)."""
+        flags = self.flags
+        if not flags & FLAG_DELIVERY_MODE:
+            return False
+        if flags & 1 or self._props is not None:  # a second flags word, or already decoded
+            return self.properties.delivery_mode == 2
+        raw = self.properties_raw
+        pos = 2
+        if flags & FLAG_CONTENT_TYPE:
+            pos += 1 + raw[pos]
+        if flags & FLAG_CONTENT_ENCODING:
+            pos += 1 + raw[pos]
+        if flags & FLAG_HEADERS:
+            pos += 4 + int.from_bytes(raw[pos:pos + 4], "big")
+        return raw[pos] == 2
 
     @property
     def priority(self) -> int:

@@ -337,3 +337,20 @@ def test_basic_get_ok_and_get_empty(client: Client) -> None:
 def test_basic_get_missing_queue(client: Client) -> None:
     close = channel_close(client.send(1, commands.Basic.Get(queue="nope")))
     assert (close.reply_code, close.reply_text) == (404, "NOT_FOUND - no queue 'nope' in vhost '/'")
+
+
+def test_persistent_flag_read_without_decoding_matches_pamqp() -> None:
+    from pamqp.header import ContentHeader
+
+    from queue_store.message import Message
+
+    for props in (commands.Basic.Properties(delivery_mode=2),
+                  commands.Basic.Properties(delivery_mode=1, content_type="text/plain"),
+                  commands.Basic.Properties(content_type="a", content_encoding="gzip",
+                                            headers={"k": "v", "n": 1}, delivery_mode=2),
+                  commands.Basic.Properties(headers={"x": [1, 2]}, delivery_mode=1),
+                  commands.Basic.Properties(priority=3)):
+        raw = ContentHeader(0, 0, props).marshal()[12:]
+        fast = Message("", "rk", b"", raw, b"")
+        slow = Message("", "rk", b"", raw, b"")
+        assert fast.persistent == (slow.properties.delivery_mode == 2)

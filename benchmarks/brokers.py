@@ -1,0 +1,253 @@
+"""The brokers under test and /proc readings of their processes.
+
+* :class:`Amqpq`: a fresh ``python -m amqp_server`` on a free port with a temporary data
+  directory (started per run, so its VmHWM is the run's peak).
+* :class:`RabbitMQ`: the reference RabbitMQ on 127.0.0.1:5672 (started with
+  ``/work/shared/tools/reference-rabbitmq start`` when it is not up); its processes are the
+  beam.smp running ``rabbit boot`` (not ``rabbitmqctl``'s short-lived beam.smp).
+
+CPU seconds are utime+stime from ``/proc/<pid>/stat``; memory is VmRSS / VmHWM from
+``/proc/<pid>/status``, summed over the broker's processes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RABBIT_TOOL = Path("/work/shared/tools/reference-rabbitmq")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                rest = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(rest[11]) + int(rest[12])) / CLK_TCK
+    return total
+
+
+def status_kb(pids: list[int], key: str) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith(key + ":"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total
+
+
+def mem_available_mb() -> float:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class RssSampler:
+    """Samples the summed VmRSS of ``pids`` every ``interval`` s in a thread; ``peak_mb``."""
+
+    def __init__(self, pids: list[int], interval: float = 0.05) -> None:
+        self.pids, self.interval = pids, interval
+        self.peak_kb = status_kb(pids, "VmRSS")
+        self.last_kb = self.peak_kb
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            kb = status_kb(self.pids, "VmRSS")
+            self.last_kb = kb
+            self.peak_kb = max(self.peak_kb, kb)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(2)
+        self.peak_kb = max(self.peak_kb, status_kb(self.pids, "VmRSS"))
+        return self.peak_kb / 1024
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_kb / 1024
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+class Amqpq:
+    """A fresh amqpq broker process per run."""
+
+    name = "amqpq"
+    fresh_per_run = True
+
+    def __init__(self, python: str = sys.executable, extra_args: tuple[str, ...] = ()) -> None:
+        self.python, self.extra_args = python, extra_args
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.data_dir: str | None = None
+        self.output: collections.deque[str] = collections.deque(maxlen=50)
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.proc.pid] if self.proc is not None else []
+
+    def start(self) -> None:
+        self.data_dir = tempfile.mkdtemp(prefix="amqpq-bench-")
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "amqp_server", "--host", "127.0.0.1", "--port", "0",
+             "--data-dir", self.data_dir, "--log-level", "warning", "--no-management",
+             *self.extra_args],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line.rstrip())
+            m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        self.stop()
+        raise RuntimeError("amqpq did not start: " + " | ".join(self.output))
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line.rstrip())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+            self.proc = None
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+
+def rabbit_pids() -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if (d / "comm").read_text().strip() != "beam.smp":
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if b"rabbit boot" in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+class RabbitMQ:
+    """The reference RabbitMQ (long-running, shared: only our own queues are touched)."""
+
+    name = "rabbitmq"
+    fresh_per_run = False
+
+    def __init__(self, port: int = 5672) -> None:
+        self.port = port
+        self._pids: list[int] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return self._pids
+
+    def start(self) -> None:
+        if not port_open(self.port) and RABBIT_TOOL.exists():
+            print(f"rabbitmq: not reachable on 127.0.0.1:{self.port}, running {RABBIT_TOOL} start",
+                  flush=True)
+            subprocess.run([str(RABBIT_TOOL), "start"], check=False, timeout=300)
+        if not port_open(self.port):
+            raise RuntimeError(f"reference RabbitMQ not reachable on 127.0.0.1:{self.port}")
+        self._pids = rabbit_pids()
+        if not self._pids:
+            raise RuntimeError("RabbitMQ is up but no beam.smp running 'rabbit boot' was found")
+
+    def alive(self) -> bool:
+        return all(Path(f"/proc/{p}").exists() for p in self._pids) and port_open(self.port)
+
+    def socket_headroom(self) -> tuple[int, str]:
+        """(sockets RabbitMQ can still accept, how it was found). Its socket limit is fixed
+        at boot from the file-descriptor limit (1,024 fds: 832 sockets)."""
+        try:
+            out = subprocess.run(["rabbitmqctl", "-q", "status"], capture_output=True,
+                                 text=True, timeout=60).stdout
+            m = re.search(r"Sockets: (\d+), limit: (\d+)", re.sub(r"\x1b\[[0-9;]*m", "", out))
+            if m:
+                used, limit = int(m.group(1)), int(m.group(2))
+                return limit - used, f"rabbitmqctl status: sockets {used} used, limit {limit}"
+        except (OSError, subprocess.SubprocessError):
+            pass
+        soft = 0
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            for line in Path(f"/proc/{self._pids[0]}/limits").read_text().splitlines():
+                if line.startswith("Max open files"):
+                    soft = int(line.split()[3])
+        return int(soft * 0.8), f"/proc limits: {soft} open files"
+
+    def stop(self) -> None:
+        pass  # shared, long-running: never stopped by the benchmark
+
+
+class PySpy:
+    """``py-spy record -f raw`` on a pid until :meth:`stop` (SIGINT makes it write the file)."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        self.out = out
+        self.proc = subprocess.Popen(
+            [exe, "record", "-p", str(pid), "-f", "raw", "-r", str(rate), "-o", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # attach before the load starts
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        with contextlib.suppress(Exception):
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            if not self.out.exists():
+                print(f"py-spy wrote no profile: {err.strip()[-300:]}", flush=True)
