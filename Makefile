@@ -28,8 +28,20 @@ test: install lint
 unit: install
 	$(PY) -m pytest -q tests
 
+# The interop suite, then the client x scenario matrix cells marked slow (Node amqplib, C
+# amqp-tools, the Python clients' heartbeat cells) and its differential mode against the
+# reference RabbitMQ (AMQPQ_REFERENCE_URL; skipped when unreachable). Run interop-deps once first.
 interop: install
 	$(PY) -m pytest -q interop_tests
+	$(PY) -m pytest -q -m slow interop_tests/test_matrix_*.py
+
+# Clients of the matrix that do not come from PyPI: rabbitmq-c's amqp-tools (apt, as root or
+# via sudo) and Node.js amqplib (npm, into interop_tests/matrix/node/node_modules).
+.PHONY: interop-deps
+interop-deps: SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
+interop-deps: install
+	command -v amqp-consume >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y amqp-tools; }
+	cd interop_tests/matrix/node && npm install --no-audit --no-fund --no-package-lock
 
 # benchmark suite, amqpq vs the reference RabbitMQ (on demand only; not part of `make test`):
 #   make bench BENCH_ARGS="--quick"      BENCH_ARGS="--only 1,3,7 --reps 5 --no-rabbitmq"

@@ -1,0 +1,1 @@
+"""One driver per client library (see ``interop_tests/matrix/driver.py`` for the API)."""

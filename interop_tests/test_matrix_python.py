@@ -1,0 +1,31 @@
+"""Interop matrix, Python clients: pika (BlockingConnection, SelectConnection,
+AsyncioConnection), aio-pika (plain and robust connection), aiormq, kombu on py-amqp and
+amqpstorm, each through every scenario of ``interop_tests/matrix/scenarios.py``.
+
+A cell runs one scenario with one client against the broker under test (``broker_url``) and
+checks the observation (deliveries, order, redelivered flags, reply codes and texts, returns,
+Declare-Ok counts) against the expected one. A cell the client cannot do is skipped with the
+reason. ``test_matrix_vs_reference.py`` runs the same cells against the reference RabbitMQ.
+
+Time: a cell takes 10-400 ms, but ``heartbeat_idle`` idles 3 s on purpose; only pika's
+BlockingConnection runs it by default, the other clients' heartbeat cells are marked ``slow``
+(``make interop`` runs them), so the default run stays well under a minute.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from interop_tests.matrix.clients import PYTHON_CLIENTS
+from interop_tests.matrix.harness import cells, check_cell
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _slow(client: str, scenario: str) -> bool:
+    return scenario == "heartbeat_idle" and client != "pika_blocking"
+
+
+@pytest.mark.parametrize(("client", "scenario"), cells(PYTHON_CLIENTS, slow=_slow))
+def test_cell(request, broker_url, client, scenario):
+    check_cell(request, client, scenario, broker_url)
