@@ -47,7 +47,7 @@ from amqp_server.errors import (
 )
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
-from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, Message
+from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from queue_store.properties import check_properties
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_priority
@@ -273,6 +273,10 @@ class Channel:
         self._props_raw = b""
         self._body = []
         self._body_got = 0
+        if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
+            # https://www.rabbitmq.com/docs/validated-user-id
+            raise PreconditionFailed(f"user_id property set to '{msg.user_id}' but "
+                                     f"authenticated user was '{self.connection.user}'")
         if msg.flags & (FLAG_EXPIRATION | FLAG_REPLY_TO):
             if msg.expiration is not None:
                 try:

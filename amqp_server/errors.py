@@ -61,8 +61,8 @@ class AMQPError(Exception):
         class_id, method_id: the failing method's ids (0 when not known); the connection fills
             them in from the method being handled when left at 0.
 
-    ``reply_text`` is ``"NOT_FOUND - no queue 'q' in vhost '/'"`` cut to 255 bytes, as RabbitMQ
-    writes it.
+    ``reply_text`` is ``"NOT_FOUND - no queue 'q' in vhost '/'"``; a longer one than 255 bytes
+    is cut to 252 and ends with ``...``, as RabbitMQ writes it.
     """
 
     code: ReplyCode = ReplyCode.INTERNAL_ERROR
@@ -82,8 +82,8 @@ class AMQPError(Exception):
     def reply_text(self) -> str:
         text = f"{self.code.name} - {self.explanation}"
         raw = text.encode("utf-8")
-        if len(raw) > 255:
-            text = raw[:255].decode("utf-8", "ignore")
+        if len(raw) > 255:  # RabbitMQ: 252 bytes and "..."
+            text = raw[:252].decode("utf-8", "ignore") + "..."
         return text
 
 

@@ -25,6 +25,7 @@ FLAG_PRIORITY = 1 << 11
 FLAG_REPLY_TO = 1 << 9
 MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's rabbit_misc:check_expiry bound (10 years, ms)
 FLAG_EXPIRATION = 1 << 8
+FLAG_USER_ID = 1 << 4
 
 
 class Message:
@@ -127,6 +128,11 @@ class Message:
     def reply_to(self) -> str | None:
         """The ``reply_to`` property or None."""
         return self.properties.reply_to if self._has(FLAG_REPLY_TO) else None
+
+    @property
+    def user_id(self) -> str | None:
+        """The ``user_id`` property or None."""
+        return self.properties.user_id if self._has(FLAG_USER_ID) else None
 
     @property
     def expiration(self) -> str | None:

@@ -23,8 +23,8 @@ PROPERTY_FIELDS = (
     ("timestamp", "timestamp"), ("type", "shortstr"), ("user_id", "shortstr"),
     ("app_id", "shortstr"), ("cluster_id", "shortstr"),
 )
-_FIXED = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8, "f": 4, "d": 8,
-          "D": 5, "T": 8, "V": 0}
+_FIXED = {"t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8, "L": 8, "f": 4,
+          "d": 8, "D": 5, "T": 8, "V": 0}  # "L": py-amqp's 64-bit int, which RabbitMQ accepts
 _SIZED = frozenset("SAFx")  # u32 length prefix
 
 
