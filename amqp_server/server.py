@@ -339,3 +339,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"amqpq-server: cannot listen on {config.host}:{config.port}: {exc.strerror}",
               file=sys.stderr)
         sys.exit(1)
+    except ValueError as exc:  # unreadable definitions (--definitions or the data dir's)
+        print(f"amqpq-server: {exc}", file=sys.stderr)
+        sys.exit(1)
