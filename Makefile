@@ -28,12 +28,12 @@ test: install lint
 unit: install
 	$(PY) -m pytest -q tests
 
-# The interop suite, then the client x scenario matrix cells marked slow (Node amqplib, C
-# amqp-tools, the Python clients' heartbeat cells) and its differential mode against the
+# The interop suite, then the whole client x scenario matrix in one session (every cell,
+# slow ones too: Node amqplib, C amqp-tools, heartbeats) with its differential mode against the
 # reference RabbitMQ (AMQPQ_REFERENCE_URL; skipped when unreachable). Run interop-deps once first.
 interop: install
-	$(PY) -m pytest -q interop_tests
-	$(PY) -m pytest -q -m slow interop_tests/test_matrix_*.py
+	$(PY) -m pytest -q interop_tests --ignore-glob='interop_tests/test_matrix_*.py'
+	$(PY) -m pytest -q -m '' interop_tests/test_matrix_*.py
 
 # Clients of the matrix that do not come from PyPI: rabbitmq-c's amqp-tools (apt, as root or
 # via sudo) and Node.js amqplib (npm, into interop_tests/matrix/node/node_modules).

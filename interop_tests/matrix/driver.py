@@ -172,6 +172,9 @@ class Driver:
     mechanisms: tuple[str, ...] = ("PLAIN",)
     #: Why a scenario cannot run with this client: {scenario: reason}.
     unsupported: dict[str, str] = {}
+    #: Whether an asynchronous channel error (after a publish or an ack, which get no reply)
+    #: reliably reaches the next synchronous call; when not, such probes observe ``NA``.
+    async_errors_reliable = True
 
     def __init__(self) -> None:
         self.deliveries: list[dict] = []

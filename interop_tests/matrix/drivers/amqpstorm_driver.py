@@ -44,9 +44,14 @@ class AmqpstormDriver(Driver):
             self._record_return(exc)
             return None
         except AMQPChannelError as exc:
-            match = CLOSE_TEXT.match(str(exc))
-            if match and exc.error_code:
-                raise ChannelError(exc.error_code, match.group("text")) from exc
+            # The broker's Channel.Close, raised as is, or (a race in amqpstorm's
+            # check_for_errors: the close lands between its two checks) as a bare "channel
+            # closed" while the close's own exception waits in channel.exceptions.
+            for candidate in (exc, *getattr(self.ch, "exceptions", ())):
+                match = CLOSE_TEXT.match(str(candidate))
+                code = getattr(candidate, "error_code", None)
+                if match and code:
+                    raise ChannelError(code, match.group("text")) from exc
             raise
 
     def _record_return(self, exc) -> None:
