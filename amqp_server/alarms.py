@@ -8,6 +8,10 @@ published is sent Connection.Blocked (when the client announced the ``connection
 capability) and is no longer read from; when all alarms clear, Connection.Unblocked and
 reading resumes. Consumers keep being served, which is how memory comes back down.
 
+The disk alarm also goes on at once when a write to the data dir fails (disk full before the
+free-space check saw it: :meth:`Alarms.write_failed`), and stays on until the failed writes
+have been retried successfully.
+
 Past the paging threshold (half the watermark, ``vm_memory_high_watermark_paging_ratio``)
 queues get a smaller RAM budget, so new messages go to disk sooner.
 
@@ -89,6 +93,7 @@ class Alarms:
         self.memory = False
         self.disk = False
         self.paging = False
+        self.write_error = False  # a write to the data dir is failing
 
     @property
     def active(self) -> list[str]:
@@ -102,10 +107,7 @@ class Alarms:
             release_free_memory()  # otherwise freed memory keeps RSS (and the alarm) up
         rss = self._rss()
         self.memory = rss >= self.limit
-        try:
-            self.disk = self._disk_free() < self.disk_free_limit
-        except OSError:
-            self.disk = False
+        self.disk = self._disk_low()
         paging = rss >= self.limit * PAGING_RATIO
         if paging != self.paging:
             self.paging = paging
@@ -113,11 +115,31 @@ class Alarms:
                      "above" if paging else "below", int(self.limit * PAGING_RATIO))
             if self.on_paging is not None:
                 self.on_paging(paging)
+        self._notify(before, rss)
+
+    def write_failed(self, failing: bool) -> None:
+        """Writes to the data dir started failing (True) or succeed again (False): the disk
+        alarm goes on at once, and off when the free space allows it too."""
+        before = bool(self.active)
+        self.write_error = failing
+        self.disk = self._disk_low()
+        self._notify(before, self._rss())
+
+    def _disk_low(self) -> bool:
+        if self.write_error:
+            return True
+        try:
+            return self._disk_free() < self.disk_free_limit
+        except OSError:
+            return False
+
+    def _notify(self, before: bool, rss: int) -> None:
         now = bool(self.active)
         if now != before:
             if now:
-                log.warning("resource alarm set: %s (rss %d bytes, limit %d)",
-                            ", ".join(self.active), rss, self.limit)
+                log.warning("resource alarm set: %s (rss %d bytes, limit %d%s)",
+                            ", ".join(self.active), rss, self.limit,
+                            ", a write failed" if self.write_error else "")
             else:
                 log.warning("resource alarms cleared")
             if self.on_change is not None:

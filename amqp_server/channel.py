@@ -328,23 +328,28 @@ class Channel:
                 confirms.reject(confirms.next_seq(pending=True))
             elif unsynced:
                 seq = confirms.next_seq(pending=True)
-                self._after_sync(lambda: confirms.confirm(seq))
+                self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq))
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
         elif unsynced and self.tx is not None:
             self._tx_unsynced = True
 
-    def _after_sync(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once what was written so far is fsynced, then flush confirms."""
+    def _after_sync(self, callback: Callable[[], None],
+                    on_error: Callable[[], None] | None = None) -> None:
+        """Run ``callback`` once what was written so far is fsynced (``on_error`` instead
+        when that fsync fails), then flush confirms."""
         conn = self.connection
 
-        def run() -> None:
-            callback()
-            if not self.closing:
-                conn.confirms_dirty.add(self)
+        def settled(action: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                action()
+                if not self.closing:
+                    conn.confirms_dirty.add(self)
+            return run
 
-        conn.broker.durability.after_sync(run)
+        conn.broker.durability.after_sync(
+            settled(callback), None if on_error is None else settled(on_error))
 
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""

@@ -132,6 +132,7 @@ class BrokerServer:
         self.alarms = Alarms(Path(config.data_dir), config.memory_high_watermark,
                              config.disk_free_limit, on_change=self._alarm_changed,
                              on_paging=self.broker.set_memory_pressure)
+        self.broker.durability.write_errors.on_change = self.alarms.write_failed
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._server: asyncio.base_events.Server | None = None
@@ -179,9 +180,11 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
 
         def finished(fut: asyncio.Future[None]) -> None:
-            if fut.exception() is not None:
-                log.error("fsync failed: %s", fut.exception())
-            done()
+            error = fut.exception()
+            if error is not None and not isinstance(error, OSError):
+                log.error("fsync round failed: %r", error)
+                error = OSError(0, repr(error))
+            done(error)  # type: ignore[arg-type]
 
         loop.run_in_executor(None, work).add_done_callback(finished)
 

@@ -31,6 +31,7 @@ LavinMQ's segment files.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -38,6 +39,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from queue_store.disk_writes import write_buffer
 from queue_store.message import Message
 
 log = logging.getLogger("amqpq.msg_store")
@@ -132,18 +134,34 @@ class MessageStore:
     def _path(self, segment: int) -> Path:
         return self.directory / f"{segment:08d}.seg"
 
-    def _open_segment(self, segment: int) -> None:
+    def _open_segment(self, segment: int) -> bool:
+        """Make ``segment`` the current segment. False, with nothing changed, when the current
+        segment's buffer cannot be written out or the new file cannot be created (disk full):
+        records then keep going to the current segment.
+
+        Raises:
+            OSError: there is no current segment and the first one cannot be created.
+        """
         previous = self._segment if self._fd >= 0 else None
+        if self._fd >= 0 and self.flush() is not None:
+            return False
+        try:
+            fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            if self._fd < 0:
+                raise
+            log.error("msg store %s: cannot start segment %d: %s", self.directory, segment, exc)
+            return False
         if self._fd >= 0:
-            self.flush()
             self._retired_fds.append(self._fd)  # closed after its data is fsynced
         self._segment = segment
-        self._fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
         self._buffer_start = self._size
         self.live_bytes.setdefault(segment, 0)
         if previous is not None:
             self._maybe_collect(previous)  # records acked while it was current
+        return True
 
     def _reader(self, segment: int) -> int:
         fd = self._read_fds.get(segment)
@@ -199,12 +217,15 @@ class MessageStore:
         if loc.segment != self._segment:
             self._maybe_collect(loc.segment)
 
-    def flush(self) -> None:
-        """Write buffered records to the current segment file (no fsync)."""
-        if self._buffer and self._fd >= 0:
-            os.write(self._fd, self._buffer)
-            self._buffer.clear()
-            self._buffer_start = self._size
+    def flush(self) -> OSError | None:
+        """Write buffered records to the current segment file (no fsync). Returns the error
+        when not all could be written (disk full): the rest stays buffered for a retry."""
+        if not self._buffer or self._fd < 0:
+            return None
+        before = len(self._buffer)
+        error = write_buffer(self._fd, self._buffer)
+        self._buffer_start += before - len(self._buffer)
+        return error
 
     def dirty_fds(self) -> list[int]:
         """File descriptors to fsync for everything flushed so far (for :meth:`sync`)."""
@@ -241,6 +262,15 @@ class MessageStore:
             self._delete_segment(segment)
         self._deleting = []
 
+    def sync_failed(self) -> None:
+        """The fsync round failed: what it covered is due again in the next round."""
+        self._retired_fds[:0] = self._syncing_fds
+        self._syncing_fds = []
+        self._pending_delete[:0] = self._deleting
+        self._deleting = []
+        if self._fd >= 0:
+            self._dirty.add(self._segment)
+
     # ---- reading -------------------------------------------------------------------------
 
     def read(self, msg_id: int) -> Message:
@@ -250,9 +280,14 @@ class MessageStore:
             KeyError: unknown msg_id; ValueError: the record is corrupt (CRC mismatch).
         """
         loc = self.index[msg_id]
-        if loc.segment == self._segment and loc.offset >= self._buffer_start:
-            start = loc.offset - self._buffer_start
-            raw = bytes(self._buffer[start:start + loc.size])
+        if loc.segment == self._segment and loc.offset + loc.size > self._buffer_start:
+            # (partly) still buffered: after a short write its head is in the file
+            head = b""
+            if loc.offset < self._buffer_start:
+                head = os.pread(self._reader(loc.segment), self._buffer_start - loc.offset,
+                                loc.offset)
+            start = loc.offset + len(head) - self._buffer_start
+            raw = head + bytes(self._buffer[start:start + loc.size - len(head)])
         else:
             raw = os.pread(self._reader(loc.segment), loc.size, loc.offset)
         length, crc, stored_id = _head.unpack_from(raw, 0)
@@ -371,7 +406,10 @@ class MessageStore:
 
     def close(self) -> None:
         """Flush, fsync and close every file (clean shutdown)."""
-        self.flush()
+        error = self.flush()
+        if error is not None:
+            log.error("msg store %s: %d bytes not written at shutdown (unconfirmed): %s",
+                      self.directory, len(self._buffer), error)
         if self._fd >= 0:
             os.fsync(self._fd)
             os.close(self._fd)
@@ -385,9 +423,15 @@ class MessageStore:
 
 
 def sync_fds(fds: list[int]) -> None:
-    """fsync each file descriptor (blocking; for a worker thread)."""
+    """fsync each file descriptor (blocking; for a worker thread).
+
+    Raises:
+        OSError: an fsync failed (other than on an already closed descriptor).
+    """
     for fd in fds:
         try:
             os.fsync(fd)
-        except OSError as exc:  # a closed fd after rotation: its data was fsynced on close
-            log.debug("fsync skipped: %s", exc)
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise
+            log.debug("fsync skipped (closed after rotation): %s", exc)

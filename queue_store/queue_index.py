@@ -24,6 +24,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from queue_store.disk_writes import write_buffer
+
 log = logging.getLogger("amqpq.queue_index")
 
 _body = struct.Struct(">BQQQB")
@@ -118,26 +120,40 @@ class QueueIndex:
             self._rotate()
 
     def _rotate(self) -> None:
-        """Start a new current segment; the old one waits for its last ack."""
-        self.flush()
+        """Start a new current segment; the old one waits for its last ack. Skipped (tried
+        again at the next ack) when the buffer cannot be written or no file can be created."""
+        if self.flush() is not None:
+            return
+        fresh = self.path.with_name(self.path.name + ".new")
+        try:
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError as exc:
+            log.error("queue index %s: cannot rotate: %s", self.path, exc)
+            return
         number = self._next_segment
         self._next_segment += 1
         os.replace(self.path, self._segment_path(number))
+        os.replace(fresh, self.path)
         self._retired_fds.append(self._fd)  # closed after its data is fsynced
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = fd
         if self._cur_live > 0:
             self._rotated[number] = [self._cur_first, self._cur_last, self._cur_live]
         else:
             self._segment_path(number).unlink(missing_ok=True)
         self._cur_first = self._cur_live = self.acked = 0
 
-    def flush(self) -> None:
-        """Write the buffer to the file (no fsync)."""
-        if self._buffer:
-            os.write(self._fd, self._buffer)
-            self._buffer.clear()
+    def flush(self) -> OSError | None:
+        """Write the buffer to the file (no fsync). Returns the error when not all of it
+        could be written (disk full): the rest stays buffered for a retry."""
+        if not self._buffer:
+            self.dirty = False
+            return None
+        before = len(self._buffer)
+        error = write_buffer(self._fd, self._buffer)
+        if len(self._buffer) < before:
             self.unsynced = True
-        self.dirty = False
+        self.dirty = error is not None
+        return error
 
     def sync_fds(self) -> list[int]:
         """Flush; the fds to fsync for everything written so far."""
@@ -155,36 +171,58 @@ class QueueIndex:
             os.close(fd)
         self._syncing_fds = []
 
+    def sync_failed(self) -> None:
+        """The fsync round failed: what it covered is due again in the next round."""
+        self._retired_fds[:0] = self._syncing_fds
+        self._syncing_fds = []
+        self.unsynced = True
+
     def needs_compaction(self) -> bool:
         return self.acked > COMPACT_MIN_ACKS and self.acked > 2 * max(self._cur_live, 1)
 
-    def compact(self, entries: list[IndexEntry]) -> None:
-        """Rewrite the journal with only ``entries`` (the live messages), atomically, and
-        drop the rotated segments."""
+    def compact(self, entries: list[IndexEntry]) -> bool:
+        """Rewrite the journal with only ``entries`` (the whole live state), atomically, and
+        drop the rotated segments and any records still buffered. False when the new journal
+        cannot be written (disk full): the old journal then stays as it is (it replays to the
+        same live state) and only the counters are reset."""
         tmp = self.path.with_suffix(".tmp")
         data = bytearray()
         for e in entries:
             data += _record(PUBLISH, e.seq, e.msg_id, e.expiry_ms, e.priority)
             if e.delivered:
                 data += _record(DELIVER, e.seq)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.flush()
-        os.close(self._fd)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            log.error("queue index %s: not compacted: %s", self.path, exc)
+            self._reset_counts(entries)
+            return False
         os.replace(tmp, self.path)
+        self._buffer.clear()
+        self.dirty = False
+        os.close(self._fd)
         for number in self._segment_numbers(self.path):
             self._segment_path(number).unlink(missing_ok=True)
         self._rotated.clear()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._reset_counts(entries)
+        return True
+
+    def _reset_counts(self, entries: list[IndexEntry]) -> None:
         self.live = self._cur_live = len(entries)
         self._cur_first = entries[0].seq if entries else 0
         self._cur_last = entries[-1].seq if entries else 0
         self.acked = 0
 
     def close(self) -> None:
-        self.flush()
+        error = self.flush()
+        if error is not None:
+            log.error("queue index %s: %d bytes not written at shutdown: %s", self.path,
+                      len(self._buffer), error)
         os.close(self._fd)
         for fd in self._retired_fds + self._syncing_fds:
             os.close(fd)

@@ -54,7 +54,8 @@ class VhostStorage:
         """Makes the paging FIFO of each priority level of ``queue``."""
         base = name_id(queue)
         return lambda level: VariableQueue(self.paging_dir / f"{base}.{level}.delta",
-                                           store=self.store)
+                                           store=self.store,
+                                           errors=self.durability.write_errors)
 
     def open_index(self, queue: str) -> QueueIndex:
         return QueueIndex(self.index_path(queue))
@@ -66,7 +67,7 @@ class VhostStorage:
 
     def delete_index(self, index: QueueIndex) -> None:
         """Remove a deleted queue's journal (after any fsync in flight)."""
-        self.durability.indexes.discard(index)
+        self.durability.forget_index(index)
         index.retire()
         if self.durability.syncing:
             self.durability.after_sync(index.delete)
@@ -80,8 +81,7 @@ class VhostStorage:
         """The vhost was deleted: close and remove its folder (after any fsync in flight),
         so a vhost created later under the same name starts empty."""
         def remove() -> None:
-            if self.store in self.durability.stores:
-                self.durability.stores.remove(self.store)
+            self.durability.remove_store(self.store)
             self.store.close()
             shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from queue_store.backing import QueuedMessage
+from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 
 _rec = struct.Struct(">IQdBBQ")  # payload len, seq, expires_at (NaN none), priority, flags, msg_id
@@ -70,15 +71,20 @@ class VariableQueue:
         path: the paging file (created on first page-out, truncated when drained).
         ram_messages, ram_bytes: q4's budget (messages, body bytes).
         read_batch: messages read back per refill.
+        store: the message store gamma bodies are read back from.
+        errors: told when the paging file cannot be written (disk full): the unwritten
+            records then stay in RAM, in order, and are retried.
     """
 
     def __init__(self, path: Path, ram_messages: int = RAM_MESSAGES, ram_bytes: int = RAM_BYTES,
-                 read_batch: int = READ_BATCH, store: MessageStore | None = None) -> None:
+                 read_batch: int = READ_BATCH, store: MessageStore | None = None,
+                 errors: WriteErrors | None = None) -> None:
         self.path = Path(path)
         self.ram_messages = self._base_ram_messages = ram_messages
         self.ram_bytes = ram_bytes
         self.read_batch = read_batch
         self.store = store  # where gamma messages' bodies are read back from
+        self.errors = errors
         self.q4: deque[QueuedMessage] = deque()
         self.q4_bytes = 0
         self.gamma_count = 0  # q4 entries whose body is only on disk
@@ -191,30 +197,53 @@ class VariableQueue:
 
     def _page_out(self, qm: QueuedMessage) -> None:
         if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError as exc:  # disk full: delta is empty, so RAM keeps the order
+                if self.errors is not None:
+                    self.errors.update(self, exc)
+                self.q4.append(qm)
+                self.q4_bytes += len(qm.message.body)
+                return
             self._read_pos = self._file_size = 0
         self._write_buf += _encode(qm)
         self.delta_count += 1
         self.delta_bytes += len(qm.message.body)
         self.paged_out += 1
         if len(self._write_buf) >= READ_CHUNK:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
-        if self._write_buf:
-            os.pwrite(self._fd, self._write_buf, self._file_size)
-            self._file_size += len(self._write_buf)
-            self._write_buf.clear()
+    def flush(self) -> OSError | None:
+        """Write paged-out records to the paging file. Returns the error when not all could
+        be written (disk full): the rest stays in RAM, still in order, for a retry."""
+        if not self._write_buf or self._fd < 0:
+            if self.errors is not None:
+                self.errors.clear(self)
+            return None
+        before = len(self._write_buf)
+        error = write_buffer(self._fd, self._write_buf, self._file_size)
+        self._file_size += before - len(self._write_buf)
+        if self.errors is not None:
+            self.errors.update(self, error)
+        return error
 
     def _page_in(self) -> None:
         """Read up to ``read_batch`` messages from delta into q4."""
-        self._flush()
+        self.flush()
         loaded = 0
         buf, off = self._read_buf, self._read_off
         while loaded < self.read_batch and self.delta_count:
             have = len(buf) - off
             if have < _rec.size or have < _rec.size + _rec.unpack_from(buf, off)[0]:
                 chunk = os.pread(self._fd, READ_CHUNK, self._read_pos)
+                if not chunk and self._write_buf:
+                    # the file is read to its end and the rest could not be written: take
+                    # it from RAM (the file keeps a hole there, never read)
+                    chunk = bytes(self._write_buf)
+                    self._write_buf.clear()
+                    self._file_size += len(chunk)
+                    if self.errors is not None:
+                        self.errors.clear(self)
                 if not chunk:
                     raise OSError(f"paging file {self.path} ended with "
                                   f"{self.delta_count} messages unread")
@@ -245,6 +274,8 @@ class VariableQueue:
         self.delta_count = 0
         self.delta_bytes = 0
         self._write_buf.clear()
+        if self.errors is not None:
+            self.errors.clear(self)
         self._read_buf = b""
         self._read_off = self._read_pos = self._file_size = 0
         if self._fd >= 0:
@@ -262,12 +293,14 @@ class VariableQueue:
             for qm in reversed(tail):
                 self.q4_bytes -= len(qm.message.body)
                 self._page_out(qm)
-            self._flush()
+            self.flush()
         if on:
             self._drop_bodies()
 
     def close(self, delete: bool = True) -> None:
         """Release the paging file (deleted by default: its contents are transient)."""
+        if self.errors is not None:
+            self.errors.clear(self)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -16,7 +16,7 @@ import queue_store.durability as durability_mod
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.persistence import TopologyStore, recover_messages
-from queue_store.durability import Durability
+from queue_store.durability import Durability, run_inline
 from queue_store.message import Message
 from queue_store.msg_store import MessageStore
 from queue_store.queue import ACCEPTED_UNSYNCED
@@ -33,17 +33,17 @@ class DeferredRunner:
     """A SyncRunner that keeps each round's ``work``/``done`` until the test runs them."""
 
     def __init__(self) -> None:
-        self.rounds: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        self.rounds: list[tuple[Callable[[], None], Callable[[OSError | None], None]]] = []
         self.started = 0
 
-    def __call__(self, work: Callable[[], None], done: Callable[[], None]) -> None:
+    def __call__(self, work: Callable[[], None],
+                 done: Callable[[OSError | None], None]) -> None:
         self.started += 1
         self.rounds.append((work, done))
 
     def finish_one(self) -> None:
         work, done = self.rounds.pop(0)
-        work()
-        done()
+        run_inline(work, done)
 
     def finish_all(self, limit: int = 100) -> None:
         for _ in range(limit):
@@ -90,7 +90,7 @@ def test_callback_waits_for_its_fsync_round(runner: DeferredRunner) -> None:
     work, done = runner.rounds.pop()
     work()
     assert ran == []  # not before done() is back on the loop thread
-    done()
+    done(None)
     assert ran == ["a"]
     assert not d.syncing and d.syncs == 1
 
