@@ -160,6 +160,7 @@ class BrokerServer:
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
                  counts["messages"], counts["queues"], counts["skipped"])
         management.load_definitions(self.broker, self.config)  # --definitions FILE
+        self.alarms.check()  # an alarm already due blocks the first publishers, as RabbitMQ
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
         )

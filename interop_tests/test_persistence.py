@@ -42,9 +42,10 @@ def _free_port() -> int:
 class BrokerProcess:
     """``python -m amqp_server`` on a data dir; restartable, on a fresh port each start."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, args: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
+        self.args = args  # more command-line options
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.starts = 0
@@ -59,7 +60,7 @@ class BrokerProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1",
                  "--port", str(self.port), "--data-dir", str(self.data_dir),
-                 "--log-level", "info"],
+                 "--log-level", "info", *self.args],
                 stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT,
                 env={**os.environ, "PYTHONPATH": os.pathsep.join(
                     p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)},

@@ -258,3 +258,27 @@ def test_paging_file_full_keeps_messages_in_ram_in_order(tmp_path: Path, disk: F
     assert out == list(range(30))
     assert not errors.active and changes == [True, False]
     vq.close()
+
+
+# ---- the free-space alarm ------------------------------------------------------------------------
+
+
+def test_disk_alarm_follows_free_space_and_failed_writes(tmp_path: Path) -> None:
+    free = [100 * 10**6]
+    changes: list[bool] = []
+    alarms = Alarms(tmp_path, watermark=1 << 60, disk_free_limit=50 * 10**6,
+                    on_change=changes.append, rss=lambda: 0, disk_free=lambda: free[0])
+    alarms.check()
+    assert alarms.active == [] and changes == []
+    free[0] = 49 * 10**6  # below disk_free_limit (bytes)
+    alarms.check()
+    assert alarms.active == ["disk"] and changes == [True]
+    free[0] = 100 * 10**6
+    alarms.check()
+    assert alarms.active == [] and changes == [True, False]
+    alarms.write_failed(True)  # ENOSPC with free space left (another process filled it...)
+    assert alarms.active == ["disk"] and changes == [True, False, True]
+    alarms.check()  # the free-space check alone does not clear it
+    assert alarms.active == ["disk"]
+    alarms.write_failed(False)
+    assert alarms.active == [] and changes == [True, False, True, False]
