@@ -76,15 +76,31 @@ def check_properties(raw: bytes) -> None:
         raise ValueError("trailing bytes after the content properties")
     table = fields.get("headers")
     if table is not None:
-        _check_table(table, 0, len(table), 0)
+        check_table(table)
 
 
-_MAX_DEPTH = 64  # nesting of tables/arrays accepted in headers
+MAX_TABLE_DEPTH = 64  # nesting of tables/arrays accepted in field tables
+
+
+def check_table(data: bytes, pos: int = 0, end: int | None = None) -> int:
+    """Validate the field table (u32 size + entries) at ``data[pos:]`` without decoding it:
+    entries fit, keys are UTF-8, type tags are known, nesting of tables and arrays is at most
+    :data:`MAX_TABLE_DEPTH` levels. Returns the offset just past the table.
+
+    Raises:
+        ValueError: with what is wrong (the caller answers 502 SYNTAX_ERROR).
+    """
+    end = len(data) if end is None else end
+    try:
+        _check_table(data, pos, end, 0)
+        return pos + 4 + struct.unpack_from(">I", data, pos)[0]
+    except (struct.error, IndexError):
+        raise ValueError("field table truncated") from None
 
 
 def _check_table(data: bytes, pos: int, end: int, depth: int) -> None:
-    if depth > _MAX_DEPTH:
-        raise ValueError("field table nested too deeply")
+    if depth > MAX_TABLE_DEPTH:
+        raise ValueError(f"field table nested deeper than {MAX_TABLE_DEPTH} levels")
     (size,) = struct.unpack_from(">I", data, pos)
     pos += 4
     stop = pos + size
@@ -116,6 +132,8 @@ def _check_value(data: bytes, pos: int, end: int, depth: int) -> int:
         if nxt <= end and tag == "F":
             _check_table(data, pos, nxt, depth + 1)
         elif nxt <= end and tag == "A":
+            if depth + 1 > MAX_TABLE_DEPTH:  # the array is one level deeper than its holder
+                raise ValueError(f"field table nested deeper than {MAX_TABLE_DEPTH} levels")
             item = pos + 4
             while item < nxt:
                 item = _check_value(data, item, nxt, depth + 1)

@@ -20,6 +20,7 @@ from pamqp.header import ContentHeader
 
 from amqp_server import framing
 from amqp_server.errors import FrameError, ReplyCode
+from amqp_server.method_tables import TABLE_METHODS, check_method_tables
 
 MakeClient = Callable[..., Client]
 
@@ -387,3 +388,22 @@ def test_deliver_bytes_equals_deliver_frame_plus_content_frames(body: bytes) -> 
     expected = framing.deliver_frame(7, b"\x03tag", 42, True, ex_rk) + b"".join(
         framing.content_frames(7, props, body, 4096))
     assert framing.deliver_bytes(7, b"\x03tag", 42, True, ex_rk, props, body, 4096) == expected
+
+
+# ---- field tables in method frames -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", sorted(TABLE_METHODS, key=lambda c: c.name),
+                         ids=lambda c: c.name)
+def test_method_table_check_walks_every_table_method_as_pamqp_encodes_it(cls: type) -> None:
+    """check_method_tables finds the table after the other fields of each method that has one
+    (pamqp marshals the reference bytes); a frame cut inside the table is refused."""
+    table = {"x-a": {"b": [1, "two", {"c": True}]}, "k": "v"}
+    kwargs = {name: table for name in cls.__slots__
+              if not name.startswith("_") and cls.amqp_type(name) == "table"}
+    if "mechanisms" in cls.__slots__:  # Connection.Start: its longstrs need values
+        kwargs.update(mechanisms="PLAIN", locales="en_US")
+    args = pamqp_frame.marshal(cls(**kwargs), 1)[7 + 4:-1]  # frame header, ids, frame end
+    check_method_tables(cls, args)
+    with pytest.raises(ValueError):  # the table is most of the arguments: cut inside it
+        check_method_tables(cls, args[:len(args) // 2])

@@ -162,7 +162,8 @@ def nested_table(depth: int, key: bytes = b"a") -> Raw:
 
 
 def nested_array(depth: int) -> Raw:
-    """A table {"a": [[[...]]]} with arrays nested ``depth`` levels (5 bytes a level)."""
+    """A table {"a": [[[...]]]}: ``depth`` + 1 arrays, each inside the last (5 bytes a
+    level)."""
     inner = struct.pack(">I", 0)
     for _ in range(depth):
         entry = b"A" + inner
