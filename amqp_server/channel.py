@@ -104,7 +104,7 @@ class Channel:
             commands.Exchange.Unbind: self._exchange_bind,
             commands.Queue.Declare: self._queue_declare,
             commands.Queue.Bind: self._queue_bind,
-            commands.Queue.Unbind: self._queue_unbind,
+            commands.Queue.Unbind: self._queue_bind,
             commands.Queue.Purge: self._queue_purge,
             commands.Queue.Delete: self._queue_delete,
             commands.Basic.Qos: self._basic_qos,
@@ -533,21 +533,17 @@ class Channel:
             self._check_topic("read", exchange, routing_key)
 
     def _queue_bind(self, m: Any) -> None:
+        """Queue.Bind and Queue.Unbind (Unbind has no nowait: always answered)."""
         name = self._queue_name(m.queue)
         rk = m.routing_key if (m.routing_key or m.queue) else name
         self._check_bind(name, m.exchange, rk)
-        self.vhost.bind(Destination("queue", name), m.exchange, rk, m.arguments,
-                        self.connection)
-        if not m.nowait:
+        bind = isinstance(m, commands.Queue.Bind)
+        change = self.vhost.bind if bind else self.vhost.unbind
+        change(Destination("queue", name), m.exchange, rk, m.arguments, self.connection)
+        if not bind:
+            self.send(commands.Queue.UnbindOk())
+        elif not m.nowait:
             self.send(commands.Queue.BindOk())
-
-    def _queue_unbind(self, m: Any) -> None:
-        name = self._queue_name(m.queue)
-        rk = m.routing_key if (m.routing_key or m.queue) else name
-        self._check_bind(name, m.exchange, rk)
-        self.vhost.unbind(Destination("queue", name), m.exchange, rk, m.arguments,
-                          self.connection)
-        self.send(commands.Queue.UnbindOk())
 
     def _queue_purge(self, m: Any) -> None:
         self._check("read", "queue", self._queue_name(m.queue))

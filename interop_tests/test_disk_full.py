@@ -65,6 +65,17 @@ def _publish(ch: object, i: int) -> None:
         properties=pika.BasicProperties(delivery_mode=2, message_id=str(i)), mandatory=True)
 
 
+def _publisher(bp: BrokerProcess, blocked_timeout: float
+               ) -> tuple[pika.BlockingConnection, object]:
+    """A connection that gives up after ``blocked_timeout`` s blocked, and a confirm-mode
+    channel with the durable queue declared."""
+    conn = pika.BlockingConnection(_params(bp, blocked_timeout))
+    ch = conn.channel()
+    ch.queue_declare(QUEUE, durable=True)
+    ch.confirm_delivery()
+    return conn, ch
+
+
 def _close(conn: pika.BlockingConnection) -> None:
     with contextlib.suppress(Exception):
         if conn.is_open:
@@ -78,10 +89,7 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
                        args=("--disk-free-limit", "0"))
     bp.start()
     try:
-        conn = pika.BlockingConnection(_params(bp, blocked_timeout=3))
-        ch = conn.channel()
-        ch.queue_declare(QUEUE, durable=True)
-        ch.confirm_delivery()
+        conn, ch = _publisher(bp, blocked_timeout=3)
         confirmed: list[int] = []
         stopped_by: Exception | None = None
         for i in range(2 * 8 * 1024 * 1024 // BODY):  # twice what the disk holds
@@ -109,9 +117,7 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         # room again: the next publish is confirmed within a few ticks
         grown = _mount(small_disk, "64m", remount=True)
         assert grown.returncode == 0, grown.stderr
-        conn = pika.BlockingConnection(_params(bp, blocked_timeout=30))
-        ch = conn.channel()
-        ch.confirm_delivery()
+        conn, ch = _publisher(bp, blocked_timeout=30)
         started = time.monotonic()
         _publish(ch, 1_000_000)
         confirmed.append(1_000_000)
@@ -143,10 +149,7 @@ def test_publisher_blocked_at_once_when_free_space_is_below_the_limit(
     bp = BrokerProcess(small_disk / "data", tmp_path / "broker.log")
     bp.start()
     try:
-        conn = pika.BlockingConnection(_params(bp, blocked_timeout=2))
-        ch = conn.channel()
-        ch.queue_declare(QUEUE, durable=True)
-        ch.confirm_delivery()
+        conn, ch = _publisher(bp, blocked_timeout=2)
         with pytest.raises(pika_exc.ConnectionBlockedTimeout):
             for i in range(10):
                 _publish(ch, i)

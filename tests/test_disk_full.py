@@ -27,6 +27,7 @@ import queue_store.disk_writes as disk_writes
 import queue_store.durability as durability_mod
 from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
+from amqp_server.persistence import TopologyStore
 from queue_store.backing import QueuedMessage
 from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import MessageStore
@@ -92,6 +93,19 @@ def persistent_client(broker: Broker, queue: str = "dq") -> Client:
     c.declare_queue(1, queue, durable=True)
     c.call(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
     return c
+
+
+def crash_and_drain(data_dir: Path, broker: Broker, topology: TopologyStore
+                    ) -> tuple[list[bytes], int]:
+    """``kill -9`` after the current batch, restart, Basic.Get everything from "dq": the
+    bodies in order and the number of damaged records recovery skipped."""
+    crash(broker, topology)
+    restarted, _, counts = start(data_dir)
+    q = restarted.vhosts["/"].queues["dq"]
+    got = []
+    while (qm := q.get()) is not None:
+        got.append(qm.message.body)
+    return got, counts["skipped"]
 
 
 # ---- short writes ----------------------------------------------------------------------------
@@ -170,14 +184,9 @@ def test_disk_full_blocks_publishers_and_holds_confirms_until_writes_succeed(
     assert not alarms.disk
 
     # kill -9 now: every confirmed message is there, once
-    crash(broker, topology)
-    restarted, _, counts = start(tmp_path)
-    q = restarted.vhosts["/"].queues["dq"]
-    got = []
-    while (qm := q.get()) is not None:
-        got.append(qm.message.body)
+    got, skipped = crash_and_drain(tmp_path, broker, topology)
     assert got == [b"before"] + [f"m{i}".encode() for i in range(5)]
-    assert counts["skipped"] == 0
+    assert skipped == 0
 
 
 def test_kill_while_disk_full_loses_only_unconfirmed_messages(
@@ -194,12 +203,7 @@ def test_kill_while_disk_full_loses_only_unconfirmed_messages(
             confirmed.append(body)
     assert 0 < len(confirmed) < 40
     # "kill -9" with the disk still full (the unwritten records die with the process)
-    crash(broker, topology)
-    restarted, _, counts = start(tmp_path)
-    q = restarted.vhosts["/"].queues["dq"]
-    got = []
-    while (qm := q.get()) is not None:
-        got.append(qm.message.body)
+    got, _ = crash_and_drain(tmp_path, broker, topology)
     assert got[:len(confirmed)] == confirmed  # every confirmed one, in order, once
     assert len(set(got)) == len(got)
 
