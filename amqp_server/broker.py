@@ -13,6 +13,7 @@ from amqp_server.direct_reply_to import ReplyToRegistry
 from amqp_server.timers import Timers
 from queue_store.durability import Durability
 from queue_store.storage import VhostStorage, name_id
+from vhosts.limits import Limits
 from vhosts.permissions import PermissionStore
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
@@ -44,6 +45,7 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.permissions = PermissionStore()
+        self.limits = Limits()
         self.connections: set[Connection] = set()
         self.reply_to = ReplyToRegistry()
         self.add_vhost(self.config.default_vhost)
@@ -65,7 +67,7 @@ class Broker:
             if self.storage_enabled:
                 directory = self.config.data_dir / "vhosts" / name_id(name)
                 storage = VhostStorage(directory, self.durability)
-            vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits)
             vhost.changed = self.mark_changed
             self.mark_changed()
         return vhost
@@ -114,6 +116,7 @@ class Broker:
             vhost.remove_queue(queue)
         if vhost.storage is not None:
             vhost.storage.destroy()
+        self.limits.clear("vhost", name)
         self.permissions.forget_vhost(name)
         return True
 
@@ -121,6 +124,7 @@ class Broker:
         """Delete a user and its permissions; its connections are closed (320)."""
         if not self.users.delete(name):
             return False
+        self.limits.clear("user", name)
         self.permissions.forget_user(name)
         for conn in list(self.connections):
             if conn.user == name:

@@ -400,6 +400,12 @@ class Connection:
                 f"channel number {number} is above the negotiated channel_max "
                 f"({self.channel_max})"
             )
+        limit = self.broker.limits.user(self.user or "", "max-channels")
+        if limit is not None and sum(
+                len(c.channels) for c in self.broker.connections if c.user == self.user
+        ) >= limit:
+            raise NotAllowed(f"number of channels opened for user '{self.user}' has reached "
+                             f"the maximum allowed user limit of ({limit})")
         ch = self.channels[number] = Channel(self, number)
         ch.send(commands.Channel.OpenOk())
 
@@ -480,14 +486,32 @@ class Connection:
         if self.broker.permissions.get(self.user or "", m.virtual_host) is None:
             raise NotAllowed(
                 f"access to vhost '{m.virtual_host}' refused for user '{self.user}'")
-        limit = self.broker.config.max_connections
-        if limit and sum(1 for c in self.broker.connections if c.state is State.OPEN) >= limit:
-            raise NotAllowed(f"access to vhost '{m.virtual_host}' refused for user "
-                             f"'{self.user}': connection limit ({limit}) is reached")
+        self._check_connection_limits(m.virtual_host)
         self.vhost_name = m.virtual_host
         self.vhost_obj = vhost
         self.state = State.OPEN
         self.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
+
+    def _check_connection_limits(self, vhost: str) -> None:
+        """The node's, the vhost's and the user's connection limits, in RabbitMQ's order
+        (``rabbit_reader``: node, vhost, user).
+
+        Raises:
+            NotAllowed (530): a limit is reached.
+        """
+        broker, user = self.broker, self.user or ""
+        open_conns = [c for c in broker.connections if c.state is State.OPEN]
+        limit = broker.config.max_connections
+        if limit and len(open_conns) >= limit:
+            raise NotAllowed(f"connection refused: node connection limit ({limit}) is reached")
+        limit = broker.limits.vhost(vhost, "max-connections")
+        if limit is not None and sum(c.vhost_name == vhost for c in open_conns) >= limit:
+            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user}': "
+                             f"connection limit ({limit}) is reached")
+        limit = broker.limits.user(user, "max-connections")
+        if limit is not None and sum(c.user == user for c in open_conns) >= limit:
+            raise NotAllowed(f"connection refused for user '{user}': "
+                             f"user connection limit ({limit}) is reached")
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         """Resource alarm: block (Connection.Blocked, stop reading) a publishing connection,

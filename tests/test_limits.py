@@ -53,5 +53,5 @@ def test_connection_limit_refuses_open_with_530() -> None:
     second.send(0, commands.Connection.TuneOk(channel_max=2047, frame_max=131072, heartbeat=0))
     close = connection_close(second.send(0, commands.Connection.Open(virtual_host="/")))
     assert close.reply_code == 530
-    assert close.reply_text == ("NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
-                                "connection limit (1) is reached")
+    assert close.reply_text == ("NOT_ALLOWED - connection refused: node connection limit (1) "
+                                "is reached")

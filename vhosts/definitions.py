@@ -41,6 +41,7 @@ from amqp_server.errors import AMQPError
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from queue_store.queue_args import validate_queue_arguments
+from vhosts.limits import LimitsError, validate_limits
 from vhosts.policies import Policy, PolicyError, validate_policy
 from vhosts.users import HASHING_ALGORITHM, hash_password
 from vhosts.vhost import DEFAULT_EXCHANGES
@@ -64,12 +65,10 @@ class DefinitionsError(ValueError):
 @dataclass
 class BrokerExtras:
     """What a definitions document carries that the broker core does not keep: vhost
-    metadata (description, tags), vhost/user limits, and runtime parameters (kept verbatim
-    so they export again)."""
+    metadata (description, tags) and runtime parameters (kept verbatim so they export
+    again). Vhost and user limits are the broker's own (:attr:`Broker.limits`)."""
 
     vhost_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
-    vhost_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
-    user_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
     parameters: list[dict[str, Any]] = field(default_factory=list)
     global_parameters: list[dict[str, Any]] = field(default_factory=list)
 
@@ -162,11 +161,11 @@ def export_definitions(broker: Broker, *, include_transient: bool = False,
         "users": [
             {"name": u.name, "password_hash": u.password_hash,
              "hashing_algorithm": HASHING_ALGORITHM, "tags": list(u.tags),
-             "limits": dict(x.user_limits.get(u.name, {}))}
+             "limits": dict(broker.limits.users.get(u.name, {}))}
             for u in sorted(broker.users.users.values(), key=lambda u: u.name)
         ],
         "vhosts": [
-            {"name": v.name, "limits": dict(x.vhost_limits.get(v.name, {})),
+            {"name": v.name, "limits": dict(broker.limits.vhosts.get(v.name, {})),
              "metadata": vhost_metadata(broker, v.name)}
             for v in (broker.vhosts[n] for n in sorted(broker.vhosts))
         ],
@@ -277,6 +276,13 @@ class _Entry:
             self.fail(f"'{key}' must be an object, got {value!r}")
         return value
 
+    def limits(self, kind: str) -> dict[str, int]:
+        """The entry's ``limits`` object, validated for a vhost or user."""
+        try:
+            return validate_limits(kind, self.table("limits"))
+        except LimitsError as exc:
+            self.fail(str(exc))
+
     def regex(self, key: str) -> str:
         pattern = self.text(key, empty_ok=True)
         try:
@@ -347,7 +353,7 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             tags = parse_tags(tags_raw) if tags_raw is not None else None
         except ValueError as exc:
             e.fail(str(exc))
-        plan.vhosts.append((name, description, tags, e.table("limits")))
+        plan.vhosts.append((name, description, tags, e.limits("vhost")))
         vhost_names.add(name)
 
     user_names = set(broker.users.users)
@@ -370,7 +376,7 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             e.fail(str(exc))
         if password is not None and not password_hash:
             password_hash = hash_password(password)
-        plan.users.append((name, password_hash, tags, e.table("limits")))
+        plan.users.append((name, password_hash, tags, e.limits("user")))
         user_names.add(name)
 
     for section, target in (("permissions", plan.permissions),
@@ -526,11 +532,11 @@ def _apply(broker: Broker, plan: _Plan) -> None:
         if description is not None or tags is not None:
             set_vhost_metadata(broker, name, description, tags)
         if limits:
-            x.vhost_limits[name] = dict(limits)
+            broker.limits.set("vhost", name, limits)
     for name, password_hash, tags, limits in plan.users:
         broker.users.add(name, None, tags, password_hash=password_hash)
         if limits:
-            x.user_limits[name] = dict(limits)
+            broker.limits.set("user", name, limits)
     for user, vh, configure, write, read in plan.permissions:
         broker.permissions.set(user, vh, configure, write, read)
     for user, vh, exchange, write, read in plan.topic_permissions:

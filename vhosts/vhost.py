@@ -35,6 +35,7 @@ from queue_store.queue import Queue
 from queue_store.queue_args import QueueSettings, resolve_settings, validate_queue_arguments
 from queue_store.storage import VhostStorage
 from vhosts.equivalence import assert_args_equivalent, inequivalent
+from vhosts.limits import Limits
 from vhosts.policies import Policy, matching_policy, validate_policy
 
 log = logging.getLogger("amqpq.vhost")
@@ -93,10 +94,11 @@ class VirtualHost:
     """
 
     def __init__(self, name: str, timers: Timers | None = None,
-                 storage: VhostStorage | None = None) -> None:
+                 storage: VhostStorage | None = None, limits: Limits | None = None) -> None:
         self.name = name
         self.timers = timers or Timers()
         self.storage = storage
+        self.limits = limits or Limits()  # the broker's vhost/user limits
         self.changed: Callable[[], None] = lambda: None  # topology changed (persist it)
         self.policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -224,7 +226,8 @@ class VirtualHost:
             NotFound (404): passive and missing.
             AccessRefused (403): a name with the ``amq.`` prefix.
             ResourceLocked (405): exclusive to another connection, or exclusivity differs.
-            PreconditionFailed (406): exists with other durable/auto_delete/x-arguments.
+            PreconditionFailed (406): exists with other durable/auto_delete/x-arguments, or
+                the vhost's ``max-queues`` limit is reached by a new queue.
         """
         if passive:
             q = self.queue(name)
@@ -240,6 +243,10 @@ class VirtualHost:
         what = rs("queue", name, self.name)
         q = self.queues.get(name)
         if q is None:
+            limit = self.limits.vhost(self.name, "max-queues")
+            if limit is not None and len(self.queues) >= limit:
+                raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
+                                         f"'{self.name}' ({limit}) is reached")
             validate_queue_arguments(arguments, what)  # RabbitMQ validates new queues only
             q = Queue(
                 name,

@@ -22,7 +22,7 @@ from urllib.parse import quote_plus
 from amqp_server.connection import Connection
 from exchanges.binding import Binding
 from queue_store.queue import Consumer, Queue
-from vhosts.definitions import extras, jsonable, vhost_metadata
+from vhosts.definitions import jsonable, vhost_metadata
 from vhosts.users import HASHING_ALGORITHM, User
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def details(**counts: int) -> dict[str, Any]:
 def user_json(broker: Broker, user: User) -> dict[str, Any]:
     return {"name": user.name, "password_hash": user.password_hash,
             "hashing_algorithm": HASHING_ALGORITHM, "tags": list(user.tags),
-            "limits": dict(extras(broker).user_limits.get(user.name, {}))}
+            "limits": dict(broker.limits.users.get(user.name, {}))}
 
 
 def permission_json(user: str, vhost: str, p: Permission) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from amqp_server.management.routes.common import created, no_content, ok, read_j
 from amqp_server.management.routes.permissions import topic_permission_rows
 from amqp_server.management.serializers import permission_json, user_json
 from amqp_server.management.state import state
-from vhosts.definitions import extras, parse_tags
+from vhosts.definitions import parse_tags
+from vhosts.limits import LimitsError
 from vhosts.users import HASHING_ALGORITHM
 
 routes = web.RouteTableDef()
@@ -100,7 +101,10 @@ async def put_user(request: web.Request) -> web.Response:
     broker.users.add(name, password, tags,
                      password_hash=password_hash if password is None else None)
     if limits:
-        extras(broker).user_limits[name] = dict(limits)
+        try:
+            broker.limits.set("user", name, limits)
+        except LimitsError as exc:
+            raise bad_request(str(exc)) from None
     return created(was_new)
 
 
@@ -111,7 +115,6 @@ async def delete_user(request: web.Request) -> web.Response:
     broker = state(request).broker
     if not broker.delete_user(name):
         raise not_found()
-    extras(broker).user_limits.pop(name, None)
     return no_content()
 
 

@@ -68,7 +68,6 @@ async def delete_vhost(request: web.Request) -> web.Response:
     if not broker.delete_vhost(name):
         raise not_found()
     extras(broker).vhost_metadata.pop(name, None)
-    extras(broker).vhost_limits.pop(name, None)
     return no_content()
 
 
