@@ -211,3 +211,33 @@ def test_bad_documents_change_nothing(doc: Any, message: str) -> None:
     assert message in str(info.value)
     assert export_definitions(broker, include_transient=True) == before
     assert "should-not-appear" not in broker.vhosts
+
+
+def test_limits_round_trip_and_are_enforced_after_import() -> None:
+    broker = Broker(BrokerConfig())
+    import_definitions(broker, {
+        "vhosts": [{"name": "lim", "limits": {"max-queues": 1, "max-connections": 10}}],
+        "users": [{"name": "u", "password": "p", "tags": [],
+                   "limits": {"max-channels": 3}}]})
+    assert broker.limits.vhost("lim", "max-queues") == 1
+    assert broker.limits.user("u", "max-channels") == 3
+    doc = export_definitions(broker)
+    assert [v["limits"] for v in doc["vhosts"] if v["name"] == "lim"] == [
+        {"max-queues": 1, "max-connections": 10}]
+    assert [u["limits"] for u in doc["users"] if u["name"] == "u"] == [{"max-channels": 3}]
+
+
+@pytest.mark.parametrize(("entry", "text"), [
+    ({"vhosts": [{"name": "v", "limits": {"max-foo": 1}}]},
+     'Unrecognised terms [{<<"max-foo">>,1}] in limits'),
+    ({"vhosts": [{"name": "v", "limits": {"max-queues": "x"}}]},
+     'max-queues should be a number, actually was <<"x">>'),
+    ({"users": [{"name": "u", "password": "p", "limits": {"max-queues": 1}}]},
+     'Unrecognised terms [{<<"max-queues">>,1}] in user-limits'),
+])
+def test_bad_limits_refuse_the_whole_import(entry: dict[str, Any], text: str) -> None:
+    broker = Broker(BrokerConfig())
+    with pytest.raises(DefinitionsError) as info:
+        import_definitions(broker, entry)
+    assert text in str(info.value)
+    assert "v" not in broker.vhosts and "u" not in broker.users.users  # nothing half-applied
