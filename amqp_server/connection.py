@@ -49,7 +49,7 @@ from amqp_server.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
-from amqp_server.method_tables import TABLE_METHODS, check_method_tables
+from amqp_server.method_tables import TABLE_METHODS, check_method_tables, with_wire_types
 from queue_store.queue import Queue
 
 log = logging.getLogger("amqpq.connection")
@@ -97,15 +97,19 @@ def decode_method(payload: bytes) -> Any:
     if cls is None:
         raise CommandInvalid(f"unknown method class {index >> 16} method {index & 0xFFFF}")
     method = cls()
+    tables: list[tuple[str, int]] = []
     if cls in TABLE_METHODS:
         try:
-            check_method_tables(cls, payload[4:])
+            tables = check_method_tables(cls, payload[4:])
         except ValueError as exc:
             raise SyntaxError_(f"cannot decode {cls.name}: {exc}") from None
     try:
         method.unmarshal(payload[4:])
     except Exception as exc:  # pamqp raises struct.error/ValueError/IndexError/...
         raise SyntaxError_(f"cannot decode {cls.name}: {exc}") from None
+    for name, offset in tables:
+        if name == "arguments" and method.arguments:
+            method.arguments = with_wire_types(method.arguments, payload[4 + offset:])
     return method
 
 

@@ -10,35 +10,54 @@ is checked by :func:`queue_store.properties.check_table`, whose recursion stops 
 Deliberate difference: RabbitMQ has no nesting limit. A deeper table is answered with 502
 SYNTAX_ERROR, as any field that does not decode.
 
+pamqp decodes numbers without their wire type, but RabbitMQ names it in 406 texts
+(``{unacceptable_type,byte}``, ``the value '5' of type 'short'``): :func:`with_wire_types`
+gives the numbers of a method's ``arguments`` table a subclass of int/float that carries
+RabbitMQ's name for the type they were sent as (``amqp_type``).
+
 Source: AMQP 0-9-1 spec 4.2.5 (field types), 4.2.5.5 (field tables).
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from pamqp import commands
 
-from queue_store.properties import check_table
+from queue_store.properties import Long, check_table, split_table
 
 _FIXED = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 
 
-def _layout(cls: type) -> tuple[str, ...]:
-    return tuple(cls.amqp_type(name) for name in cls.__slots__  # type: ignore[attr-defined]
-                 if not name.startswith("_"))
+def _number_type(base: type, name: str) -> type:
+    return type(f"Wire_{name}", (base,), {"__slots__": (), "amqp_type": name})
 
 
-#: method class -> AMQP types of its fields, for the methods that carry a table
-TABLE_METHODS: dict[type, tuple[str, ...]] = {
-    cls: layout for cls in commands.INDEX_MAPPING.values()
-    if "table" in (layout := _layout(cls))
+#: field type tag -> number subclass named as RabbitMQ's rabbit_binary_parser names the type
+WIRE_NUMBER_TYPES: dict[str, type] = {
+    "b": _number_type(int, "byte"), "B": _number_type(int, "unsignedbyte"),
+    "s": _number_type(int, "short"), "u": _number_type(int, "unsignedshort"),
+    "I": _number_type(int, "signedint"), "i": _number_type(int, "unsignedint"),
+    "l": Long, "L": Long, "f": _number_type(float, "float"),
 }
 
 
-def check_method_tables(cls: type, args: bytes) -> None:
+def _layout(cls: type) -> tuple[tuple[str, str], ...]:
+    return tuple((name, cls.amqp_type(name)) for name in cls.__slots__  # type: ignore[attr-defined]
+                 if not name.startswith("_"))
+
+
+#: method class -> (name, AMQP type) of its fields, for the methods that carry a table
+TABLE_METHODS: dict[type, tuple[tuple[str, str], ...]] = {
+    cls: layout for cls, layout in ((c, _layout(c)) for c in commands.INDEX_MAPPING.values())
+    if any(kind == "table" for _, kind in layout)
+}
+
+
+def check_method_tables(cls: type, args: bytes) -> list[tuple[str, int]]:
     """Check every field table in the arguments of a ``cls`` method frame (the payload after
-    the class and method ids).
+    the class and method ids). Returns ``[(field name, offset in args)]`` of the tables.
 
     Raises:
         ValueError: a table is malformed or nested too deeply, or the fields before it do
@@ -46,11 +65,12 @@ def check_method_tables(cls: type, args: bytes) -> None:
     """
     layout = TABLE_METHODS.get(cls)
     if layout is None:
-        return
+        return []
+    tables = []
     pos = 0
     bits = 0  # consecutive bits share an octet, 8 to an octet (spec 4.2.5.2)
     try:
-        for kind in layout:
+        for name, kind in layout:
             if kind == "bit":
                 if bits % 8 == 0:
                     pos += 1
@@ -58,6 +78,7 @@ def check_method_tables(cls: type, args: bytes) -> None:
                 continue
             bits = 0
             if kind == "table":
+                tables.append((name, pos))
                 pos = check_table(args, pos)
             elif kind == "shortstr":
                 pos += 1 + args[pos]
@@ -67,3 +88,16 @@ def check_method_tables(cls: type, args: bytes) -> None:
                 pos += _FIXED[kind]
     except (struct.error, IndexError):
         raise ValueError("method arguments truncated") from None
+    return tables
+
+
+def with_wire_types(values: dict[str, Any], raw_table: bytes) -> dict[str, Any]:
+    """``values`` (pamqp's decoding of ``raw_table``, a checked table with its u32 size) with
+    each top-level number replaced by a :data:`WIRE_NUMBER_TYPES` instance of equal value."""
+    out = dict(values)
+    for key, raw in split_table(raw_table):
+        wire = WIRE_NUMBER_TYPES.get(chr(raw[0]))
+        value = out.get(key)
+        if wire is not None and isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = wire(value)
+    return out

@@ -67,7 +67,11 @@ def routing_value(value: Any) -> Any:
 
 
 def _erl_type(value: Any) -> str:
-    """The field type RabbitMQ names for a decoded value (what pika/Java clients send)."""
+    """The field type RabbitMQ names for a decoded value: its wire type when it carries it
+    (``amqp_type``), otherwise what pika/Java clients send for such a value."""
+    wire = getattr(value, "amqp_type", None)
+    if wire is not None:
+        return str(wire)
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):

@@ -292,3 +292,34 @@ def test_consumer_cancel_notification_on_queue_delete(broker_url, unique_name, c
             assert declared.name.startswith("amq.gen-")
 
     run(scenario())
+
+
+# --- argument type names -------------------------------------------------------------------------
+
+
+def test_argument_errors_name_the_type_pamqp_sent(broker_url, unique_name, cleanup):
+    """pamqp sends small ints as the smallest AMQP integer type; RabbitMQ's 406 texts name
+    that wire type ('byte', 'short'), not 'signedint'."""
+    name = cleanup.queue(unique_name("types"))
+
+    async def scenario():
+        connection = await aio_pika.connect(broker_url, timeout=10)
+        async with connection:
+            channel = await connection.channel()
+            await channel.declare_queue(name, arguments={"x-max-length": 5})
+            texts = []
+            for args in ({}, {"x-max-length": 5, "x-message-ttl": 1000}):
+                channel = await connection.channel()
+                with pytest.raises(ChannelPreconditionFailed) as info:
+                    await channel.declare_queue(name, arguments=args)
+                texts.append(str(info.value))
+            channel = await connection.channel()
+            with pytest.raises(ChannelPreconditionFailed) as info:
+                await channel.declare_queue(unique_name("bad"), arguments={"x-overflow": 1})
+            texts.append(str(info.value))
+            return texts
+
+    missing, extra, bad = run(scenario())
+    assert ("received none but current is the value '5' of type 'byte'") in missing
+    assert ("received the value '1000' of type 'short' but current is none") in extra
+    assert "{unacceptable_type,byte}" in bad

@@ -31,6 +31,8 @@ _SIZED = frozenset("SAFx")  # u32 length prefix
 class Long(int):
     """An int to encode as a signed 64-bit ``l`` field (RabbitMQ's type for x-death count)."""
 
+    amqp_type = "long"
+
 
 def _field_size(data: bytes, pos: int, kind: str) -> int:
     if kind == "shortstr":

@@ -1109,8 +1109,6 @@ def test_invalid_queue_argument_closes_the_channel_with_406(wired) -> None:
                                 "in vhost '/': {value_negative,-1}")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: type names in argument errors come from the decoded "
-                   "Python value, not the wire type (a pamqp-encoded 1 is a 'byte')")
 def test_invalid_argument_text_names_the_wire_type(wired) -> None:
     _, _, wire = wired
     out = wire.send(1, commands.Queue.Declare(queue="q", arguments={"x-overflow": 1}))

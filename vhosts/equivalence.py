@@ -21,7 +21,12 @@ def inequivalent(field: str, what: str, received: str, current: str) -> Precondi
 
 
 def amqp_type_name(value: Any) -> str:
-    """RabbitMQ's name for a field-table value's type (as most clients encode Python values)."""
+    """RabbitMQ's name for a field-table value's type: the wire type when the value carries it
+    (``amqp_type``, see :mod:`amqp_server.method_tables`), otherwise as most clients encode
+    such a Python value."""
+    wire = getattr(value, "amqp_type", None)
+    if wire is not None:
+        return str(wire)
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
