@@ -33,12 +33,20 @@ DEFINITIONS_FILE = "definitions.json"
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, whole."""
+    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, whole.
+
+    Raises:
+        OSError: the new file could not be written (the old one is untouched).
+    """
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # disk full: no half-written file left behind
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

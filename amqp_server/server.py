@@ -141,6 +141,7 @@ class BrokerServer:
         self._tls_server: asyncio.base_events.Server | None = None
         self.tls_port = 0
         self._timer_when: float | None = None
+        self._topology_failing = False
 
     async def start(self) -> None:
         """Recover state from the data dir, then listen.
@@ -194,10 +195,20 @@ class BrokerServer:
         self.broker.set_alarm(active, reason)
 
     def _save_topology(self) -> None:
+        """Persist changed definitions; retried every tick, logged once per failure run."""
         try:
             self.topology.save_if_changed()
+        except OSError as exc:  # disk full, read-only: the old file stays whole
+            if not self._topology_failing:
+                log.error("could not save definitions (retrying every second): %s", exc)
+            self._topology_failing = True
+            return
         except Exception:
             log.exception("could not save definitions")
+            return
+        if self._topology_failing:
+            log.warning("definitions saved again")
+            self._topology_failing = False
 
     def _arm_timers(self, when: float) -> None:
         """Keep one loop timer armed for the broker's earliest deadline (queue TTL etc.)."""

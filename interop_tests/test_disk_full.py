@@ -26,6 +26,7 @@ from pika import exceptions as pika_exc  # noqa: E402
 from interop_tests.test_persistence import BrokerProcess  # noqa: E402
 
 QUEUE = "diskfull.q"
+LATER = "diskfull.declared-while-full"
 BODY = 16 * 1024  # bytes per message
 DISK = "8m"  # tmpfs size
 
@@ -108,11 +109,16 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         assert bp.proc is not None and bp.proc.poll() is None, bp.log()
         assert "write failed" in bp.log()
 
-        # others are still served while the disk is full: a consumer sees the queue
+        # others are still served while the disk is full: a consumer sees the queue, and a
+        # durable queue can be declared (its definition is saved once there is room)
         conn = pika.BlockingConnection(_params(bp, blocked_timeout=30))
         ok = conn.channel().queue_declare(QUEUE, durable=True, passive=True)
         assert ok.method.message_count >= len(confirmed)
+        conn.channel().queue_declare(LATER, durable=True)
         _close(conn)
+        time.sleep(1.5)  # a tick: the definitions file cannot be rewritten now
+        assert bp.log().count("could not save definitions") == 1  # said once, not every tick
+        assert not (small_disk / "data" / "definitions.json.tmp").exists()
 
         # room again: the next publish is confirmed within a few ticks
         grown = _mount(small_disk, "64m", remount=True)
@@ -124,6 +130,7 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         assert time.monotonic() - started < 10
         _close(conn)
 
+        time.sleep(1.5)  # a tick with room: the definitions are saved
         bp.kill()  # kill -9
         bp.start()
         conn = pika.BlockingConnection(_params(bp, blocked_timeout=30))
@@ -139,6 +146,9 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         assert len(seen) == len(set(seen)), "a message came back twice"
         missing = sorted(set(confirmed) - set(seen))
         assert not missing, f"{len(missing)} confirmed messages lost: {missing[:10]}"
+        conn = pika.BlockingConnection(_params(bp, blocked_timeout=30))
+        conn.channel().queue_declare(LATER, durable=True, passive=True)  # survived too
+        _close(conn)
     finally:
         bp.kill()
 
