@@ -203,83 +203,74 @@ def write_summary(path: str, summary: dict[str, Any], append: bool = False) -> N
 
 
 # ---------------------------------------------------------------------------- writers
-class AmqpqArrowWriter(DataSourceArrowWriter):
-    """Batch writer fed with Arrow record batches (the default, ``api=arrow``)."""
+class _Publishing:
+    """What every amqpq writer holds and how it publishes a partition (in a Spark task)."""
 
     def __init__(self, config: SinkConfig, schema: T.StructType) -> None:
         self.config = config
         self.schema = schema
+
+    def _publish_batches(self, batches: Iterator[pa.RecordBatch]) -> AmqpqCommitMessage:
+        """Publish one partition (see :func:`publish_partition`)."""
+        return publish_partition(self.config, self.schema, batches)
+
+    def _publish_rows(self, rows: Iterator[Row]) -> AmqpqCommitMessage:
+        """Publish one partition from rows (grouped into Arrow batches first)."""
+        return self._publish_batches(
+            rows_to_batches(rows, self.schema, self.config.confirm_batch_size))
+
+
+class _BatchCommit(_Publishing):
+    """Driver side of a batch write: log the total and write the summary."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: log the total and write the summary."""
+        report(self.config, summarize(self.config, messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: the job failed; log what was confirmed before it did."""
+        report(self.config, summarize(self.config, messages, ok=False))
+
+
+class _StreamCommit(_Publishing):
+    """Driver side of a micro-batch: log its total and append it to summaryPath."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: log the micro-batch total and append it to summaryPath."""
+        report(self.config, summarize(self.config, messages, batch_id=batchId))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Driver: the micro-batch failed."""
+        report(self.config, summarize(self.config, messages, batch_id=batchId, ok=False))
+
+
+class AmqpqArrowWriter(_BatchCommit, DataSourceArrowWriter):
+    """Batch writer fed with Arrow record batches (the default, ``api=arrow``)."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AmqpqCommitMessage:
         """Publish one partition (runs in a Spark task; see :func:`publish_partition`)."""
-        return publish_partition(self.config, self.schema, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Driver: log the total and write the summary."""
-        report(self.config, summarize(self.config, messages))
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Driver: the job failed; log what was confirmed before it did."""
-        report(self.config, summarize(self.config, messages, ok=False))
+        return self._publish_batches(iterator)
 
 
-class AmqpqRowWriter(DataSourceWriter):
+class AmqpqRowWriter(_BatchCommit, DataSourceWriter):
     """Batch writer fed with Row objects (``api=row``; slower, kept for comparison)."""
 
-    def __init__(self, config: SinkConfig, schema: T.StructType) -> None:
-        self.config = config
-        self.schema = schema
-
     def write(self, iterator: Iterator[Row]) -> AmqpqCommitMessage:
-        """Publish one partition from rows (grouped into Arrow batches first)."""
-        batches = rows_to_batches(iterator, self.schema, self.config.confirm_batch_size)
-        return publish_partition(self.config, self.schema, batches)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Driver: log the total and write the summary."""
-        report(self.config, summarize(self.config, messages))
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Driver: the job failed; log what was confirmed before it did."""
-        report(self.config, summarize(self.config, messages, ok=False))
+        """Publish one partition from rows."""
+        return self._publish_rows(iterator)
 
 
-class AmqpqStreamWriter(DataSourceStreamArrowWriter):
+class AmqpqStreamWriter(_StreamCommit, DataSourceStreamArrowWriter):
     """Streaming writer (a new one per micro-batch); same guarantees per micro-batch."""
-
-    def __init__(self, config: SinkConfig, schema: T.StructType) -> None:
-        self.config = config
-        self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AmqpqCommitMessage:
         """Publish one partition of a micro-batch (runs in a Spark task)."""
-        return publish_partition(self.config, self.schema, iterator)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: log the micro-batch total and append it to summaryPath."""
-        report(self.config, summarize(self.config, messages, batch_id=batchId))
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: the micro-batch failed."""
-        report(self.config, summarize(self.config, messages, batch_id=batchId, ok=False))
+        return self._publish_batches(iterator)
 
 
-class AmqpqStreamRowWriter(DataSourceStreamWriter):
+class AmqpqStreamRowWriter(_StreamCommit, DataSourceStreamWriter):
     """Streaming writer fed with Row objects (``api=row``)."""
-
-    def __init__(self, config: SinkConfig, schema: T.StructType) -> None:
-        self.config = config
-        self.schema = schema
 
     def write(self, iterator: Iterator[Row]) -> AmqpqCommitMessage:
         """Publish one partition of a micro-batch from rows."""
-        batches = rows_to_batches(iterator, self.schema, self.config.confirm_batch_size)
-        return publish_partition(self.config, self.schema, batches)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: log the micro-batch total and append it to summaryPath."""
-        report(self.config, summarize(self.config, messages, batch_id=batchId))
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Driver: the micro-batch failed."""
-        report(self.config, summarize(self.config, messages, batch_id=batchId, ok=False))
+        return self._publish_rows(iterator)
