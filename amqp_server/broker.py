@@ -19,6 +19,7 @@ from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
 
 if TYPE_CHECKING:
+    from amqp_server.alarms import Alarms
     from amqp_server.connection import Connection
 
 
@@ -40,6 +41,7 @@ class Broker:
         self.storage_enabled = storage
         self.topology_dirty = False
         self.alarms_active = False
+        self.alarms: Alarms | None = None  # the resource monitor, when a server runs one
         self.alarm_reason = "low on memory"
         self.on_topology_changed: Callable[[], None] | None = None
         self.vhosts: dict[str, VirtualHost] = {}

@@ -133,6 +133,7 @@ class BrokerServer:
                              config.disk_free_limit, on_change=self._alarm_changed,
                              on_paging=self.broker.set_memory_pressure)
         self.broker.durability.write_errors.on_change = self.alarms.write_failed
+        self.broker.alarms = self.alarms
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._server: asyncio.base_events.Server | None = None

@@ -680,3 +680,53 @@ def test_key_sets_match_rabbitmq(node: InProcessBroker) -> None:
                 conn.close()
         http(REFERENCE, "DELETE", f"/api/vhosts/{vh}")
         http(node.url, "DELETE", f"/api/vhosts/{vh}")
+
+
+# ---- /api/nodes (field names as RabbitMQ 3.10.8; its 401 text for non-monitor users) ----------
+
+
+NODE_FIELDS = {"name", "type", "running", "os_pid", "uptime", "mem_used", "mem_limit",
+          "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm", "fd_used",
+          "fd_total", "sockets_used", "sockets_total", "proc_used", "proc_total",
+          "processors", "rates_mode", "partitions", "mem_calculation_strategy"}
+
+
+def test_the_one_node_and_its_resources(api: Callable[..., Answer],
+                                        node: InProcessBroker) -> None:
+    r = api("GET", "/api/nodes")
+    assert r.status == 200 and len(r.json) == 1
+    n = r.json[0]
+    assert NODE_FIELDS <= set(n)
+    assert n["running"] is True and n["type"] == "disc"
+    assert n["mem_used"] > 0 and n["mem_limit"] > n["mem_used"]
+    assert n["disk_free"] > 0 and n["fd_used"] > 0 and n["fd_total"] >= n["fd_used"]
+    assert n["sockets_used"] == node.run(lambda: len(node.server.broker.connections))
+    assert n["mem_used_details"] == {"rate": 0.0}
+    assert api("GET", f"/api/nodes/{n['name']}").json["name"] == n["name"]
+    assert api("GET", "/api/nodes/nosuch@host").status == 404  # RabbitMQ answers 500
+
+
+def test_alarm_flags_follow_the_broker(api: Callable[..., Answer],
+                                       node: InProcessBroker) -> None:
+    node.run(lambda: node.server.alarms.write_failed(True))  # a write failed: disk alarm
+    try:
+        n = api("GET", "/api/nodes").json[0]
+        assert n["disk_free_alarm"] is True and n["mem_alarm"] is False
+        assert api("GET", "/api/health/checks/alarms").status == 503
+    finally:
+        node.run(lambda: node.server.alarms.write_failed(False))
+    assert api("GET", "/api/nodes").json[0]["disk_free_alarm"] is False
+
+
+def test_nodes_need_the_monitoring_tag(api: Callable[..., Answer]) -> None:
+    user = f"u-{uuid.uuid4().hex[:6]}"
+    assert api("PUT", f"/api/users/{user}", {"password": "pw", "tags": "management"}).status \
+        == 201
+    try:
+        r = api("GET", "/api/nodes", auth=(user, "pw"))
+        assert (r.status, r.json) == (401, {"error": "not_authorised",
+                                            "reason": "Not monitor user"})
+        api("PUT", f"/api/users/{user}", {"password": "pw", "tags": "monitoring"})
+        assert api("GET", "/api/nodes", auth=(user, "pw")).status == 200
+    finally:
+        api("DELETE", f"/api/users/{user}")

@@ -111,6 +111,14 @@ def require_admin(request: web.Request) -> Principal:
     return who
 
 
+def require_monitor(request: web.Request) -> Principal:
+    """Raises 401 ``Not monitor user`` unless the user is tagged monitoring or administrator."""
+    who = principal(request)
+    if not who.is_monitor:
+        raise not_authorised("Not monitor user")
+    return who
+
+
 def require_policymaker(request: web.Request) -> Principal:
     who = principal(request)
     if not who.is_policymaker:

@@ -12,6 +12,7 @@ from amqp_server.management.routes import (
     connections,
     definitions,
     exchanges,
+    nodes,
     overview,
     permissions,
     policies,
@@ -23,6 +24,6 @@ from amqp_server.management.routes import (
 
 def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
-    return [overview.routes, vhosts.routes, users.routes, permissions.routes,
+    return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
             exchanges.routes, queues.routes, bindings.routes, policies.routes,
             connections.routes, definitions.routes]
