@@ -36,6 +36,7 @@ from amqp_server import direct_reply_to, framing
 from amqp_server.confirms import Confirms
 from amqp_server.errors import (
     AccessRefused,
+    CommandInvalid,
     FrameError,
     NotAllowed,
     NotFound,
@@ -134,12 +135,14 @@ class Channel:
         """Dispatch one decoded method (not Channel.Open/CloseOk: the connection does those).
 
         Raises:
+            CommandInvalid (503): a method a client may not send on a channel (Connection.*,
+                replies such as Queue.DeclareOk): RabbitMQ's "unimplemented method".
             AMQPError: whatever the method's handler raises.
         """
         self.expect_method()
         handler = self._handlers.get(type(method))
         if handler is None:
-            raise NotImplemented_(f"unsupported method {method.name}")  # never for 0-9-1 ones
+            raise CommandInvalid("unimplemented method")
         handler(method)
 
     def expect_method(self) -> None:

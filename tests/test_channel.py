@@ -399,3 +399,18 @@ def test_content_header_of_another_class_is_unexpected(client: Client) -> None:
         "instead")
 
 
+
+
+@pytest.mark.parametrize("method", [
+    commands.Connection.Close(reply_code=200, reply_text="x", class_id=0, method_id=0),
+    commands.Connection.Blocked(reason="x"),
+    commands.Queue.DeclareOk(queue="q", message_count=0, consumer_count=0),
+    commands.Basic.ConsumeOk(consumer_tag="t"),
+    commands.Confirm.SelectOk(),
+    commands.Channel.OpenOk(),
+], ids=lambda m: m.name)
+def test_methods_a_client_may_not_send_on_a_channel_are_503(client: Client, method) -> None:
+    """RabbitMQ 3.10.8 (checked with raw frames): 503 "unimplemented method" on the
+    connection."""
+    close = connection_close(client.send(1, method))
+    assert (close.reply_code, close.reply_text) == (503, "COMMAND_INVALID - unimplemented method")
