@@ -730,3 +730,16 @@ def test_nodes_need_the_monitoring_tag(api: Callable[..., Answer]) -> None:
         assert api("GET", "/api/nodes", auth=(user, "pw")).status == 200
     finally:
         api("DELETE", f"/api/users/{user}")
+
+
+def test_message_rates_come_from_successive_reads(api: Callable[..., Answer], vhost: str) -> None:
+    assert api("PUT", f"/api/queues/{q(vhost)}/rq", {"durable": False}).status == 201
+    first = api("GET", f"/api/queues/{q(vhost)}/rq").json
+    assert first["message_stats"]["publish_details"] == {"rate": 0.0}  # no sample before
+    for i in range(20):
+        assert publish(api, vhost, "amq.default", "rq", f"m{i}")
+    time.sleep(0.5)
+    later = api("GET", f"/api/queues/{q(vhost)}/rq").json
+    assert later["message_stats"]["publish"] == 20
+    assert later["message_stats"]["publish_details"]["rate"] > 0.0
+    assert later["messages_ready_details"]["rate"] > 0.0

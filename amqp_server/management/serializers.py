@@ -28,6 +28,7 @@ from vhosts.users import HASHING_ALGORITHM, User
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
     from amqp_server.channel import Channel
+    from amqp_server.management.rates import Rates
     from amqp_server.management.state import ManagementState
     from exchanges.exchange import Exchange
     from vhosts.permissions import Permission
@@ -36,12 +37,15 @@ ZERO_RATE = {"rate": 0.0}
 INTERNAL_USER = "rmq-internal"  # RabbitMQ's acting user for objects it made itself
 
 
-def details(**counts: int) -> dict[str, Any]:
-    """``{"publish": 3, "publish_details": {"rate": 0.0}, ...}``."""
+def details(_rates: Rates | None = None, _key: tuple[str, ...] = (),
+            **counts: int) -> dict[str, Any]:
+    """``{"publish": 3, "publish_details": {"rate": 1.5}, ...}``: each count with its rate
+    per second from ``_rates`` under ``_key + (name,)`` (0.0 without ``_rates``)."""
     out: dict[str, Any] = {}
     for key, value in counts.items():
         out[key] = value
-        out[f"{key}_details"] = dict(ZERO_RATE)
+        out[f"{key}_details"] = (dict(ZERO_RATE) if _rates is None
+                                 else {"rate": _rates.rate((*_key, key), value)})
     return out
 
 
@@ -59,7 +63,8 @@ def permission_json(user: str, vhost: str, p: Permission) -> dict[str, Any]:
             "read": p.read}
 
 
-def vhost_json(broker: Broker, name: str, node: str) -> dict[str, Any]:
+def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
+               ) -> dict[str, Any]:
     meta = vhost_metadata(broker, name)
     vhost = broker.vhosts[name]
     ready = sum(q.message_count for q in vhost.queues.values())
@@ -68,9 +73,10 @@ def vhost_json(broker: Broker, name: str, node: str) -> dict[str, Any]:
         "name": name, "description": meta["description"], "tags": meta["tags"],
         "default_queue_type": "undefined", "metadata": meta, "tracing": False,
         "cluster_state": {node: "running"},
-        **details(messages=ready + unacked, messages_ready=ready,
+        **details(rates, ("vhost", name), messages=ready + unacked, messages_ready=ready,
                   messages_unacknowledged=unacked),
         "message_stats": details(
+            rates, ("vhost", name),
             publish=sum(q.published for q in vhost.queues.values()),
             deliver_get=sum(q.delivered for q in vhost.queues.values())),
     }
@@ -79,7 +85,8 @@ def vhost_json(broker: Broker, name: str, node: str) -> dict[str, Any]:
 # ---- exchanges, bindings -----------------------------------------------------------------
 
 
-def exchange_json(vhost: str, x: Exchange | None, full: bool = False) -> dict[str, Any]:
+def exchange_json(vhost: str, x: Exchange | None, full: bool = False,
+                  rates: Rates | None = None) -> dict[str, Any]:
     """An exchange; ``None`` is the default exchange (name ``""``)."""
     if x is None:
         out: dict[str, Any] = {"name": "", "vhost": vhost, "type": "direct", "durable": True,
@@ -90,7 +97,8 @@ def exchange_json(vhost: str, x: Exchange | None, full: bool = False) -> dict[st
                "auto_delete": x.auto_delete, "internal": x.internal,
                "arguments": jsonable(x.arguments),
                "user_who_performed_action": INTERNAL_USER}
-        out["message_stats"] = details(publish_in=x.published)
+        out["message_stats"] = details(rates, ("exchange", vhost, x.name),
+                                       publish_in=x.published)
     if full:
         out["incoming"] = []
         out["outgoing"] = []
@@ -260,14 +268,15 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "consumer_utilisation": 1.0 if consumers else 0,
         "memory": ready_bytes + unacked_bytes, "head_message_timestamp": None,
         "recoverable_slaves": None,
-        **details(messages=ready + unacked_n, messages_ready=ready,
-                  messages_unacknowledged=unacked_n),
+        **details(st.rates, ("queue", q.vhost, q.name), messages=ready + unacked_n,
+                  messages_ready=ready, messages_unacknowledged=unacked_n),
         "messages_ram": ready + unacked_n, "messages_ready_ram": ready,
         "messages_unacknowledged_ram": unacked_n, "messages_paged_out": 0,
         "message_bytes": ready_bytes + unacked_bytes, "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
         "message_bytes_ram": ready_bytes + unacked_bytes, "message_bytes_paged_out": 0,
-        "message_stats": details(publish=q.published, deliver_get=q.delivered),
+        "message_stats": details(st.rates, ("queue", q.vhost, q.name),
+                                 publish=q.published, deliver_get=q.delivered),
     }
     owner = q.owner if q.exclusive else None
     if isinstance(owner, Connection):

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from amqp_server.management.rates import Rates
+
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
 
@@ -32,6 +34,7 @@ class ManagementState:
         broker: shared broker state (used on the event-loop thread only).
         amqp_host, amqp_port: the AMQP listener (connection names ``peer -> host:port``).
         http_port: the management listener's port (set once it listens).
+        rates: samples of the counters shown, for their ``*_details.rate``.
     """
 
     broker: Broker
@@ -40,6 +43,7 @@ class ManagementState:
     http_port: int = 15672
     node: str = field(default_factory=node_name)
     started_at: float = field(default_factory=time.time)
+    rates: Rates = field(default_factory=Rates)
 
 
 STATE_KEY: web.AppKey[ManagementState] = web.AppKey("amqpq_management", ManagementState)

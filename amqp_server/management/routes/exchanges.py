@@ -21,6 +21,7 @@ from amqp_server.management.auth import (
 )
 from amqp_server.management.errors import from_amqp, not_authorised, not_found
 from amqp_server.management.messages import publish
+from amqp_server.management.rates import Rates
 from amqp_server.management.routes.common import (
     created,
     exchange_name,
@@ -40,23 +41,24 @@ from vhosts.vhost import VirtualHost
 routes = web.RouteTableDef()
 
 
-def _exchanges_of(vhost: VirtualHost) -> list[dict[str, object]]:
+def _exchanges_of(vhost: VirtualHost, rates: Rates) -> list[dict[str, object]]:
     out = [exchange_json(vhost.name, None)]
-    out += [exchange_json(vhost.name, x) for _, x in sorted(vhost.exchanges.items())]
+    out += [exchange_json(vhost.name, x, rates=rates) for _, x in sorted(vhost.exchanges.items())]
     return out
 
 
 @routes.get("/api/exchanges")
 async def list_all(request: web.Request) -> web.Response:
-    broker = state(request).broker
-    return ok([e for n in visible_vhosts(request) for e in _exchanges_of(broker.vhosts[n])])
+    st = state(request)
+    return ok([e for n in visible_vhosts(request)
+               for e in _exchanges_of(st.broker.vhosts[n], st.rates)])
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
     require_vhost(request, vhost.name)
-    return ok(_exchanges_of(vhost))
+    return ok(_exchanges_of(vhost, state(request).rates))
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
@@ -69,7 +71,7 @@ async def get_exchange(request: web.Request) -> web.Response:
     x = vhost.exchanges.get(name)
     if x is None:
         raise not_found()
-    return ok(exchange_json(vhost.name, x, full=True))
+    return ok(exchange_json(vhost.name, x, full=True, rates=state(request).rates))
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")

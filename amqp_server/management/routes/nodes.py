@@ -67,7 +67,7 @@ def node_json(st: ManagementState) -> dict[str, Any]:
                             for m in ("PLAIN", "AMQPLAIN", "EXTERNAL")],
         "applications": [{"name": "amqpq", "description": config.product,
                           "version": config.version}],
-        **details(mem_used=process_rss(), disk_free=disk_free, fd_used=_fds_used(),
+        **details(st.rates, ("node",), mem_used=process_rss(), disk_free=disk_free, fd_used=_fds_used(),
                   sockets_used=len(broker.connections),
                   proc_used=threading.active_count()),
     }

@@ -43,9 +43,11 @@ async def overview(request: web.Request) -> web.Response:
         "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": st.node, "node": st.node,
         "disable_stats": False, "enable_queue_totals": False,
         "statistics_db_event_queue": 0,
-        "message_stats": details(publish=sum(q.published for q in queues),
+        "message_stats": details(st.rates, ("overview",),
+                                 publish=sum(q.published for q in queues),
                                  deliver_get=sum(q.delivered for q in queues)),
-        "queue_totals": details(messages=ready + unacked, messages_ready=ready,
+        "queue_totals": details(st.rates, ("overview",),
+                                messages=ready + unacked, messages_ready=ready,
                                 messages_unacknowledged=unacked),
         "object_totals": {
             "channels": len(channels), "connections": len(broker.connections),

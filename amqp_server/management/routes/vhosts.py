@@ -28,7 +28,7 @@ routes = web.RouteTableDef()
 @routes.get("/api/vhosts")
 async def list_vhosts(request: web.Request) -> web.Response:
     st = state(request)
-    return ok([vhost_json(st.broker, n, st.node) for n in visible_vhosts(request)])
+    return ok([vhost_json(st.broker, n, st.node, st.rates) for n in visible_vhosts(request)])
 
 
 @routes.get("/api/vhosts/{vhost}")
@@ -36,7 +36,7 @@ async def get_vhost(request: web.Request) -> web.Response:
     vhost = vhost_of(request)
     require_admin(request)
     st = state(request)
-    return ok(vhost_json(st.broker, vhost.name, st.node))
+    return ok(vhost_json(st.broker, vhost.name, st.node, st.rates))
 
 
 @routes.put("/api/vhosts/{vhost}")
