@@ -25,17 +25,10 @@ from typing import Any, ClassVar
 from amqp_server.errors import PreconditionFailed
 from exchanges.base import BaseExchangeType
 from exchanges.binding import Binding, Destination
+from vhosts.equivalence import amqp_type_name
 
 MATCH_KINDS = ("all", "any", "all-with-x", "any-with-x")
 _VOID = object()  # binding value that means "key present"
-_ERL_TYPES: tuple[tuple[type, str], ...] = (
-    (float, "double"),
-    (decimal.Decimal, "decimal"),
-    (bytearray, "binary"),
-    (datetime.datetime, "timestamp"),
-    (dict, "table"),
-    (list, "array"),
-)
 
 _ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\t", "\\t"), ("\r", "\\r"))
 
@@ -65,21 +58,6 @@ def routing_value(value: Any) -> Any:
         return ("array", tuple(routing_value(v) for v in value))
     return ("other", value)
 
-
-def _erl_type(value: Any) -> str:
-    """The field type RabbitMQ names for a decoded value: its wire type when it carries it
-    (``amqp_type``), otherwise what pika/Java clients send for such a value."""
-    wire = getattr(value, "amqp_type", None)
-    if wire is not None:
-        return str(wire)
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    for kind, name in _ERL_TYPES:
-        if isinstance(value, kind):
-            return name
-    return "void" if value is None else type(value).__name__
 
 
 def _erl_term(value: Any) -> str:
@@ -125,7 +103,7 @@ class HeadersExchange(BaseExchangeType):
                 )
             return
         raise PreconditionFailed(
-            f"Invalid x-match field type {_erl_type(value)} (value {_erl_term(value)}); "
+            f"Invalid x-match field type {amqp_type_name(value)} (value {_erl_term(value)}); "
             "expected longstr"
         )
 

@@ -6,6 +6,8 @@ Source: RabbitMQ ``rabbit_misc:assert_field_equivalence/4`` and
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +35,12 @@ def amqp_type_name(value: Any) -> str:
         return "signedint" if -(2**31) <= value < 2**31 else "long"
     if isinstance(value, float):
         return "double"
+    if isinstance(value, decimal.Decimal):
+        return "decimal"
+    if isinstance(value, bytearray):
+        return "binary"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
     if isinstance(value, str | bytes):
         return "longstr"
     if isinstance(value, dict):
