@@ -289,3 +289,44 @@ def test_module_entry_point_runs() -> None:
                          capture_output=True, text=True, timeout=30, cwd=REPO)
     assert res.returncode == 0 and "list_queues" in res.stdout
     assert shutil.which(str(CTL))
+
+
+def test_vhost_and_user_limit_commands(node: Node) -> None:
+    vh = f"lim-{uuid.uuid4().hex[:6]}"
+    run(node, "add_vhost", vh)
+    run(node, "set_vhost_limits", "-p", vh, '{"max-connections": 10, "max-queues": 2}')
+    out = json.loads(run(node, "--format", "json", "list_vhost_limits", "-p", vh).stdout)
+    assert out == [{"vhost": vh, "limits": {"max-connections": 10, "max-queues": 2}}]
+    assert any(r["vhost"] == vh for r in json.loads(
+        run(node, "--format", "json", "list_vhost_limits", "--global").stdout))
+    run(node, "clear_vhost_limits", "-p", vh)
+    assert json.loads(run(node, "--format", "json", "list_vhost_limits", "-p", vh).stdout) == []
+
+    user = f"lu-{uuid.uuid4().hex[:6]}"
+    run(node, "add_user", user, "pw")
+    run(node, "set_user_limits", user, '{"max-channels": 3, "max-connections": 1}')
+    out = json.loads(run(node, "--format", "json", "list_user_limits", "--user", user).stdout)
+    assert out == [{"user": user, "limits": {"max-channels": 3, "max-connections": 1}}]
+    run(node, "clear_user_limits", user, "max-channels")
+    out = json.loads(run(node, "--format", "json", "list_user_limits", "--user", user).stdout)
+    assert out == [{"user": user, "limits": {"max-connections": 1}}]
+    run(node, "clear_user_limits", user, "all")
+    assert json.loads(run(node, "--format", "json", "list_user_limits", "--user",
+                          user).stdout) == []
+    run(node, "delete_user", user)
+    run(node, "delete_vhost", vh)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("set_vhost_limits", "{not json"), "Error: limits is not valid JSON: {not json"),
+    (("set_vhost_limits", "[1]"), "Error: limits must be a non-empty JSON object, got: [1]"),
+    (("set_vhost_limits", '{"max-foo": 1}'),
+     'Error: Validation failed Unrecognised terms [{<<"max-foo">>,1}] in limits'),
+    (("set_user_limits", "nobody-here", '{"max-channels": 1}'),
+     "Error: user 'nobody-here' does not exist"),
+])
+def test_limit_command_errors_are_one_line(node: Node, args: tuple[str, ...],
+                                           message: str) -> None:
+    res = ctl(node, *args, check=False)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [message]

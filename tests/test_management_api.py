@@ -743,3 +743,61 @@ def test_message_rates_come_from_successive_reads(api: Callable[..., Answer], vh
     assert later["message_stats"]["publish"] == 20
     assert later["message_stats"]["publish_details"]["rate"] > 0.0
     assert later["messages_ready_details"]["rate"] > 0.0
+
+
+# ---- /api/vhost-limits, /api/user-limits (statuses and texts as RabbitMQ 3.10.8) --------------
+
+
+def test_vhost_limits_set_read_enforce_clear(api: Callable[..., Answer], vhost: str,
+                                             node: InProcessBroker) -> None:
+    path = f"/api/vhost-limits/{q(vhost)}"
+    assert api("GET", path).json == []
+    assert api("PUT", f"{path}/max-queues", {"value": 1}).status == 204
+    assert api("GET", path).json == [{"vhost": vhost, "value": {"max-queues": 1}}]
+    assert {"vhost": vhost, "value": {"max-queues": 1}} in api("GET", "/api/vhost-limits").json
+    assert api("PUT", f"/api/queues/{q(vhost)}/first", {}).status == 201
+    params = pika.ConnectionParameters("127.0.0.1", node.amqp_port, vhost,
+                                       pika.PlainCredentials("guest", "guest"))
+    with pika.BlockingConnection(params) as conn:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+            conn.channel().queue_declare("second")
+    assert (info.value.reply_code, info.value.reply_text) == (
+        406, f"PRECONDITION_FAILED - cannot declare queue 'second': queue limit in vhost "
+             f"'{vhost}' (1) is reached")
+    assert api("DELETE", f"{path}/max-queues").status == 204
+    assert api("GET", path).json == []
+    assert api("PUT", f"/api/queues/{q(vhost)}/second", {}).status == 201
+
+
+def test_vhost_limit_errors(api: Callable[..., Answer], vhost: str) -> None:
+    path = f"/api/vhost-limits/{q(vhost)}"
+    r = api("PUT", f"{path}/max-foo", {"value": 1})
+    assert (r.status, r.json["reason"]) == (
+        400, 'Validation failed\n\nUnrecognised terms [{<<"max-foo">>,1}] in limits\n')
+    r = api("PUT", f"{path}/max-queues", {"value": "x"})
+    assert (r.status, r.json["reason"]) == (
+        400, 'Validation failed\n\nmax-queues should be a number, actually was <<"x">>\n')
+    r = api("PUT", f"{path}/max-queues", {})
+    assert (r.status, r.json["reason"]) == (400, "[{key_missing,value}]")
+    r = api("PUT", "/api/vhost-limits/no-such-vhost/max-queues", {"value": 1})
+    assert (r.status, r.json) == (404, {"error": "not_found", "reason": "vhost_not_found"})
+    assert api("GET", "/api/vhost-limits/no-such-vhost").status == 404
+
+
+def test_user_limits_set_read_clear_and_errors(api: Callable[..., Answer]) -> None:
+    user = f"u-{uuid.uuid4().hex[:6]}"
+    assert api("PUT", f"/api/users/{user}", {"password": "pw", "tags": ""}).status == 201
+    try:
+        assert api("PUT", f"/api/user-limits/{user}/max-channels", {"value": 2}).status == 204
+        assert api("GET", f"/api/user-limits/{user}").json == [
+            {"user": user, "value": {"max-channels": 2}}]
+        assert api("GET", f"/api/users/{user}").json["limits"] == {"max-channels": 2}
+        r = api("PUT", f"/api/user-limits/{user}/max-foo", {"value": 1})
+        assert (r.status, r.json["reason"]) == (
+            400, 'Unrecognised terms [{<<"max-foo">>,1}] in user-limits')
+        r = api("PUT", "/api/user-limits/no-such-user/max-channels", {"value": 1})
+        assert (r.status, r.json["reason"]) == (400, ["no_such_user", "no-such-user"])
+        assert api("DELETE", f"/api/user-limits/{user}/max-channels").status == 204
+        assert api("GET", f"/api/user-limits/{user}").json == []
+    finally:
+        api("DELETE", f"/api/users/{user}")

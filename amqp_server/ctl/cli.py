@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from amqp_server.ctl import access, runtime, topology
+from amqp_server.ctl import access, limits, runtime, topology
 from amqp_server.ctl.base import Context
 from amqp_server.ctl.client import ApiClient
 
@@ -41,7 +41,7 @@ def cli(ctx: click.Context, url: str | None, host: str, port: int, user: str, pa
     ctx.obj = Context(ApiClient(url, user, password, timeout), vhost, fmt, quiet)
 
 
-for _module in (topology, access, runtime):
+for _module in (topology, access, runtime, limits):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

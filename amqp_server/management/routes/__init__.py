@@ -12,6 +12,7 @@ from amqp_server.management.routes import (
     connections,
     definitions,
     exchanges,
+    limits,
     nodes,
     overview,
     permissions,
@@ -26,4 +27,4 @@ def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
             exchanges.routes, queues.routes, bindings.routes, policies.routes,
-            connections.routes, definitions.routes]
+            connections.routes, definitions.routes, limits.routes]
