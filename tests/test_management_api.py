@@ -801,3 +801,9 @@ def test_user_limits_set_read_clear_and_errors(api: Callable[..., Answer]) -> No
         assert api("GET", f"/api/user-limits/{user}").json == []
     finally:
         api("DELETE", f"/api/users/{user}")
+
+
+def test_clearing_a_limit_that_is_not_set_is_204(api: Callable[..., Answer], vhost: str) -> None:
+    assert api("DELETE", f"/api/vhost-limits/{q(vhost)}/max-queues").status == 204
+    assert api("DELETE", "/api/user-limits/guest/max-channels").status == 204
+    assert api("DELETE", "/api/user-limits/no-such-user/max-channels").status == 404

@@ -38,6 +38,14 @@ def _rows(kind: str, limits: dict[str, dict[str, int]], names: list[str]) -> lis
     return [{kind: name, "value": dict(limits[name])} for name in names if limits.get(name)]
 
 
+def _user_of(request: web.Request, unknown: ApiError | None = None) -> str:
+    """The user named in the path; ``unknown`` (404 by default) when there is none."""
+    user = request.match_info["user"]
+    if user not in state(request).broker.users.users:
+        raise unknown or not_found()
+    return user
+
+
 async def _value(request: web.Request) -> Any:
     body = await read_json(request)
     if "value" not in body:
@@ -83,9 +91,8 @@ async def clear_vhost_limit(request: web.Request) -> web.Response:
     """Clear one limit: 204 (also when it was not set; 404 for an unknown vhost)."""
     require_admin(request)
     vhost = vhost_of(request)
-    broker = state(request).broker
-    if broker.limits.clear("vhost", vhost.name, request.match_info["name"]):
-        return no_content()
+    state(request).broker.limits.clear("vhost", vhost.name, request.match_info["name"])
+    return no_content()
 
 
 # ---- user limits ----------------------------------------------------------------------------
@@ -103,24 +110,18 @@ async def list_user_limits(request: web.Request) -> web.Response:
 async def get_user_limits(request: web.Request) -> web.Response:
     """The user's limits (administrator; 404 for an unknown user)."""
     require_admin(request)
-    broker = state(request).broker
-    user = request.match_info["user"]
-    if user not in broker.users.users:
-        raise not_found()
-    return ok(_rows("user", broker.limits.users, [user]))
+    user = _user_of(request)
+    return ok(_rows("user", state(request).broker.limits.users, [user]))
 
 
 @routes.put("/api/user-limits/{user}/{name}")
 async def set_user_limit(request: web.Request) -> web.Response:
     """Set one limit: 204; 400 for an unknown user or limit, or a bad value."""
     require_admin(request)
-    broker = state(request).broker
-    user = request.match_info["user"]
-    if user not in broker.users.users:
-        raise bad_request(["no_such_user", user])
+    user = _user_of(request, bad_request(["no_such_user", request.match_info["user"]]))
     value = await _value(request)
     try:
-        broker.limits.set("user", user, {request.match_info["name"]: value})
+        state(request).broker.limits.set("user", user, {request.match_info["name"]: value})
     except LimitsError as exc:
         raise bad_request(str(exc)) from None
     return no_content()
@@ -130,9 +131,6 @@ async def set_user_limit(request: web.Request) -> web.Response:
 async def clear_user_limit(request: web.Request) -> web.Response:
     """Clear one limit: 204 (also when it was not set; 404 for an unknown user)."""
     require_admin(request)
-    broker = state(request).broker
-    user = request.match_info["user"]
-    if user not in broker.users.users:
-        raise not_found()
-    if broker.limits.clear("user", user, request.match_info["name"]):
-        return no_content()
+    user = _user_of(request)
+    state(request).broker.limits.clear("user", user, request.match_info["name"])
+    return no_content()
