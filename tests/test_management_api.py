@@ -807,3 +807,17 @@ def test_clearing_a_limit_that_is_not_set_is_204(api: Callable[..., Answer], vho
     assert api("DELETE", f"/api/vhost-limits/{q(vhost)}/max-queues").status == 204
     assert api("DELETE", "/api/user-limits/guest/max-channels").status == 204
     assert api("DELETE", "/api/user-limits/no-such-user/max-channels").status == 404
+
+
+def test_list_query_parameters_over_http(api: Callable[..., Answer], vhost: str) -> None:
+    for name in ("lq.b", "lq.a", "lq.c"):
+        assert api("PUT", f"/api/queues/{q(vhost)}/{name}", {}).status == 201
+    rows = api("GET", f"/api/queues/{q(vhost)}?columns=name,durable&sort=name"
+                      "&sort_reverse=true").json
+    assert rows == [{"name": "lq.c", "durable": False}, {"name": "lq.b", "durable": False},
+                    {"name": "lq.a", "durable": False}]
+    page = api("GET", f"/api/queues/{q(vhost)}?page=1&page_size=2&name=LQ&sort=name").json
+    assert [i["name"] for i in page["items"]] == ["lq.a", "lq.b"]
+    assert (page["filtered_count"], page["page_count"], page["total_count"]) == (3, 2, 3)
+    r = api("GET", f"/api/queues/{q(vhost)}?page=5&page_size=2")
+    assert (r.status, r.json["error"]) == (400, "page_out_of_range")

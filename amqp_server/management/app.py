@@ -24,6 +24,7 @@ from amqp_server.errors import AMQPError
 from amqp_server.management import metrics
 from amqp_server.management.auth import Handler, auth_middleware
 from amqp_server.management.errors import ApiError, from_amqp, not_found
+from amqp_server.management.listing import list_query_middleware
 from amqp_server.management.routes import all_routes
 from amqp_server.management.state import STATE_KEY, ManagementState
 
@@ -75,7 +76,8 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
               ) -> web.Application:
     """The management application for ``broker`` (AMQP listener address for connection
     names)."""
-    app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware],
+    app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware,
+                                       list_query_middleware],
                           client_max_size=64 * 1024 * 1024)
     app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
     for table in all_routes():

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from amqp_server.management.errors import bad_request, not_found
+from amqp_server.management.listing import LIST_DATA
 from amqp_server.management.state import state
 from vhosts.vhost import VirtualHost
 
@@ -90,4 +91,9 @@ def exchange_name(request: web.Request, key: str = "name") -> str:
 
 
 def ok(data: Any) -> web.Response:
-    return web.json_response(data)
+    """200 with ``data`` as JSON; a list is also kept on the response for the list query
+    parameters (:mod:`amqp_server.management.listing`)."""
+    response = web.json_response(data)
+    if isinstance(data, list):
+        response[LIST_DATA] = data
+    return response
