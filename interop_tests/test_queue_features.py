@@ -371,3 +371,57 @@ def test_consumer_cancel_notification_on_queue_delete(conn, channel, unique_name
     assert consumer.consumer_tags == []
     # the channel still works
     assert consumer.queue_declare("", exclusive=True).method.queue.startswith("amq.gen-")
+
+
+# --- quorum queues ------------------------------------------------------------------------------
+
+
+def test_quorum_queue_counts_deliveries_and_dead_letters_past_the_limit(
+        conn, channel, unique_name, cleanup):
+    """x-delivery-count on every delivery (0 first), x-delivery-limit 2: the third return
+    dead-letters the message with reason delivery_limit."""
+    dlx = cleanup.exchange(unique_name("dlx"))
+    dead = cleanup.queue(unique_name("dead"))
+    source = cleanup.queue(unique_name("qq"))
+    channel.exchange_declare(dlx, "fanout")
+    channel.queue_declare(dead)
+    channel.queue_bind(dead, dlx)
+    channel.queue_declare(source, durable=True, arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": dlx})
+    channel.basic_publish("", source, b"poison", BasicProperties(headers={"app": "kept"}))
+    assert wait_count(conn, channel, source, 1) == 1
+    counts = []
+    for _ in range(3):
+        method, props, _body = channel.basic_get(source)
+        counts.append((props.headers["x-delivery-count"], method.redelivered))
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    assert counts == [(0, False), (1, True), (2, True)]
+    assert wait_count(conn, channel, dead, 1) == 1
+    assert message_count(channel, source) == 0
+    [(_method, props, body)] = get_all(channel, dead)
+    assert body == b"poison" and text(props.headers["app"]) == "kept"
+    [death] = props.headers["x-death"]
+    assert text(death["reason"]) == "delivery_limit"
+    assert text(death["queue"]) == source
+
+
+def test_quorum_queue_declare_rules(conn, pika_connect, unique_name, cleanup):
+    name = cleanup.queue(unique_name("qq"))
+    texts = []
+    for kwargs in ({"durable": False}, {"durable": True, "auto_delete": True},
+                   {"durable": True, "arguments": {"x-max-priority": 5}}):
+        arguments = {"x-queue-type": "quorum", **kwargs.pop("arguments", {})}
+        ch = pika_connect().channel()
+        with pytest.raises(ChannelClosedByBroker) as info:
+            ch.queue_declare(name, arguments=arguments, **kwargs)
+        texts.append(info.value.reply_text)
+    assert texts == [
+        f"PRECONDITION_FAILED - invalid property 'non-durable' for queue '{name}' in vhost '/'",
+        f"PRECONDITION_FAILED - invalid property 'auto-delete' for queue '{name}' in vhost '/'",
+        f"PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue '{name}' in vhost '/' "
+        "of queue type rabbit_quorum_queue"]
+    ch = pika_connect().channel()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.queue_declare("", durable=True, arguments={"x-queue-type": "quorum"})
+    assert info.value.reply_text == ("PRECONDITION_FAILED - Cannot declare a server-named "
+                                     "queue for type rabbit_quorum_queue")

@@ -24,7 +24,7 @@ class QueuedMessage:
     its on-disk state (store reference, queue-index record)."""
 
     __slots__ = ("seq", "message", "redelivered", "expires_at", "priority", "msg_id",
-                 "indexed", "delivery_logged", "size")
+                 "indexed", "delivery_logged", "size", "returns")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False,
                  expires_at: float | None = None, priority: int = 0) -> None:
@@ -37,6 +37,7 @@ class QueuedMessage:
         self.indexed = False  # recorded in the queue index (persistent on a durable queue)
         self.delivery_logged = False
         self.size = 0  # body bytes, kept while the body is not in RAM (gamma)
+        self.returns = 0  # times given back to the queue (quorum queues' delivery count)
 
     def __lt__(self, other: QueuedMessage) -> bool:
         return self.seq < other.seq

@@ -250,6 +250,20 @@ def encode_table(entries: dict[str, Any]) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def with_header(raw: bytes, key: str, value: Any) -> bytes:
+    """Content properties ``raw`` with header ``key`` set to ``value`` (replaced if present);
+    every other property and header entry is copied byte for byte.
+
+    Raises:
+        ValueError: malformed properties.
+    """
+    fields = split_properties(raw)
+    kept = [(k, v) for k, v in split_table(fields["headers"]) if k != key] \
+        if "headers" in fields else []
+    fields["headers"] = join_table(kept + [(key, encode_value(value))])
+    return join_properties(fields)
+
+
 def join_table(entries: list[tuple[str, bytes]]) -> bytes:
     """An encoded field table from (key, encoded value) entries."""
     body = b"".join(shortstr(k) + v for k, v in entries)

@@ -42,7 +42,8 @@ from amqp_server.errors import ResourceLocked, rs
 from amqp_server.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import FLAG_EXPIRATION, Message
-from queue_store.queue_args import QueueSettings
+from queue_store.properties import Long, with_header
+from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
 
@@ -136,6 +137,8 @@ class Queue:
         self.auto_delete = auto_delete
         self.owner = owner
         self.arguments = arguments or {}
+        self.kind = queue_type_of(self.arguments)  # "classic" or "quorum"
+        self.quorum = self.kind == "quorum"
         self.host = host
         self.settings = settings or QueueSettings()
         self.storage = host.storage if host is not None else None
@@ -362,6 +365,8 @@ class Queue:
                     self._forget(qm)
                     continue
                 self.delivered += 1
+                if self.quorum:
+                    self._stamp_delivery_count(qm)
                 if consumer.no_ack:
                     consumer.channel.deliver(consumer, qm, self)
                     self._forget(qm)
@@ -384,6 +389,8 @@ class Queue:
         qm = self.ready.popleft()
         if qm is not None:
             self.delivered += 1
+            if self.quorum:
+                self._stamp_delivery_count(qm)
             self._log_delivery(qm)
             if self._has_ttl:
                 self._expire_head()  # GetOk's message_count must not count expired ones
@@ -414,10 +421,40 @@ class Queue:
             return
         for qm in back:
             qm.redelivered = True
-        self.ready.requeue(back)
+        if self.quorum:
+            back = self._count_returns(back)
+        if back:
+            self.ready.requeue(back)
         self.dispatch()
         if self._has_ttl:
             self._expire_head()
+
+    def _count_returns(self, back: list[QueuedMessage]) -> list[QueuedMessage]:
+        """Quorum queue: one more return each; a message past ``delivery-limit`` is
+        dead-lettered (reason ``delivery_limit``) or dropped instead of requeued."""
+        limit = self.settings.delivery_limit
+        kept = []
+        for qm in back:
+            qm.returns += 1
+            if limit is not None and qm.returns > limit:
+                if self.host is not None:
+                    self.host.dead_letter(self, qm.message, "delivery_limit")
+                self._forget(qm)
+            else:
+                kept.append(qm)
+        return kept
+
+    def _stamp_delivery_count(self, qm: QueuedMessage) -> None:
+        """Quorum queue: the delivery carries ``x-delivery-count`` (earlier returns)."""
+        message = qm.message
+        try:
+            props = with_header(message.properties_raw, "x-delivery-count", Long(qm.returns))
+        except ValueError:  # not expected: properties were checked at publish
+            return
+        stamped = Message(message.exchange, message.routing_key, message.ex_rk_raw, props,
+                          message.body)
+        stamped.store_id = message.store_id
+        qm.message = stamped
 
     def reject(self, qm: QueuedMessage) -> None:
         """A delivery rejected/nacked without requeue: dead-lettered (reason ``rejected``)."""

@@ -101,14 +101,65 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+#: the arguments each queue type takes (RabbitMQ 3.10's ``capabilities()``), and the name
+#: of its module in error texts
+QUEUE_TYPE_ARGUMENTS: dict[str, frozenset[str]] = {
+    "classic": frozenset({
+        "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+        "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+        "x-queue-version", "x-single-active-consumer", "x-queue-type",
+        "x-queue-master-locator"}),
+    "quorum": frozenset({
+        "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+        "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+        "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
+        "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
+        "x-queue-leader-locator"}),
+    "stream": frozenset({
+        "x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size", "x-queue-leader-locator"}),
+}
+QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
+                      "stream": "rabbit_stream_queue"}
+#: the types amqpq implements (streams are not: declaring one is refused)
+SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
+_ALL_TYPE_ARGUMENTS = frozenset().union(*QUEUE_TYPE_ARGUMENTS.values())
+
+
+def queue_type_of(args: dict[str, Any]) -> str:
+    """The queue type ``x-queue-type`` names ("classic" when absent)."""
+    value = args.get("x-queue-type")
+    return "classic" if value is None else _text(value)
+
+
+def _queue_type(value: Any) -> str | None:
+    if not isinstance(value, str | bytes):
+        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+    if _text(value) not in SUPPORTED_QUEUE_TYPES:
+        return f'"unsupported queue type \'{_text(value)}\'"'
+    return None
+
+
 def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
-    """Check Queue.Declare arguments; ``what`` is ``"queue 'q' in vhost '/'"``.
+    """Check Queue.Declare arguments; ``what`` is ``"queue 'q' in vhost '/'"``. In RabbitMQ's
+    order: ``x-queue-type`` itself, then the values of the arguments the type takes, then
+    arguments only other types take.
 
     Raises:
         PreconditionFailed (406): ``invalid arg 'x-max-length' for queue 'q' in vhost '/':
-            {value_negative,-1}``.
+            {value_negative,-1}``; ``invalid arg 'x-max-priority' for queue 'q' in vhost
+            '/' of queue type rabbit_quorum_queue``; ``... "unsupported queue type
+            'stream'"`` (amqpq has no streams).
     """
+    if "x-queue-type" in args:
+        err = _queue_type(args["x-queue-type"])
+        if err is not None:
+            raise PreconditionFailed(f"invalid arg 'x-queue-type' for {what}: {err}")
+    kind = queue_type_of(args)
+    takes = QUEUE_TYPE_ARGUMENTS[kind]
     for key, value in args.items():
+        if key not in takes and key in _ALL_TYPE_ARGUMENTS:
+            continue
         if key == "x-dead-letter-exchange" and not isinstance(value, str | bytes):
             # checked by rabbit_channel before the queue's own validation, other wording
             raise PreconditionFailed(
@@ -120,6 +171,10 @@ def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
             err = check(value) if check is not None else None
         if err is not None:
             raise PreconditionFailed(f"invalid arg '{key}' for {what}: {err}")
+    for key in args:
+        if key not in takes and key in _ALL_TYPE_ARGUMENTS:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {what} of queue type {QUEUE_TYPE_MODULES[kind]}")
 
 
 def validate_consumer_priority(args: dict[str, Any], what: str) -> int:
@@ -152,6 +207,7 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     max_priority: int | None = None
     single_active_consumer: bool = False
+    delivery_limit: int | None = None  # quorum queues: deliveries before a message is dropped
     policy: str | None = None
 
     @property
@@ -178,7 +234,8 @@ def resolve_settings(
 ) -> QueueSettings:
     """Effective :class:`QueueSettings` from validated arguments and a policy definition
     (``{"message-ttl": 1000, "max-length": 10, ...}``), as RabbitMQ resolves them: the lower
-    value for message-ttl/expires/max-length/max-length-bytes, the argument's value for
+    value for message-ttl/expires/max-length/max-length-bytes/delivery-limit (a negative
+    x-delivery-limit means none), the argument's value for
     overflow and dead-letter-*; x-max-priority and x-single-active-consumer are
     declare-only."""
     d = definition or {}
@@ -201,5 +258,8 @@ def resolve_settings(
             "x-dead-letter-routing-key", "dead-letter-routing-key"),
         max_priority=args.get("x-max-priority") or None,
         single_active_consumer=bool(args.get("x-single-active-consumer", False)),
+        delivery_limit=_min(args.get("x-delivery-limit") if _is_int(
+            args.get("x-delivery-limit")) and args["x-delivery-limit"] >= 0 else None,
+            _policy_int(d, "delivery-limit")),
         policy=policy_name,
     )

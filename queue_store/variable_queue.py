@@ -47,7 +47,8 @@ from queue_store.backing import QueuedMessage
 from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 
-_rec = struct.Struct(">IQdBBQ")  # payload len, seq, expires_at (NaN none), priority, flags, msg_id
+# payload len, seq, expires_at (NaN none), priority, flags, msg_id, returns
+_rec = struct.Struct(">IQdBBQI")
 F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
 RAM_MESSAGES = 200_000
 RAM_BYTES = 64 * 1024 * 1024
@@ -61,7 +62,8 @@ def _encode(qm: QueuedMessage) -> bytes:
     flags = ((F_REDELIVERED if qm.redelivered else 0) | (F_INDEXED if qm.indexed else 0)
              | (F_LOGGED if qm.delivery_logged else 0))
     expires = qm.expires_at if qm.expires_at is not None else math.nan
-    return _rec.pack(len(payload), qm.seq, expires, qm.priority, flags, qm.msg_id) + payload
+    return _rec.pack(len(payload), qm.seq, expires, qm.priority, flags, qm.msg_id,
+                     qm.returns) + payload
 
 
 class VariableQueue:
@@ -250,7 +252,7 @@ class VariableQueue:
                 self._read_pos += len(chunk)
                 buf, off = buf[off:] + chunk, 0
                 continue
-            length, seq, expires, priority, flags, msg_id = _rec.unpack_from(buf, off)
+            length, seq, expires, priority, flags, msg_id, returns = _rec.unpack_from(buf, off)
             start = off + _rec.size
             off = start + length
             message = decode_payload(buf[start:off])
@@ -260,6 +262,7 @@ class VariableQueue:
             qm.msg_id = msg_id
             qm.indexed = bool(flags & F_INDEXED)
             qm.delivery_logged = bool(flags & F_LOGGED)
+            qm.returns = returns
             self.q4.append(qm)
             self.q4_bytes += len(message.body)
             self.delta_count -= 1

@@ -1494,3 +1494,65 @@ def test_cc_and_bcc_headers_add_routing_keys_and_bcc_is_removed(wired) -> None:
         headers = qm.message.headers
         assert headers["CC"] == ["b"] and headers["keep"] == 1
         assert "BCC" not in headers
+
+
+# ================================================================================================
+# Queue types: x-queue-type classic / quorum (RabbitMQ 3.10.8's texts, checked with pika)
+# ================================================================================================
+
+
+@pytest.mark.parametrize(("arguments", "text_"), [
+    ({"x-queue-type": "bogus"},
+     "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type 'bogus'\""),
+    # deliberate difference: RabbitMQ 3.13 has streams, amqpq refuses them
+    ({"x-queue-type": "stream"},
+     "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type "
+     "'stream'\""),
+    ({"x-queue-type": 1},
+     "invalid arg 'x-queue-type' for queue 'q' in vhost '/': {unacceptable_type,signedint}"),
+    ({"x-delivery-limit": 3},
+     "invalid arg 'x-delivery-limit' for queue 'q' in vhost '/' of queue type "
+     "rabbit_classic_queue"),
+    ({"x-max-in-memory-length": 3},
+     "invalid arg 'x-max-in-memory-length' for queue 'q' in vhost '/' of queue type "
+     "rabbit_classic_queue"),
+    ({"x-queue-type": "quorum", "x-queue-mode": "lazy"},
+     "invalid arg 'x-queue-mode' for queue 'q' in vhost '/' of queue type rabbit_quorum_queue"),
+])
+def test_queue_type_arguments_are_checked(world: World, arguments: dict[str, Any],
+                                          text_: str) -> None:
+    with pytest.raises(PreconditionFailed) as info:
+        world.vhost.declare_queue("q", durable=True, arguments=arguments)
+    assert info.value.reply_text == f"PRECONDITION_FAILED - {text_}"
+
+
+def test_quorum_queue_returns_count_on_channel_close_too(world: World) -> None:
+    q = world.vhost.declare_queue("qq", durable=True,
+                                  arguments={"x-queue-type": "quorum", "x-delivery-limit": 1})
+    assert q.kind == "quorum"
+    world.publish("qq", b"m")
+    for expected in (0, 1):
+        qm = q.get()
+        assert qm is not None
+        assert qm.message.headers["x-delivery-count"] == expected
+        q.settled(None)
+        q.requeue([qm])  # what a channel closing with the delivery unacked does
+    assert q.message_count == 0  # two returns > delivery-limit 1: dropped (no DLX)
+
+
+def test_delivery_limit_from_a_policy(world: World) -> None:
+    world.vhost.set_policy("dl", "^qq$", {"delivery-limit": 0}, 0, "queues")
+    q = world.vhost.declare_queue("qq", durable=True, arguments={"x-queue-type": "quorum"})
+    assert q.settings.delivery_limit == 0
+    world.publish("qq", b"m")
+    qm = q.get()
+    q.settled(None)
+    q.requeue([qm])
+    assert q.message_count == 0
+
+
+def test_classic_queues_carry_no_delivery_count(world: World) -> None:
+    q = world.vhost.declare_queue("cq", arguments={"x-queue-type": "classic"})
+    world.publish("cq", b"m")
+    qm = q.get()
+    assert "x-delivery-count" not in (qm.message.headers or {})

@@ -32,7 +32,12 @@ from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
 from queue_store.message import Message
 from queue_store.queue import Queue
-from queue_store.queue_args import QueueSettings, resolve_settings, validate_queue_arguments
+from queue_store.queue_args import (
+    QueueSettings,
+    queue_type_of,
+    resolve_settings,
+    validate_queue_arguments,
+)
 from queue_store.storage import VhostStorage
 from vhosts.equivalence import assert_args_equivalent, inequivalent
 from vhosts.limits import Limits
@@ -235,11 +240,15 @@ class VirtualHost:
                 q.check_exclusive_access(connection)
             q.touch()
             return q
-        if name == "":
-            name = server_generated_name("amq.gen-")
-        elif not server_named:
-            check_name("queue", name)
         arguments = arguments or {}
+        if name == "" or server_named:
+            if queue_type_of(arguments) == "quorum":
+                raise PreconditionFailed(
+                    "Cannot declare a server-named queue for type rabbit_quorum_queue")
+            if name == "":
+                name = server_generated_name("amq.gen-")
+        else:
+            check_name("queue", name)
         what = rs("queue", name, self.name)
         q = self.queues.get(name)
         if q is None:
@@ -248,6 +257,12 @@ class VirtualHost:
                 raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
                                          f"'{self.name}' ({limit}) is reached")
             validate_queue_arguments(arguments, what)  # RabbitMQ validates new queues only
+            if queue_type_of(arguments) == "quorum":
+                for refused, prop in ((not durable, "non-durable"),
+                                      (exclusive, "exclusive-owner"),
+                                      (auto_delete, "auto-delete")):
+                    if refused:
+                        raise PreconditionFailed(f"invalid property '{prop}' for {what}")
             q = Queue(
                 name,
                 self.name,

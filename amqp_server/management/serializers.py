@@ -260,7 +260,7 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
     out: dict[str, Any] = {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive, "arguments": jsonable(q.arguments), "node": st.node,
-        "type": "classic", "state": "running", "policy": policy, "operator_policy": None,
+        "type": q.kind, "state": "running", "policy": policy, "operator_policy": None,
         "effective_policy_definition": jsonable(definition),
         "consumers": len(consumers), "exclusive_consumer_tag": exclusive_tag,
         "single_active_consumer_tag": sac,
