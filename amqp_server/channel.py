@@ -54,7 +54,7 @@ from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, Queu
 from queue_store.queue_args import validate_consumer_priority
 from queue_store.sender_selected import extra_routing_keys, without_bcc
 from vhosts.permissions import Perm
-from vhosts.vhost import server_generated_name
+from vhosts.vhost import check_server_named_allowed, server_generated_name
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
@@ -508,6 +508,7 @@ class Channel:
         name = m.queue if (m.queue or not m.passive) else self._queue_name(m.queue)
         server_named = not name
         if server_named:
+            check_server_named_allowed(m.arguments or {})
             name = server_generated_name("amq.gen-")
         if not m.passive:
             self._check("configure", "queue", name)

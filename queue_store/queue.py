@@ -205,14 +205,15 @@ class Queue:
 
         Returns :data:`REJECTED` (0) when ``x-overflow`` ``reject-publish``/
         ``reject-publish-dlx`` refused it (the queue is full: nack the publisher),
-        :data:`ACCEPTED_UNSYNCED` when it was written to disk (persistent message, durable
-        queue: confirm after the next fsync), else :data:`ACCEPTED`.
+        :data:`ACCEPTED_UNSYNCED` when it was written to disk (a persistent message on a
+        durable queue, or any message on a quorum queue: confirm after the next fsync), else
+        :data:`ACCEPTED`.
 
         Raises:
             ValueError: the message's ``expiration`` property is not a non-negative integer.
         """
         if self._plain and not message.flags & FLAG_EXPIRATION and (
-                self.index is None or not message.persistent):
+                self.index is None or not (message.persistent or self.quorum)):
             # fast path: no TTL, limits or priorities to consider (most queues, most messages)
             self._seq += 1
             self.published += 1
@@ -239,7 +240,7 @@ class Queue:
         qm = QueuedMessage(self._seq, message, False, expires_at, priority)
         result = ACCEPTED
         index = self.index
-        if index is not None and message.persistent:
+        if index is not None and (message.persistent or self.quorum):  # quorum: every one
             store = self.storage.store  # type: ignore[union-attr]
             qm.msg_id = store.write(message)
             qm.indexed = True

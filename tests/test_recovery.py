@@ -548,3 +548,13 @@ def test_definitions_with_invalid_content_raise_value_error(tmp_path: Path) -> N
     broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
     with pytest.raises(ValueError):
         TopologyStore(broker, tmp_path).load()
+
+
+def test_quorum_queue_keeps_transient_messages_across_a_crash(tmp_path: Path, node) -> None:
+    broker, topology = node
+    q = broker.vhosts["/"].declare_queue("qq", durable=True,
+                                         arguments={"x-queue-type": "quorum"})
+    assert q.publish(tmsg("transient")) == ACCEPTED_UNSYNCED  # confirmed after the fsync
+    broker2, _, counts = restart(tmp_path, broker, topology)
+    assert bodies(broker2.vhosts["/"].queues["qq"]) == [b"transient"]
+    assert counts["messages"] == 1

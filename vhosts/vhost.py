@@ -77,6 +77,14 @@ def server_generated_name(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
+def check_server_named_allowed(arguments: dict[str, Any]) -> None:
+    """Raises PreconditionFailed (406) for a server-named quorum queue (RabbitMQ refuses
+    them: a quorum queue outlives its connection)."""
+    if queue_type_of(arguments) == "quorum":
+        raise PreconditionFailed(
+            "Cannot declare a server-named queue for type rabbit_quorum_queue")
+
+
 def check_not_default_exchange(name: str) -> None:
     """Raises AccessRefused (403) for the default exchange ``""``."""
     if name == "":
@@ -241,13 +249,10 @@ class VirtualHost:
             q.touch()
             return q
         arguments = arguments or {}
-        if name == "" or server_named:
-            if queue_type_of(arguments) == "quorum":
-                raise PreconditionFailed(
-                    "Cannot declare a server-named queue for type rabbit_quorum_queue")
-            if name == "":
-                name = server_generated_name("amq.gen-")
-        else:
+        if name == "":
+            check_server_named_allowed(arguments)
+            name = server_generated_name("amq.gen-")
+        elif not server_named:
             check_name("queue", name)
         what = rs("queue", name, self.name)
         q = self.queues.get(name)
