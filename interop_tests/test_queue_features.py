@@ -83,6 +83,16 @@ def wait_count(conn, channel, queue: str, n: int, timeout: float = WAIT) -> int:
         conn.sleep(0.02)
 
 
+def dead_letter_target(channel, unique_name, cleanup) -> tuple[str, str]:
+    """A fanout dead-letter exchange bound to a queue: ``(exchange, queue)``."""
+    dlx = cleanup.exchange(unique_name("dlx"))
+    dead = cleanup.queue(unique_name("dead"))
+    channel.exchange_declare(dlx, "fanout")
+    channel.queue_declare(dead)
+    channel.queue_bind(dead, dlx)
+    return dlx, dead
+
+
 def text(value):
     return value.decode() if isinstance(value, bytes) else value
 
@@ -104,12 +114,8 @@ def channel(conn):
 
 
 def test_ttl_expiry_dead_letters_with_x_death(conn, channel, unique_name, cleanup):
-    dlx = cleanup.exchange(unique_name("dlx"))
-    dead = cleanup.queue(unique_name("dead"))
+    dlx, dead = dead_letter_target(channel, unique_name, cleanup)
     source = cleanup.queue(unique_name("src"))
-    channel.exchange_declare(dlx, "fanout")
-    channel.queue_declare(dead)
-    channel.queue_bind(dead, dlx)
     channel.queue_declare(source, arguments={"x-message-ttl": 100,
                                              "x-dead-letter-exchange": dlx})
     channel.basic_publish("", source, b"queue-ttl", BasicProperties(headers={"app": "kept"}))
@@ -177,12 +183,8 @@ def test_ttl_zero_reaches_a_waiting_consumer_and_expires_otherwise(
 @pytest.mark.parametrize("overflow", ["reject-publish", "reject-publish-dlx"])
 def test_overflow_reject_publish_nacks_the_publisher(conn, channel, unique_name, cleanup,
                                                      overflow):
-    dlx = cleanup.exchange(unique_name("dlx"))
-    dead = cleanup.queue(unique_name("dead"))
+    dlx, dead = dead_letter_target(channel, unique_name, cleanup)
     queue = cleanup.queue(unique_name("q"))
-    channel.exchange_declare(dlx, "fanout")
-    channel.queue_declare(dead)
-    channel.queue_bind(dead, dlx)
     channel.queue_declare(queue, arguments={"x-max-length": 2, "x-overflow": overflow,
                                             "x-dead-letter-exchange": dlx})
     channel.basic_publish("", queue, b"m1")
@@ -380,12 +382,8 @@ def test_quorum_queue_counts_deliveries_and_dead_letters_past_the_limit(
         conn, channel, unique_name, cleanup):
     """x-delivery-count on every delivery (0 first), x-delivery-limit 2: the third return
     dead-letters the message with reason delivery_limit."""
-    dlx = cleanup.exchange(unique_name("dlx"))
-    dead = cleanup.queue(unique_name("dead"))
+    dlx, dead = dead_letter_target(channel, unique_name, cleanup)
     source = cleanup.queue(unique_name("qq"))
-    channel.exchange_declare(dlx, "fanout")
-    channel.queue_declare(dead)
-    channel.queue_bind(dead, dlx)
     channel.queue_declare(source, durable=True, arguments={
         "x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": dlx})
     channel.basic_publish("", source, b"poison", BasicProperties(headers={"app": "kept"}))
