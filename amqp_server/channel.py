@@ -591,6 +591,8 @@ class Channel:
             return
         self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        if q.quorum and self.global_prefetch:  # RabbitMQ 3.x: a connection error
+            raise NotImplemented_(f"{rs('queue', q.name, q.vhost)} does not support global qos")
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
         arguments = m.arguments or {}

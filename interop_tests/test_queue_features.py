@@ -16,7 +16,12 @@ import datetime
 import time
 
 import pytest
-from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
+from pika.exceptions import (
+    ChannelClosedByBroker,
+    ConnectionClosedByBroker,
+    NackError,
+    UnroutableError,
+)
 from pika.spec import BasicProperties
 
 pytestmark = pytest.mark.timeout(30)
@@ -423,3 +428,18 @@ def test_quorum_queue_declare_rules(conn, pika_connect, unique_name, cleanup):
         ch.queue_declare("", durable=True, arguments={"x-queue-type": "quorum"})
     assert info.value.reply_text == ("PRECONDITION_FAILED - Cannot declare a server-named "
                                      "queue for type rabbit_quorum_queue")
+
+
+def test_quorum_queue_refuses_global_qos_consumers(pika_connect, unique_name, cleanup):
+    name = cleanup.queue(unique_name("qq"))
+    conn = pika_connect()
+    ch = conn.channel()
+    ch.queue_declare(name, durable=True, arguments={"x-queue-type": "quorum"})
+    ch.basic_qos(prefetch_count=10, global_qos=True)
+    with pytest.raises(ConnectionClosedByBroker) as info:
+        ch.basic_consume(name, lambda *args: None)
+    assert (info.value.reply_code, info.value.reply_text) == (
+        540, f"NOT_IMPLEMENTED - queue '{name}' in vhost '/' does not support global qos")
+    ch = pika_connect().channel()
+    ch.basic_qos(prefetch_count=10)  # per-consumer prefetch is fine
+    ch.basic_consume(name, lambda *args: None, arguments={"x-priority": 5})

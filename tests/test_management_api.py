@@ -821,3 +821,17 @@ def test_list_query_parameters_over_http(api: Callable[..., Answer], vhost: str)
     assert (page["filtered_count"], page["page_count"], page["total_count"]) == (3, 2, 3)
     r = api("GET", f"/api/queues/{q(vhost)}?page=5&page_size=2")
     assert (r.status, r.json["error"]) == (400, "page_out_of_range")
+
+
+def test_quorum_queue_over_http(api: Callable[..., Answer], vhost: str) -> None:
+    r = api("PUT", f"/api/queues/{q(vhost)}/qq",
+            {"durable": True, "arguments": {"x-queue-type": "quorum"}})
+    assert r.status == 201
+    got = api("GET", f"/api/queues/{q(vhost)}/qq").json
+    assert got["type"] == "quorum"
+    assert got["members"] == [got["node"]] and got["leader"] == got["node"]
+    assert got["online"] == [got["node"]]
+    r = api("PUT", f"/api/queues/{q(vhost)}/qq2",
+            {"durable": False, "arguments": {"x-queue-type": "quorum"}})
+    assert (r.status, r.json["reason"]) == (
+        400, f"invalid property 'non-durable' for queue 'qq2' in vhost '{vhost}'")

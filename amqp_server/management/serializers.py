@@ -278,6 +278,8 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "message_stats": details(st.rates, ("queue", q.vhost, q.name),
                                  publish=q.published, deliver_get=q.delivered),
     }
+    if q.quorum:  # one node: it leads and is the only member
+        out.update(leader=st.node, members=[st.node], online=[st.node])
     owner = q.owner if q.exclusive else None
     if isinstance(owner, Connection):
         peer_host, peer_port = owner.peer or ("127.0.0.1", 0)
