@@ -87,3 +87,32 @@ def test_celery_worker_runs_tasks_end_to_end(app):
 
         assert flaky.delay().get(timeout=RESULT_TIMEOUT) == "done after 1 retry"
         assert attempts == [0, 1]
+
+
+def test_celery_worker_on_a_quorum_queue_with_countdown(app, cleanup, broker_url):
+    """Celery >= 5.5 on a quorum queue: the worker detects it (no global QoS) and, for a
+    countdown, uses native delayed delivery (its celery_delayed_* quorum queues with
+    x-dead-letter-strategy/x-overflow reject-publish, topic exchanges)."""
+    import kombu
+    from kombu import Exchange, Queue
+
+    name = app.conf.task_default_queue
+    app.conf.task_queues = [Queue(name, Exchange(name), routing_key=name,
+                                  queue_arguments={"x-queue-type": "quorum"})]
+    app.conf.broker_transport_options = {"confirm_publish": True}
+    for level in range(28):  # what native delayed delivery declares, deleted afterwards
+        cleanup.queue(f"celery_delayed_{level}")
+        cleanup.exchange(f"celery_delayed_{level}")
+    cleanup.exchange("celery_delayed_delivery")
+
+    @app.task(name="matrix.quorum_add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    with start_worker(app, pool="solo", concurrency=1, perform_ping_check=False,
+                      shutdown_timeout=20, loglevel="WARNING"):
+        assert add.delay(20, 22).get(timeout=RESULT_TIMEOUT) == 42
+        assert add.apply_async((1, 2), countdown=1).get(timeout=RESULT_TIMEOUT) == 3
+        with kombu.Connection(broker_url) as conn:  # the worker set delayed delivery up
+            declared = conn.default_channel.queue_declare("celery_delayed_0", passive=True)
+            assert declared.queue == "celery_delayed_0"
