@@ -24,6 +24,7 @@ from amqp_server.management.routes.common import (
     no_content,
     ok,
     read_json,
+    readable_vhost,
     table,
     text,
     vhost_of,
@@ -73,8 +74,7 @@ async def list_all(request: web.Request) -> web.Response:
 
 @routes.get("/api/bindings/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     return ok(_all(vhost))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from amqp_server.management.auth import require_vhost
 from amqp_server.management.errors import bad_request, not_found
 from amqp_server.management.listing import LIST_DATA
 from amqp_server.management.state import state
@@ -41,6 +42,14 @@ def vhost_of(request: web.Request, key: str = "vhost") -> VirtualHost:
     vhost = state(request).broker.vhosts.get(request.match_info[key])
     if vhost is None:
         raise not_found()
+    return vhost
+
+
+def readable_vhost(request: web.Request, key: str = "vhost") -> VirtualHost:
+    """The vhost named in the path, when the user may read in it: 404 when it does not
+    exist, 401 ``User not authorised to access virtual host`` otherwise."""
+    vhost = vhost_of(request, key)
+    require_vhost(request, vhost.name)
     return vhost
 
 

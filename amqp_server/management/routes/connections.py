@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from amqp_server.management.auth import principal, require_vhost, visible_vhosts
+from amqp_server.management.auth import principal, visible_vhosts
 from amqp_server.management.errors import not_found
-from amqp_server.management.routes.common import no_content, ok, vhost_of
+from amqp_server.management.routes.common import no_content, ok, readable_vhost
 from amqp_server.management.serializers import (
     channel_json,
     channel_name,
@@ -113,6 +113,5 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     return ok(_consumers(request, {vhost.name}))

@@ -16,7 +16,6 @@ from amqp_server.errors import AMQPError
 from amqp_server.management.auth import (
     check_permission,
     principal,
-    require_vhost,
     visible_vhosts,
 )
 from amqp_server.management.errors import from_amqp, not_authorised, not_found
@@ -30,6 +29,7 @@ from amqp_server.management.routes.common import (
     ok,
     query_flag,
     read_json,
+    readable_vhost,
     table,
     text,
     vhost_of,
@@ -56,15 +56,13 @@ async def list_all(request: web.Request) -> web.Response:
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     return ok(_exchanges_of(vhost, state(request).rates))
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
 async def get_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     name = exchange_name(request)
     if name == "":
         return ok(exchange_json(vhost.name, None, full=True))
@@ -112,8 +110,7 @@ async def delete_exchange(request: web.Request) -> web.Response:
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/{direction:source|destination}")
 async def exchange_bindings(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     name = exchange_name(request)
     if name != "" and name not in vhost.exchanges:
         raise not_found()

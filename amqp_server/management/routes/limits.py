@@ -22,11 +22,10 @@ from aiohttp import web
 from amqp_server.management.auth import (
     principal,
     require_admin,
-    require_vhost,
     visible_vhosts,
 )
 from amqp_server.management.errors import ApiError, bad_request, not_found
-from amqp_server.management.routes.common import no_content, ok, read_json, vhost_of
+from amqp_server.management.routes.common import no_content, ok, read_json, readable_vhost, vhost_of
 from amqp_server.management.state import state
 from vhosts.limits import LimitsError
 
@@ -65,8 +64,7 @@ async def list_vhost_limits(request: web.Request) -> web.Response:
 @routes.get("/api/vhost-limits/{vhost}")
 async def get_vhost_limits(request: web.Request) -> web.Response:
     """The vhost's limits (``[]`` when none; 404 for an unknown vhost)."""
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     return ok(_rows("vhost", state(request).broker.limits.vhosts, [vhost.name]))
 
 

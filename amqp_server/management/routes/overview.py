@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from amqp_server.management.auth import check_permission, principal, require_vhost
+from amqp_server.management.auth import check_permission, principal
 from amqp_server.management.messages import get_messages, publish
-from amqp_server.management.routes.common import ok, vhost_of
+from amqp_server.management.routes.common import ok, readable_vhost
 from amqp_server.management.serializers import details, open_channels
 from amqp_server.management.state import RABBITMQ_VERSION, state
 from exchanges import EXCHANGE_TYPES
@@ -87,8 +87,7 @@ async def alarms(request: web.Request) -> web.Response:
 @routes.get("/api/aliveness-test/{vhost}")
 async def aliveness(request: web.Request) -> web.Response:
     """Declare queue ``aliveness-test``, publish a message to it and get it back."""
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     check_permission(request, vhost.name, "configure", "queue", "aliveness-test")
     q = vhost.declare_queue("aliveness-test")
     publish(vhost, "", {"properties": {}, "routing_key": "aliveness-test",

@@ -15,7 +15,14 @@ from aiohttp import web
 from amqp_server.management.auth import require_policymaker, require_vhost, visible_vhosts
 from amqp_server.management.errors import bad_request, not_found
 from amqp_server.management.messages import require_keys
-from amqp_server.management.routes.common import created, no_content, ok, read_json, vhost_of
+from amqp_server.management.routes.common import (
+    created,
+    no_content,
+    ok,
+    read_json,
+    readable_vhost,
+    vhost_of,
+)
 from amqp_server.management.state import state
 from vhosts.definitions import jsonable
 from vhosts.policies import Policy, PolicyError
@@ -41,15 +48,13 @@ async def list_all(request: web.Request) -> web.Response:
 
 @routes.get("/api/policies/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     return ok(_policies(vhost))
 
 
 @routes.get("/api/policies/{vhost}/{name}")
 async def get_policy(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     p = vhost.policies.get(request.match_info["name"])
     if p is None:
         raise not_found()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_server.errors import AMQPError
-from amqp_server.management.auth import check_permission, require_vhost, visible_vhosts
+from amqp_server.management.auth import check_permission, visible_vhosts
 from amqp_server.management.errors import ApiError, from_amqp, not_found
 from amqp_server.management.messages import get_messages, parse_get
 from amqp_server.management.routes.common import (
@@ -23,6 +23,7 @@ from amqp_server.management.routes.common import (
     ok,
     query_flag,
     read_json,
+    readable_vhost,
     table,
     vhost_of,
 )
@@ -64,8 +65,7 @@ async def list_all(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     st = state(request)
     unacked = UnackedTotals.collect(st.broker)
     return ok([queue_json(q, st, unacked) for _, q in sorted(vhost.queues.items())])
@@ -73,8 +73,7 @@ async def list_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     st = state(request)
     return ok(queue_json(_queue(request, vhost), st, UnackedTotals.collect(st.broker),
                          full=True))
@@ -137,8 +136,7 @@ async def get_from_queue(request: web.Request) -> web.Response:
 
 @routes.get("/api/queues/{vhost}/{name}/bindings")
 async def queue_bindings(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     q = _queue(request, vhost)
     found = [binding_json(vhost.name, b) for b in vhost.bindings()
              if b.destination.kind == "queue" and b.destination.name == q.name]

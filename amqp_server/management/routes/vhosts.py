@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from amqp_server.management.auth import principal, require_admin, require_vhost, visible_vhosts
+from amqp_server.management.auth import principal, require_admin, visible_vhosts
 from amqp_server.management.errors import bad_request, not_found
-from amqp_server.management.routes.common import created, no_content, ok, read_json, vhost_of
+from amqp_server.management.routes.common import (
+    created,
+    no_content,
+    ok,
+    read_json,
+    readable_vhost,
+    vhost_of,
+)
 from amqp_server.management.serializers import (
     channel_json,
     connection_json,
@@ -92,8 +99,7 @@ async def vhost_topic_permissions(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}/connections")
 async def vhost_connections(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     st = state(request)
     who = principal(request)
     return ok([connection_json(c, st) for c in st.broker.connections
@@ -102,8 +108,7 @@ async def vhost_connections(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}/channels")
 async def vhost_channels(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request)
     st = state(request)
     who = principal(request)
     return ok([channel_json(ch, st) for ch in open_channels(st.broker)
