@@ -228,6 +228,14 @@ def _policy_int(definition: dict[str, Any], key: str) -> int | None:
     return value if _is_int(value) and value >= 0 else None
 
 
+def _overflow_for(kind: str, overflow: str | None) -> str:
+    """The overflow mode in effect: a quorum queue takes reject-publish-dlx as drop-head
+    (RabbitMQ 3.10's ``rabbit_quorum_queue:overflow/3``, with a logged warning)."""
+    if overflow is None or (kind == "quorum" and overflow == "reject-publish-dlx"):
+        return "drop-head"
+    return overflow
+
+
 def resolve_settings(
     args: dict[str, Any], policy_name: str | None = None,
     definition: dict[str, Any] | None = None,
@@ -252,7 +260,7 @@ def resolve_settings(
         max_length=_min(args.get("x-max-length"), _policy_int(d, "max-length")),
         max_length_bytes=_min(args.get("x-max-length-bytes"),
                               _policy_int(d, "max-length-bytes")),
-        overflow=arg_or_policy("x-overflow", "overflow") or "drop-head",
+        overflow=_overflow_for(queue_type_of(args), arg_or_policy("x-overflow", "overflow")),
         dead_letter_exchange=arg_or_policy("x-dead-letter-exchange", "dead-letter-exchange"),
         dead_letter_routing_key=arg_or_policy(
             "x-dead-letter-routing-key", "dead-letter-routing-key"),

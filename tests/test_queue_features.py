@@ -1556,3 +1556,12 @@ def test_classic_queues_carry_no_delivery_count(world: World) -> None:
     world.publish("cq", b"m")
     qm = q.get()
     assert "x-delivery-count" not in (qm.message.headers or {})
+
+
+def test_quorum_queue_takes_reject_publish_dlx_as_drop_head(world: World) -> None:
+    q = world.vhost.declare_queue("qq", durable=True, arguments={
+        "x-queue-type": "quorum", "x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+    assert q.settings.overflow == "drop-head"
+    world.publish("qq", b"old")
+    world.publish("qq", b"new")
+    assert world.get("qq").body == b"new"
