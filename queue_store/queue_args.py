@@ -58,6 +58,30 @@ def _string(value: Any) -> str | None:
         f"{{unacceptable_type,{amqp_type_name(value)}}}")
 
 
+def _one_of(choices: tuple[str, ...], wrong: Callable[[str], str]) -> Callable[[Any], str | None]:
+    """A validator for a longstr that must be one of ``choices`` (``wrong(value)``: the
+    error otherwise)."""
+    def check(value: Any) -> str | None:
+        err = _string(value)
+        if err is None and _text(value) not in choices:
+            return wrong(_text(value))
+        return err
+    return check
+
+
+def _cluster_size(value: Any) -> str | None:
+    if _is_int(value) and value == 0:
+        return "{value_zero,0}"
+    return _non_neg(value)
+
+
+def _queue_version(value: Any) -> str | None:
+    err = _non_neg(value)
+    if err is None and value not in (1, 2):
+        return f"\"unsupported queue version '{value}'\""
+    return err
+
+
 def _dlrk(value: Any, args: dict[str, Any]) -> str | None:
     err = _string(value)
     if err is None and "x-dead-letter-exchange" not in args:
@@ -94,6 +118,13 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "x-max-priority": _max_priority,
     "x-overflow": _overflow,
     "x-single-active-consumer": _bool,
+    "x-dead-letter-strategy": _one_of(("at-most-once", "at-least-once"),
+                                      lambda _: "invalid_dlx_strategy"),
+    "x-queue-mode": _one_of(("default", "lazy"), lambda v: f"\"unsupported queue mode '{v}'\""),
+    "x-queue-version": _queue_version,
+    "x-queue-leader-locator": _one_of(("client-local", "balanced"),
+                                      lambda _: "invalid_queue_locator_arg"),
+    "x-quorum-initial-group-size": _cluster_size,
 }
 
 

@@ -1565,3 +1565,22 @@ def test_quorum_queue_takes_reject_publish_dlx_as_drop_head(world: World) -> Non
     world.publish("qq", b"old")
     world.publish("qq", b"new")
     assert world.get("qq").body == b"new"
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    ({"x-queue-mode": "weird"}, "\"unsupported queue mode 'weird'\""),
+    ({"x-queue-mode": 5}, "{unacceptable_type,signedint}"),
+    ({"x-queue-version": 3}, "\"unsupported queue version '3'\""),
+    ({"x-queue-version": "x"}, '"expected integer, got longstr"'),
+    ({"x-queue-type": "quorum", "x-dead-letter-strategy": "nope"}, "invalid_dlx_strategy"),
+    ({"x-queue-type": "quorum", "x-queue-leader-locator": "far"}, "invalid_queue_locator_arg"),
+    ({"x-queue-type": "quorum", "x-quorum-initial-group-size": 0}, "{value_zero,0}"),
+], ids=lambda v: str(v))
+def test_more_argument_values_as_rabbitmq_checks_them(world: World, arguments: dict[str, Any],
+                                                       error: str) -> None:
+    """Texts as RabbitMQ 3.10.8 gave them to pika (the same script against both brokers)."""
+    key = next(k for k in arguments if k != "x-queue-type" or len(arguments) == 1)
+    with pytest.raises(PreconditionFailed) as info:
+        world.vhost.declare_queue("q", durable=True, arguments=arguments)
+    assert info.value.reply_text == (
+        f"PRECONDITION_FAILED - invalid arg '{key}' for queue 'q' in vhost '/': {error}")
