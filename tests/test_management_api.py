@@ -835,3 +835,30 @@ def test_quorum_queue_over_http(api: Callable[..., Answer], vhost: str) -> None:
             {"durable": False, "arguments": {"x-queue-type": "quorum"}})
     assert (r.status, r.json["reason"]) == (
         400, f"invalid property 'non-durable' for queue 'qq2' in vhost '{vhost}'")
+
+
+# ---- /api/parameters (RabbitMQ 3.10.8 without plugins) -------------------------------------
+
+
+def test_parameters_list_vhost_limits_and_refuse_unknown_components(
+        api: Callable[..., Answer], vhost: str) -> None:
+    assert api("PUT", f"/api/vhost-limits/{q(vhost)}/max-queues", {"value": 3}).status == 204
+    row = {"value": {"max-queues": 3}, "vhost": vhost, "component": "vhost-limits",
+           "name": "limits"}
+    assert row in api("GET", "/api/parameters").json
+    assert api("GET", f"/api/parameters/vhost-limits/{q(vhost)}").json == [row]
+    assert api("GET", f"/api/parameters/vhost-limits/{q(vhost)}/limits").json == row
+    r = api("PUT", f"/api/parameters/federation-upstream/{q(vhost)}/up",
+            {"value": {"uri": "amqp://x"}})
+    assert (r.status, r.json["reason"]) == (
+        400, "Validation failed\n\ncomponent federation-upstream not found\n")
+    assert api("GET", f"/api/parameters/federation-upstream/{q(vhost)}/up").status == 404
+    r = api("PUT", f"/api/parameters/vhost-limits/{q(vhost)}/limits",
+            {"value": {"max-connections": 5}})
+    assert r.status == 204
+    assert api("GET", f"/api/vhost-limits/{q(vhost)}").json == [
+        {"vhost": vhost, "value": {"max-connections": 5}}]
+    assert api("DELETE", f"/api/parameters/vhost-limits/{q(vhost)}/limits").status == 204
+    assert api("GET", f"/api/vhost-limits/{q(vhost)}").json == []
+    assert api("GET", "/api/global-parameters").status == 200
+    assert api("GET", "/api/global-parameters/nosuch").status == 404

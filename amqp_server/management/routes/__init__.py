@@ -15,6 +15,7 @@ from amqp_server.management.routes import (
     limits,
     nodes,
     overview,
+    parameters,
     permissions,
     policies,
     queues,
@@ -27,4 +28,4 @@ def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
             exchanges.routes, queues.routes, bindings.routes, policies.routes,
-            connections.routes, definitions.routes, limits.routes]
+            connections.routes, definitions.routes, limits.routes, parameters.routes]
