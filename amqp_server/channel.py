@@ -51,7 +51,7 @@ from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from queue_store.properties import check_properties
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
-from queue_store.queue_args import validate_consumer_priority
+from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import extra_routing_keys, without_bcc
 from vhosts.permissions import Perm
 from vhosts.vhost import check_server_named_allowed, server_generated_name
@@ -596,7 +596,7 @@ class Channel:
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
         arguments = m.arguments or {}
-        priority = validate_consumer_priority(arguments, rs("queue", q.name, q.vhost))
+        priority = validate_consumer_arguments(arguments, q.kind, rs("queue", q.name, q.vhost))
         consumer = Consumer(
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
             self.prefetch_count, priority, arguments,

@@ -208,16 +208,33 @@ def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
                 f"invalid arg '{key}' for {what} of queue type {QUEUE_TYPE_MODULES[kind]}")
 
 
-def validate_consumer_priority(args: dict[str, Any], what: str) -> int:
-    """The ``x-priority`` of Basic.Consume arguments (0 when absent).
+#: the Basic.Consume arguments each queue type takes (RabbitMQ 3.10's ``capabilities()``)
+CONSUMER_ARGUMENTS: dict[str, frozenset[str]] = {
+    "classic": frozenset({"x-cancel-on-ha-failover", "x-priority", "x-credit"}),
+    "quorum": frozenset({"x-priority", "x-credit"}),
+    "stream": frozenset({"x-stream-offset", "x-credit"}),
+}
+_ALL_CONSUMER_ARGUMENTS = frozenset().union(*CONSUMER_ARGUMENTS.values())
+
+
+def validate_consumer_arguments(args: dict[str, Any], kind: str, what: str) -> int:
+    """Check Basic.Consume arguments for a queue of type ``kind``; the consumer's
+    ``x-priority`` (0 when absent).
 
     Raises:
-        PreconditionFailed (406): a non-integer priority.
+        PreconditionFailed (406): a non-integer priority (``invalid arg 'x-priority' for
+            queue 'q' in vhost '/': "expected integer, got longstr"``), or an argument only
+            other queue types take (``... of queue type rabbit_quorum_queue``).
     """
     value = args.get("x-priority", 0)
     err = _int_error(value)
     if err is not None:
         raise PreconditionFailed(f"invalid arg 'x-priority' for {what}: {err}")
+    takes = CONSUMER_ARGUMENTS[kind]
+    for key in args:
+        if key not in takes and key in _ALL_CONSUMER_ARGUMENTS:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {what} of queue type {QUEUE_TYPE_MODULES[kind]}")
     return int(value)
 
 

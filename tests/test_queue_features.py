@@ -34,6 +34,7 @@ from exchanges.binding import Destination
 from queue_store.dead_letter import dead_letter_message
 from queue_store.message import Message
 from queue_store.queue import ACCEPTED, REJECTED, Consumer, Queue, QueuedMessage
+from queue_store.queue_args import validate_consumer_arguments
 from vhosts.policies import PolicyError
 from vhosts.vhost import VirtualHost
 
@@ -1584,3 +1585,22 @@ def test_more_argument_values_as_rabbitmq_checks_them(world: World, arguments: d
         world.vhost.declare_queue("q", durable=True, arguments=arguments)
     assert info.value.reply_text == (
         f"PRECONDITION_FAILED - invalid arg '{key}' for queue 'q' in vhost '/': {error}")
+
+
+@pytest.mark.parametrize(("kind", "arguments", "error"), [
+    ("classic", {"x-stream-offset": "first"},
+     "invalid arg 'x-stream-offset' for queue 'q' in vhost '/' of queue type "
+     "rabbit_classic_queue"),
+    ("quorum", {"x-cancel-on-ha-failover": True},
+     "invalid arg 'x-cancel-on-ha-failover' for queue 'q' in vhost '/' of queue type "
+     "rabbit_quorum_queue"),
+    ("quorum", {"x-priority": "x"},
+     "invalid arg 'x-priority' for queue 'q' in vhost '/': \"expected integer, got longstr\""),
+])
+def test_consumer_arguments_per_queue_type(kind: str, arguments: dict[str, Any],
+                                           error: str) -> None:
+    """RabbitMQ 3.10.8's texts (the same pika script against both brokers: identical)."""
+    with pytest.raises(PreconditionFailed) as info:
+        validate_consumer_arguments(arguments, kind, "queue 'q' in vhost '/'")
+    assert info.value.reply_text == f"PRECONDITION_FAILED - {error}"
+    assert validate_consumer_arguments({"x-priority": 3, "x-credit": {}}, kind, "q") == 3
