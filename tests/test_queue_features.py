@@ -1604,3 +1604,18 @@ def test_consumer_arguments_per_queue_type(kind: str, arguments: dict[str, Any],
         validate_consumer_arguments(arguments, kind, "queue 'q' in vhost '/'")
     assert info.value.reply_text == f"PRECONDITION_FAILED - {error}"
     assert validate_consumer_arguments({"x-priority": 3, "x-credit": {}}, kind, "q") == 3
+
+
+def test_policies_for_one_queue_type_apply_to_that_type_only(world: World) -> None:
+    world.vhost.set_policy("cq", ".*", {"max-length": 1}, 0, "classic_queues")
+    world.vhost.set_policy("qq", ".*", {"delivery-limit": 2}, 0, "quorum_queues")
+    classic = world.vhost.declare_queue("c", durable=True)
+    quorum = world.vhost.declare_queue("q", durable=True, arguments={"x-queue-type": "quorum"})
+    assert (classic.settings.policy, classic.settings.max_length) == ("cq", 1)
+    assert (quorum.settings.policy, quorum.settings.delivery_limit) == ("qq", 2)
+    assert quorum.settings.max_length is None
+
+
+def test_delivery_limit_policy_must_be_a_non_negative_integer(world: World) -> None:
+    with pytest.raises(PolicyError):
+        world.vhost.set_policy("bad", ".*", {"delivery-limit": "x"}, 0, "queues")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-APPLY_TO = ("queues", "exchanges", "all", "classic_queues")
+APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues")
 # definition keys this broker acts on, with the type each needs
 QUEUE_KEYS = {
     "message-ttl": int,
@@ -23,6 +23,7 @@ QUEUE_KEYS = {
     "overflow": str,
     "dead-letter-exchange": str,
     "dead-letter-routing-key": str,
+    "delivery-limit": int,  # quorum queues
 }
 EXCHANGE_KEYS = {"alternate-exchange": str}
 OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -49,9 +50,12 @@ class Policy:
         except re.error as exc:
             raise PolicyError(f"invalid pattern '{self.pattern}': {exc}") from None
 
-    def applies_to(self, kind: str, name: str) -> bool:
-        """``kind`` is ``"queue"`` or ``"exchange"``."""
-        if kind == "queue" and self.apply_to not in ("queues", "all", "classic_queues"):
+    def applies_to(self, kind: str, name: str, queue_type: str = "classic") -> bool:
+        """``kind`` is ``"queue"`` (of ``queue_type`` "classic" or "quorum") or
+        ``"exchange"``; ``classic_queues``/``quorum_queues`` policies (RabbitMQ 3.12+) apply
+        to that type of queue only."""
+        if kind == "queue" and self.apply_to not in (
+                "queues", "all", f"{queue_type}_queues"):
             return False
         if kind == "exchange" and self.apply_to not in ("exchanges", "all"):
             return False
@@ -80,12 +84,13 @@ def validate_policy(policy: Policy) -> None:
             raise PolicyError("'expires' must be a positive integer")
 
 
-def matching_policy(policies: dict[str, Policy], kind: str, name: str) -> Policy | None:
+def matching_policy(policies: dict[str, Policy], kind: str, name: str,
+                    queue_type: str = "classic") -> Policy | None:
     """The policy that applies to queue/exchange ``name``: the highest priority match
     (ties: the name sorting last wins, as RabbitMQ's sort by {priority, name} does)."""
     best: Policy | None = None
     for policy in policies.values():
-        if not policy.applies_to(kind, name):
+        if not policy.applies_to(kind, name, queue_type):
             continue
         if best is None or (policy.priority, policy.name) > (best.priority, best.name):
             best = policy

@@ -373,7 +373,7 @@ class VirtualHost:
     # ---- policies ------------------------------------------------------------------------
 
     def _queue_settings(self, name: str, arguments: dict[str, Any]) -> QueueSettings:
-        policy = matching_policy(self.policies, "queue", name)
+        policy = matching_policy(self.policies, "queue", name, queue_type_of(arguments))
         if policy is None:
             return resolve_settings(arguments)
         return resolve_settings(arguments, policy.name, policy.definition)
