@@ -257,6 +257,7 @@ class QueueSettings:
     single_active_consumer: bool = False
     delivery_limit: int | None = None  # quorum queues: deliveries before a message is dropped
     policy: str | None = None
+    operator_policy: str | None = None
 
     @property
     def limited(self) -> bool:
@@ -284,17 +285,30 @@ def _overflow_for(kind: str, overflow: str | None) -> str:
     return overflow
 
 
+def merge_operator_definition(definition: dict[str, Any] | None,
+                              operator: dict[str, Any] | None) -> dict[str, Any]:
+    """A policy definition with an operator policy's limits applied: for each key both set,
+    the lower value (RabbitMQ's ``rabbit_policy:merge_operator_definitions``)."""
+    merged = dict(definition or {})
+    for key, value in (operator or {}).items():
+        current = merged.get(key)
+        merged[key] = min(current, value) if _is_int(current) and _is_int(value) else value
+    return merged
+
+
 def resolve_settings(
     args: dict[str, Any], policy_name: str | None = None,
     definition: dict[str, Any] | None = None,
+    operator_name: str | None = None, operator_definition: dict[str, Any] | None = None,
 ) -> QueueSettings:
     """Effective :class:`QueueSettings` from validated arguments and a policy definition
     (``{"message-ttl": 1000, "max-length": 10, ...}``), as RabbitMQ resolves them: the lower
     value for message-ttl/expires/max-length/max-length-bytes/delivery-limit (a negative
     x-delivery-limit means none), the argument's value for
     overflow and dead-letter-*; x-max-priority and x-single-active-consumer are
-    declare-only."""
-    d = definition or {}
+    declare-only. An operator policy's limits (``operator_definition``) lower the policy's.
+    """
+    d = merge_operator_definition(definition, operator_definition)
 
     def arg_or_policy(arg_key: str, policy_key: str) -> str | None:
         if arg_key in args:
@@ -318,4 +332,5 @@ def resolve_settings(
             args.get("x-delivery-limit")) and args["x-delivery-limit"] >= 0 else None,
             _policy_int(d, "delivery-limit")),
         policy=policy_name,
+        operator_policy=operator_name,
     )

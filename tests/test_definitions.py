@@ -241,3 +241,22 @@ def test_bad_limits_refuse_the_whole_import(entry: dict[str, Any], text: str) ->
         import_definitions(broker, entry)
     assert text in str(info.value)
     assert "v" not in broker.vhosts and "u" not in broker.users.users  # nothing half-applied
+
+
+def test_operator_policies_travel_as_runtime_parameters() -> None:
+    broker = Broker(BrokerConfig())
+    broker.vhosts["/"].set_operator_policy("cap", "^q", {"max-length": 3}, 1, "queues")
+    doc = export_definitions(broker)
+    assert doc["parameters"] == [{"vhost": "/", "component": "operator_policy", "name": "cap",
+                                  "value": {"pattern": "^q", "definition": {"max-length": 3},
+                                            "priority": 1, "apply-to": "queues"}}]
+    other = Broker(BrokerConfig())
+    import_definitions(other, json.loads(json.dumps(doc)))
+    q = other.vhosts["/"].declare_queue("q1")
+    assert (q.settings.operator_policy, q.settings.max_length) == ("cap", 3)
+    assert export_definitions(other)["parameters"] == doc["parameters"]
+    with pytest.raises(DefinitionsError) as info:
+        import_definitions(Broker(BrokerConfig()), {"parameters": [
+            {"vhost": "/", "component": "operator_policy", "name": "x",
+             "value": {"pattern": ".*", "definition": {"foo": 1}}}]})
+    assert "are not recognised policy settings" in str(info.value)

@@ -862,3 +862,23 @@ def test_parameters_list_vhost_limits_and_refuse_unknown_components(
     assert api("GET", f"/api/vhost-limits/{q(vhost)}").json == []
     assert api("GET", "/api/global-parameters").status == 200
     assert api("GET", "/api/global-parameters/nosuch").status == 404
+
+
+def test_operator_policies_over_http(api: Callable[..., Answer], vhost: str) -> None:
+    path = f"/api/operator-policies/{q(vhost)}/cap"
+    body = {"pattern": "^op\\.", "definition": {"max-length": 2}, "apply-to": "queues"}
+    assert api("PUT", path, body).status == 201
+    assert api("GET", path).json == {"vhost": vhost, "name": "cap", "pattern": "^op\\.",
+                                     "apply-to": "queues", "definition": {"max-length": 2},
+                                     "priority": 0}
+    assert api("PUT", f"/api/queues/{q(vhost)}/op.q",
+               {"arguments": {"x-max-length": 5}}).status == 201
+    got = api("GET", f"/api/queues/{q(vhost)}/op.q").json
+    assert got["operator_policy"] == "cap"
+    assert got["effective_policy_definition"] == {"max-length": 2}
+    r = api("PUT", f"/api/operator-policies/{q(vhost)}/bad",
+            {"pattern": ".*", "definition": {"foo": 1}})
+    assert (r.status, r.json["reason"]) == (
+        400, 'Validation failed\n\n[{<<"foo">>,1}] are not recognised policy settings\n')
+    assert api("DELETE", path).status == 204
+    assert api("DELETE", path).status == 404

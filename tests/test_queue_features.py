@@ -1619,3 +1619,37 @@ def test_policies_for_one_queue_type_apply_to_that_type_only(world: World) -> No
 def test_delivery_limit_policy_must_be_a_non_negative_integer(world: World) -> None:
     with pytest.raises(PolicyError):
         world.vhost.set_policy("bad", ".*", {"delivery-limit": "x"}, 0, "queues")
+
+
+# ================================================================================================
+# Operator policies (https://www.rabbitmq.com/docs/policies#operator-policies)
+# ================================================================================================
+
+
+def test_operator_policy_caps_arguments_and_user_policies(world: World) -> None:
+    world.vhost.set_operator_policy("cap", "^op\\.", {"max-length": 2, "message-ttl": 60000})
+    q = world.vhost.declare_queue("op.q", arguments={"x-max-length": 5})
+    assert (q.settings.max_length, q.settings.message_ttl) == (2, 60000)
+    assert q.settings.operator_policy == "cap"
+    world.vhost.set_policy("user", "^op\\.", {"max-length": 1}, 0, "queues")
+    assert q.settings.max_length == 1  # the lowest of argument, policy and operator policy
+    for body in (b"a", b"b", b"c"):
+        world.publish("op.q", body)
+    assert world.get("op.q").body == b"c"
+    world.vhost.clear_policy("user")
+    world.vhost.clear_operator_policy("cap")
+    assert (q.settings.max_length, q.settings.operator_policy) == (5, None)
+
+
+@pytest.mark.parametrize(("definition", "error"), [
+    ({"foo": 1}, '[{<<"foo">>,1}] are not recognised policy settings'),
+    ({"dead-letter-exchange": "x"},
+     '[{<<"dead-letter-exchange">>,<<"x">>}] are not recognised policy settings'),
+    ({"max-length": -1}, "'max-length' must be a non-negative integer, got -1"),
+])
+def test_operator_policies_set_limits_only(world: World, definition: dict[str, Any],
+                                           error: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        world.vhost.set_operator_policy("bad", ".*", definition)
+    assert str(info.value) == error
+    assert world.vhost.operator_policies == {}

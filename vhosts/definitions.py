@@ -20,7 +20,8 @@ expressions, exchange types, policy definitions, queue arguments, binding ends),
 unknown exchange type 'nope'``) before anything changes. As RabbitMQ does, existing queues and
 exchanges are left as they are, users and permissions are replaced, exchanges whose name
 starts with ``amq.`` are skipped, and user tags may be a list or a comma-separated string
-(3.10 and earlier wrote a string).
+(3.10 and earlier wrote a string). Operator policies travel as ``parameters`` entries of
+component ``operator_policy``, as RabbitMQ stores them (and imports them).
 
 Source: https://www.rabbitmq.com/docs/definitions; RabbitMQ ``rabbit_definitions.erl``.
 """
@@ -42,7 +43,7 @@ from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from queue_store.queue_args import validate_queue_arguments
 from vhosts.limits import LimitsError, validate_limits
-from vhosts.policies import Policy, PolicyError, validate_policy
+from vhosts.policies import Policy, PolicyError, validate_operator_policy, validate_policy
 from vhosts.users import HASHING_ALGORITHM, hash_password
 from vhosts.vhost import DEFAULT_EXCHANGES
 
@@ -54,6 +55,7 @@ log = logging.getLogger("amqpq.definitions")
 #: The RabbitMQ version this broker's definitions are compatible with (``rabbit_version``).
 RABBITMQ_COMPAT_VERSION = "3.10.8"
 
+OPERATOR_POLICY = "operator_policy"  # the runtime-parameter component of operator policies
 SECTIONS = ("users", "vhosts", "permissions", "topic_permissions", "parameters",
             "global_parameters", "policies", "queues", "exchanges", "bindings")
 
@@ -181,7 +183,12 @@ def export_definitions(broker: Broker, *, include_transient: bool = False,
             for tp in sorted(entries.values(), key=lambda t: t.exchange)
         ],
         "parameters": [dict(p) for p in x.parameters
-                       if vhost is None or p.get("vhost") == vhost],
+                       if vhost is None or p.get("vhost") == vhost] + [
+            # operator policies are runtime parameters in RabbitMQ, exported as such
+            {"vhost": v.name, "component": OPERATOR_POLICY, "name": p.name,
+             "value": {"pattern": p.pattern, "definition": dict(p.definition),
+                       "priority": p.priority, "apply-to": p.apply_to}}
+            for v in vhosts for _, p in sorted(v.operator_policies.items())],
         "global_parameters": [dict(p) for p in x.global_parameters],
         "policies": [],
         "queues": [],
@@ -320,6 +327,7 @@ class _Plan:
     parameters: list[dict[str, Any]] = field(default_factory=list)
     global_parameters: list[dict[str, Any]] = field(default_factory=list)
     policies: list[tuple[str, Policy]] = field(default_factory=list)
+    operator_policies: list[tuple[str, Policy]] = field(default_factory=list)
     queues: list[tuple[str, str, bool, bool, dict[str, Any]]] = field(default_factory=list)
     exchanges: list[tuple[str, str, str, bool, bool, bool, dict[str, Any]]] = field(
         default_factory=list)
@@ -397,11 +405,15 @@ def _plan(broker: Broker, data: Any) -> _Plan:
 
     for i, raw in enumerate(_section(data, "parameters")):
         e = _Entry("parameters", i, raw)
-        e.text("component")
-        e.text("name")
+        component = e.text("component")
+        name = e.text("name")
         if e.text("vhost") not in vhost_names:
             e.fail(f"no vhost '{raw['vhost']}'")
-        plan.parameters.append(dict(raw))
+        if component == OPERATOR_POLICY:
+            plan.operator_policies.append((raw["vhost"], _policy(
+                _Entry("parameters", i, {"name": name, **e.table("value")}), operator=True)))
+        else:
+            plan.parameters.append(dict(raw))
     for i, raw in enumerate(_section(data, "global_parameters")):
         e = _Entry("global_parameters", i, raw)
         e.text("name")
@@ -412,17 +424,7 @@ def _plan(broker: Broker, data: Any) -> _Plan:
         name, vh = e.text("name"), e.text("vhost")
         if vh not in vhost_names:
             e.fail(f"no vhost '{vh}'")
-        pattern = e.text("pattern", empty_ok=True)
-        priority = raw.get("priority", 0)
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            e.fail(f"'priority' must be an integer, got {priority!r}")
-        apply_to = e.text("apply-to", default="all")
-        try:
-            policy = Policy(name, pattern, dict(e.table("definition")), priority, apply_to)
-            validate_policy(policy)
-        except PolicyError as exc:
-            e.fail(str(exc))
-        plan.policies.append((vh, policy))
+        plan.policies.append((vh, _policy(e)))
 
     # exchanges by (vhost, name) -> type, existing and declared, for binding checks
     exchange_types: dict[tuple[str, str], str] = {
@@ -544,6 +546,9 @@ def _apply(broker: Broker, plan: _Plan) -> None:
     for vh, policy in plan.policies:
         broker.vhosts[vh].set_policy(policy.name, policy.pattern, policy.definition,
                                      policy.priority, policy.apply_to)
+    for vh, policy in plan.operator_policies:
+        broker.vhosts[vh].set_operator_policy(policy.name, policy.pattern, policy.definition,
+                                              policy.priority, policy.apply_to)
     for vh, name, type_name, durable, auto_delete, internal, args in plan.exchanges:
         _declare_exchange(broker, vh, name, type_name, durable, auto_delete, internal, args)
     for vh, name, durable, auto_delete, args in plan.queues:
@@ -552,6 +557,22 @@ def _apply(broker: Broker, plan: _Plan) -> None:
         broker.vhosts[vh].bind(destination, source, routing_key, dict(args))
     _merge_parameters(x.parameters, plan.parameters, ("vhost", "component", "name"))
     _merge_parameters(x.global_parameters, plan.global_parameters, ("name",))
+
+
+def _policy(e: _Entry, operator: bool = False) -> Policy:
+    """A policy entry (``name pattern definition priority apply-to``), validated."""
+    name = e.text("name")
+    pattern = e.text("pattern", empty_ok=True)
+    priority = e.data.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        e.fail(f"'priority' must be an integer, got {priority!r}")
+    apply_to = e.text("apply-to", default="queues" if operator else "all")
+    try:
+        policy = Policy(name, pattern, dict(e.table("definition")), priority, apply_to)
+        (validate_operator_policy if operator else validate_policy)(policy)
+    except PolicyError as exc:
+        e.fail(str(exc))
+    return policy
 
 
 def _declare_exchange(broker: Broker, vhost: str, name: str, type_name: str, durable: bool,

@@ -26,6 +26,10 @@ QUEUE_KEYS = {
     "delivery-limit": int,  # quorum queues
 }
 EXCHANGE_KEYS = {"alternate-exchange": str}
+#: what an operator policy may set (RabbitMQ 3.10's operator_policy_validator): limits only,
+#: each combined with the user's policy and arguments by taking the lower value
+OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes",
+                 "max-in-memory-length", "max-in-memory-bytes", "delivery-limit")
 OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
 
 
@@ -82,6 +86,35 @@ def validate_policy(policy: Policy) -> None:
             raise PolicyError(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
         if key == "expires" and value == 0:
             raise PolicyError("'expires' must be a positive integer")
+
+
+def _erl(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    return f'<<"{value}">>'
+
+
+def validate_operator_policy(policy: Policy) -> None:
+    """Check an operator policy: apply-to, and only :data:`OPERATOR_KEYS`, each a
+    non-negative integer.
+
+    Raises:
+        PolicyError: ``[{<<"foo">>,1}] are not recognised policy settings`` (RabbitMQ
+            3.10.8's text), or a value that is not a non-negative integer.
+    """
+    if policy.apply_to not in APPLY_TO:
+        raise PolicyError(f"apply-to '{policy.apply_to}' must be one of {', '.join(APPLY_TO)}")
+    unknown = [(k, v) for k, v in policy.definition.items() if k not in OPERATOR_KEYS]
+    if unknown:
+        terms = ",".join(f'{{<<"{k}">>,{_erl(v)}}}' for k, v in unknown)
+        raise PolicyError(f"[{terms}] are not recognised policy settings")
+    if not policy.definition:
+        raise PolicyError("definition must not be empty")
+    for key, value in policy.definition.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise PolicyError(f"'{key}' must be a non-negative integer, got {value!r}")
 
 
 def matching_policy(policies: dict[str, Policy], kind: str, name: str,

@@ -41,7 +41,12 @@ from queue_store.queue_args import (
 from queue_store.storage import VhostStorage
 from vhosts.equivalence import assert_args_equivalent, inequivalent
 from vhosts.limits import Limits
-from vhosts.policies import Policy, matching_policy, validate_policy
+from vhosts.policies import (
+    Policy,
+    matching_policy,
+    validate_operator_policy,
+    validate_policy,
+)
 
 log = logging.getLogger("amqpq.vhost")
 
@@ -114,6 +119,7 @@ class VirtualHost:
         self.limits = limits or Limits()  # the broker's vhost/user limits
         self.changed: Callable[[], None] = lambda: None  # topology changed (persist it)
         self.policies: dict[str, Policy] = {}
+        self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # bindings by destination, so deleting a queue/exchange finds its inbound bindings
@@ -373,10 +379,12 @@ class VirtualHost:
     # ---- policies ------------------------------------------------------------------------
 
     def _queue_settings(self, name: str, arguments: dict[str, Any]) -> QueueSettings:
-        policy = matching_policy(self.policies, "queue", name, queue_type_of(arguments))
-        if policy is None:
-            return resolve_settings(arguments)
-        return resolve_settings(arguments, policy.name, policy.definition)
+        kind = queue_type_of(arguments)
+        policy = matching_policy(self.policies, "queue", name, kind)
+        operator = matching_policy(self.operator_policies, "queue", name, kind)
+        return resolve_settings(
+            arguments, policy.name if policy else None, policy.definition if policy else None,
+            operator.name if operator else None, operator.definition if operator else None)
 
     def _apply_exchange_policy(self, x: Exchange) -> None:
         policy = matching_policy(self.policies, "exchange", x.name)
@@ -395,6 +403,27 @@ class VirtualHost:
         self.policies[name] = policy
         self._reapply_policies()
         return policy
+
+    def set_operator_policy(self, name: str, pattern: str, definition: dict[str, Any],
+                            priority: int = 0, apply_to: str = "queues") -> Policy:
+        """Add or replace an operator policy (limits that users' policies and arguments
+        cannot exceed) and apply it now.
+
+        Raises:
+            PolicyError: bad pattern, apply-to, a key that is not a limit, or a bad value.
+        """
+        policy = Policy(name, pattern, dict(definition), priority, apply_to)
+        validate_operator_policy(policy)
+        self.operator_policies[name] = policy
+        self._reapply_policies()
+        return policy
+
+    def clear_operator_policy(self, name: str) -> bool:
+        """Remove an operator policy (False if there was none)."""
+        if self.operator_policies.pop(name, None) is None:
+            return False
+        self._reapply_policies()
+        return True
 
     def clear_policy(self, name: str) -> bool:
         """Remove a policy (False if there was none) and re-resolve everything it touched."""

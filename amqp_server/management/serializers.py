@@ -22,6 +22,7 @@ from urllib.parse import quote_plus
 from amqp_server.connection import Connection
 from exchanges.binding import Binding
 from queue_store.queue import Consumer, Queue
+from queue_store.queue_args import merge_operator_definition
 from vhosts.definitions import jsonable, vhost_metadata
 from vhosts.users import HASHING_ALGORITHM, User
 
@@ -248,9 +249,12 @@ class UnackedTotals:
 def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
                full: bool = False) -> dict[str, Any]:
     vhost = st.broker.vhosts.get(q.vhost)
-    policy = q.settings.policy
-    definition = (vhost.policies[policy].definition
-                  if vhost is not None and policy in vhost.policies else {})
+    policy, operator = q.settings.policy, q.settings.operator_policy
+    definition = merge_operator_definition(
+        vhost.policies[policy].definition
+        if vhost is not None and policy in vhost.policies else {},
+        vhost.operator_policies[operator].definition
+        if vhost is not None and operator in vhost.operator_policies else {})
     consumers = q.consumers
     ready, unacked_n = q.message_count, q.unacked_count
     ready_bytes = int(getattr(q.ready, "bytes", 0))
@@ -260,7 +264,8 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
     out: dict[str, Any] = {
         "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive, "arguments": jsonable(q.arguments), "node": st.node,
-        "type": q.kind, "state": "running", "policy": policy, "operator_policy": None,
+        "type": q.kind, "state": "running", "policy": policy,
+        "operator_policy": q.settings.operator_policy,
         "effective_policy_definition": jsonable(definition),
         "consumers": len(consumers), "exclusive_consumer_tag": exclusive_tag,
         "single_active_consumer_tag": sac,

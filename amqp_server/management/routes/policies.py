@@ -12,7 +12,12 @@ from typing import Any
 
 from aiohttp import web
 
-from amqp_server.management.auth import require_policymaker, require_vhost, visible_vhosts
+from amqp_server.management.auth import (
+    require_admin,
+    require_policymaker,
+    require_vhost,
+    visible_vhosts,
+)
 from amqp_server.management.errors import bad_request, not_found
 from amqp_server.management.messages import require_keys
 from amqp_server.management.routes.common import (
@@ -25,7 +30,7 @@ from amqp_server.management.routes.common import (
 )
 from amqp_server.management.state import state
 from vhosts.definitions import jsonable
-from vhosts.policies import Policy, PolicyError
+from vhosts.policies import APPLY_TO, Policy, PolicyError
 from vhosts.vhost import VirtualHost
 
 routes = web.RouteTableDef()
@@ -61,17 +66,15 @@ async def get_policy(request: web.Request) -> web.Response:
     return ok(policy_json(vhost.name, p))
 
 
-@routes.put("/api/policies/{vhost}/{name}")
-async def put_policy(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
-    require_policymaker(request)
-    require_vhost(request, vhost.name)
+async def _policy_body(request: web.Request, default_apply_to: str
+                       ) -> tuple[str, dict[str, Any], int, str]:
+    """``(pattern, definition, priority, apply-to)`` of a PUT body; 400 with RabbitMQ's
+    "Validation failed" reasons when a field is missing or of the wrong type."""
     body = await read_json(request)
     require_keys(body, ("pattern", "definition"))
-    name = request.match_info["name"]
     pattern, definition = body["pattern"], body["definition"]
     priority = body.get("priority", 0)
-    apply_to = body.get("apply-to", "all")
+    apply_to = body.get("apply-to", default_apply_to)
     if not isinstance(pattern, str):
         raise bad_request("Validation failed\n\npattern must be a string\n")
     if not isinstance(definition, dict):
@@ -80,12 +83,22 @@ async def put_policy(request: web.Request) -> web.Response:
         priority = int(priority)
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise bad_request("Validation failed\n\npriority must be an integer\n")
-    if apply_to not in ("queues", "exchanges", "all", "classic_queues"):
+    if apply_to not in APPLY_TO:
         raise bad_request(f"Validation failed\n\napply-to '{apply_to}' unrecognised; should "
                           "be 'queues', 'exchanges' or 'all'\n")
+    return pattern, definition, priority, str(apply_to)
+
+
+@routes.put("/api/policies/{vhost}/{name}")
+async def put_policy(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    require_policymaker(request)
+    require_vhost(request, vhost.name)
+    name = request.match_info["name"]
+    pattern, definition, priority, apply_to = await _policy_body(request, "all")
     was_new = name not in vhost.policies
     try:
-        vhost.set_policy(name, pattern, definition, priority, str(apply_to))
+        vhost.set_policy(name, pattern, definition, priority, apply_to)
     except PolicyError as exc:
         raise bad_request(f"Validation failed\n\n{exc}\n") from None
     return created(was_new)
@@ -97,5 +110,60 @@ async def delete_policy(request: web.Request) -> web.Response:
     require_policymaker(request)
     require_vhost(request, vhost.name)
     if not vhost.clear_policy(request.match_info["name"]):
+        raise not_found()
+    return no_content()
+
+
+# ---- operator policies (administrator): limits that users' policies cannot exceed --------
+
+
+def _operator_policies(vhost: VirtualHost) -> list[dict[str, Any]]:
+    return [policy_json(vhost.name, p) for _, p in sorted(vhost.operator_policies.items())]
+
+
+@routes.get("/api/operator-policies")
+async def list_all_operator(request: web.Request) -> web.Response:
+    require_admin(request)
+    broker = state(request).broker
+    return ok([p for n in visible_vhosts(request)
+               for p in _operator_policies(broker.vhosts[n])])
+
+
+@routes.get("/api/operator-policies/{vhost}")
+async def list_vhost_operator(request: web.Request) -> web.Response:
+    require_admin(request)
+    return ok(_operator_policies(vhost_of(request)))
+
+
+@routes.get("/api/operator-policies/{vhost}/{name}")
+async def get_operator_policy(request: web.Request) -> web.Response:
+    require_admin(request)
+    vhost = vhost_of(request)
+    p = vhost.operator_policies.get(request.match_info["name"])
+    if p is None:
+        raise not_found()
+    return ok(policy_json(vhost.name, p))
+
+
+@routes.put("/api/operator-policies/{vhost}/{name}")
+async def put_operator_policy(request: web.Request) -> web.Response:
+    """201/204; 400 ``[{<<"foo">>,1}] are not recognised policy settings`` for a key that is
+    not a limit (RabbitMQ 3.10.8's text)."""
+    require_admin(request)
+    vhost = vhost_of(request)
+    name = request.match_info["name"]
+    pattern, definition, priority, apply_to = await _policy_body(request, "queues")
+    was_new = name not in vhost.operator_policies
+    try:
+        vhost.set_operator_policy(name, pattern, definition, priority, apply_to)
+    except PolicyError as exc:
+        raise bad_request(f"Validation failed\n\n{exc}\n") from None
+    return created(was_new)
+
+
+@routes.delete("/api/operator-policies/{vhost}/{name}")
+async def delete_operator_policy(request: web.Request) -> web.Response:
+    require_admin(request)
+    if not vhost_of(request).clear_operator_policy(request.match_info["name"]):
         raise not_found()
     return no_content()
