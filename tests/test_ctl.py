@@ -330,3 +330,23 @@ def test_limit_command_errors_are_one_line(node: Node, args: tuple[str, ...],
     res = ctl(node, *args, check=False)
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [message]
+
+
+def test_operator_policy_commands(node: Node) -> None:
+    vh = f"opp-{uuid.uuid4().hex[:6]}"
+    run(node, "add_vhost", vh)
+    run(node, "-p", vh, "set_operator_policy", "cap", "^q", '{"max-length": 2}')
+    assert [vh, "cap", "^q", "queues", '{"max-length":2}', "0"] in table(
+        run(node, "list_operator_policies", "-p", vh).stdout)
+    run(node, "-p", vh, "declare_queue", "q1", "--arguments", '{"x-max-length": 9}')
+    got = json.loads(run(node, "--format", "json", "-p", vh, "list_queues", "name",
+                         "operator_policy").stdout)
+    assert got == [{"name": "q1", "operator_policy": "cap"}]
+    res = ctl(node, "-p", vh, "set_operator_policy", "bad", ".*", '{"foo": 1}', check=False)
+    assert res.returncode == 1
+    assert res.stderr.strip() == ('Error: Validation failed [{<<"foo">>,1}] are not '
+                                  'recognised policy settings')
+    run(node, "-p", vh, "clear_operator_policy", "cap")
+    res = ctl(node, "-p", vh, "clear_operator_policy", "cap", check=False)
+    assert res.stderr.strip() == f"Error: operator policy 'cap' in vhost '{vh}' does not exist"
+    run(node, "delete_vhost", vh)

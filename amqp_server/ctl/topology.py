@@ -29,7 +29,7 @@ from amqp_server.ctl.client import CtlError, path
 from amqp_server.ctl.output import emit
 
 QUEUE_COLUMNS = {
-    "name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "policy",
+    "name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "policy", "operator_policy",
     "messages", "messages_ready", "messages_unacknowledged", "messages_ram",
     "messages_ready_ram", "messages_unacknowledged_ram", "message_bytes",
     "message_bytes_ready", "message_bytes_unacknowledged", "message_bytes_ram", "consumers",
@@ -292,56 +292,68 @@ def unbind(ctx: Context, source: str, destination: str, destination_type: str,
 # ---- policies ------------------------------------------------------------------------------
 
 
-@click.command("list_policies")
-@click.argument("columns", nargs=-1)
-@vhost_option
-@format_option
-@pass_context
-def list_policies(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                  fmt: str | None) -> None:
-    """List a vhost's policies."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
-    default = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
-    cols = select_columns(columns, default, POLICY_COLUMNS)
-    rows = call(ctx, "GET", path("policies", vhost), vhost=vhost)
-    emit(rows, cols, fmt, None if ctx.quiet else f'Listing policies for vhost "{vhost}" ...')
+def _policy_commands(resource: str, noun: str, plural: str, default_apply_to: str
+                     ) -> list[click.Command]:
+    """``list_<plural>``, ``set_<noun>`` and ``clear_<noun>`` over ``/api/<resource>``
+    (policies and operator policies share them, as rabbitmqctl's verbs do)."""
+    label = noun.replace("_", " ")
 
+    @click.command(f"list_{plural}")
+    @click.argument("columns", nargs=-1)
+    @vhost_option
+    @format_option
+    @pass_context
+    def list_(ctx: Context, columns: tuple[str, ...], vhost: str | None,
+              fmt: str | None) -> None:
+        vhost, fmt = ctx.resolve(vhost, fmt)
+        default = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
+        cols = select_columns(columns, default, POLICY_COLUMNS)
+        rows = call(ctx, "GET", path(resource, vhost), vhost=vhost)
+        emit(rows, cols, fmt,
+             None if ctx.quiet else f'Listing {label.replace("policy", "policies")} for '
+                                    f'vhost "{vhost}" ...')
 
-@click.command("set_policy")
-@click.argument("name")
-@click.argument("pattern")
-@click.argument("definition")
-@click.option("--priority", default=0, show_default=True, type=int)
-@click.option("--apply-to", default="all", show_default=True,
-              type=click.Choice(["all", "queues", "exchanges", "classic_queues"]))
-@vhost_option
-@format_option
-@pass_context
-def set_policy(ctx: Context, name: str, pattern: str, definition: str, priority: int,
-               apply_to: str, vhost: str | None, fmt: str | None) -> None:
-    """Set policy NAME: PATTERN matches names, DEFINITION is a JSON object."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    body = {"pattern": pattern, "definition": json_arg(definition, "definition"),
-            "priority": priority, "apply-to": apply_to}
-    progress(ctx, fmt, f'Setting policy "{name}" for pattern "{pattern}" to '
-                        f'"{json.dumps(body["definition"])}" with priority "{priority}" for '
-                        f'vhost "{vhost}" ...')
-    call(ctx, "PUT", path("policies", vhost, name), body, vhost=vhost)
+    @click.command(f"set_{noun}")
+    @click.argument("name")
+    @click.argument("pattern")
+    @click.argument("definition")
+    @click.option("--priority", default=0, show_default=True, type=int)
+    @click.option("--apply-to", default=default_apply_to, show_default=True,
+                  type=click.Choice(["all", "queues", "exchanges", "classic_queues",
+                                     "quorum_queues"]))
+    @vhost_option
+    @format_option
+    @pass_context
+    def set_(ctx: Context, name: str, pattern: str, definition: str, priority: int,
+             apply_to: str, vhost: str | None, fmt: str | None) -> None:
+        vhost, _ = ctx.resolve(vhost, fmt)
+        body = {"pattern": pattern, "definition": json_arg(definition, "definition"),
+                "priority": priority, "apply-to": apply_to}
+        progress(ctx, fmt, f'Setting {label} "{name}" for pattern "{pattern}" to '
+                            f'"{json.dumps(body["definition"])}" with priority "{priority}" '
+                            f'for vhost "{vhost}" ...')
+        call(ctx, "PUT", path(resource, vhost, name), body, vhost=vhost)
 
+    @click.command(f"clear_{noun}")
+    @click.argument("name")
+    @vhost_option
+    @format_option
+    @pass_context
+    def clear(ctx: Context, name: str, vhost: str | None, fmt: str | None) -> None:
+        vhost, _ = ctx.resolve(vhost, fmt)
+        progress(ctx, fmt, f'Clearing {label} "{name}" on vhost "{vhost}" ...')
+        call(ctx, "DELETE", path(resource, vhost, name), vhost=vhost,
+             what=f"{label} '{name}' in vhost '{vhost}'")
 
-@click.command("clear_policy")
-@click.argument("name")
-@vhost_option
-@format_option
-@pass_context
-def clear_policy(ctx: Context, name: str, vhost: str | None, fmt: str | None) -> None:
-    """Remove policy NAME."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f'Clearing policy "{name}" on vhost "{vhost}" ...')
-    call(ctx, "DELETE", path("policies", vhost, name), vhost=vhost,
-         what=f"policy '{name}' in vhost '{vhost}'")
+    list_.help = f"List a vhost's {label.replace('policy', 'policies')}."
+    set_.help = f"Set {label} NAME: PATTERN matches names, DEFINITION is a JSON object."
+    clear.help = f"Remove {label} NAME."
+    return [list_, set_, clear]
 
 
 COMMANDS = [list_vhosts, add_vhost, delete_vhost, list_exchanges, declare_exchange,
             delete_exchange, list_queues, declare_queue, delete_queue, purge_queue,
-            list_bindings, bind, unbind, list_policies, set_policy, clear_policy]
+            list_bindings, bind, unbind,
+            *_policy_commands("policies", "policy", "policies", "all"),
+            *_policy_commands("operator-policies", "operator_policy", "operator_policies",
+                              "queues")]
