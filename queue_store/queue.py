@@ -437,6 +437,9 @@ class Queue:
         kept = []
         for qm in back:
             qm.returns += 1
+            if qm.indexed and self.index is not None:  # the count survives a restart
+                self.index.returned(qm.seq, qm.returns)
+                self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
             if limit is not None and qm.returns > limit:
                 if self.host is not None:
                     self.host.dead_letter(self, qm.message, "delivery_limit")
@@ -494,6 +497,7 @@ class Queue:
             qm.msg_id = e.msg_id
             qm.indexed = True
             qm.delivery_logged = e.delivered
+            qm.returns = e.returns
             self.ready.append(qm)
             self._seq = max(self._seq, e.seq)
             kept.append(e)

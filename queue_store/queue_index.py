@@ -2,7 +2,8 @@
 
 For each persistent message on a durable queue the index records *publish* (sequence number,
 msg_id in the message store, expiry, priority), *deliver* (so a restart can set the
-redelivered flag) and *ack* (the message is gone). Each record is 30 bytes with a CRC-32::
+redelivered flag), *return* (quorum queues: the delivery count so far, in the msg_id field)
+and *ack* (the message is gone). Each record is 30 bytes with a CRC-32::
 
     u8 kind | u64 seq | u64 msg_id | u64 expiry (wall-clock ms, 0 = none) | u8 priority | u32 crc
 
@@ -30,7 +31,7 @@ log = logging.getLogger("amqpq.queue_index")
 
 _body = struct.Struct(">BQQQB")
 RECORD_SIZE = _body.size + 4
-PUBLISH, DELIVER, ACK = 1, 2, 3
+PUBLISH, DELIVER, ACK, RETURN = 1, 2, 3, 4
 COMPACT_MIN_ACKS = 10_000
 
 
@@ -43,6 +44,7 @@ class IndexEntry:
     delivered: bool = False
     expiry_ms: int = 0  # wall-clock ms since the epoch, 0 = none
     priority: int = 0
+    returns: int = 0  # quorum queues: times given back to the queue (delivery count)
 
 
 def _record(kind: int, seq: int, msg_id: int = 0, expiry_ms: int = 0, priority: int = 0
@@ -99,6 +101,11 @@ class QueueIndex:
 
     def deliver(self, seq: int) -> None:
         self._buffer += _record(DELIVER, seq)
+        self.dirty = True
+
+    def returned(self, seq: int, count: int) -> None:
+        """A quorum queue's message went back to the queue; ``count`` returns so far."""
+        self._buffer += _record(RETURN, seq, count)
         self.dirty = True
 
     def ack(self, seq: int) -> None:
@@ -191,6 +198,8 @@ class QueueIndex:
             data += _record(PUBLISH, e.seq, e.msg_id, e.expiry_ms, e.priority)
             if e.delivered:
                 data += _record(DELIVER, e.seq)
+            if e.returns:
+                data += _record(RETURN, e.seq, e.returns)
         try:
             with open(tmp, "wb") as fh:
                 fh.write(data)
@@ -277,5 +286,7 @@ class QueueIndex:
                 entries[seq] = IndexEntry(seq, msg_id, False, expiry, priority)
             elif kind == DELIVER and seq in entries:
                 entries[seq].delivered = True
+            elif kind == RETURN and seq in entries:
+                entries[seq].returns = msg_id
             elif kind == ACK:
                 entries.pop(seq, None)

@@ -558,3 +558,23 @@ def test_quorum_queue_keeps_transient_messages_across_a_crash(tmp_path: Path, no
     broker2, _, counts = restart(tmp_path, broker, topology)
     assert bodies(broker2.vhosts["/"].queues["qq"]) == [b"transient"]
     assert counts["messages"] == 1
+
+
+def test_quorum_delivery_count_survives_a_crash(tmp_path: Path, node) -> None:
+    broker, topology = node
+    q = broker.vhosts["/"].declare_queue("qq", durable=True, arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 2})
+    q.publish(pmsg("poison"))
+    for _ in range(2):  # two returns
+        qm = q.get()
+        q.settled(None)
+        q.requeue([qm])
+    broker2, topology2, _ = restart(tmp_path, broker, topology)
+    q2 = broker2.vhosts["/"].queues["qq"]
+    qm = q2.get()
+    assert qm.message.headers["x-delivery-count"] == 2
+    q2.settled(None)
+    q2.requeue([qm])  # the third return is past the limit of 2: dropped
+    assert q2.message_count == 0
+    broker3, _, counts = restart(tmp_path, broker2, topology2)
+    assert broker3.vhosts["/"].queues["qq"].message_count == 0 and counts["messages"] == 0
