@@ -411,7 +411,10 @@ class MessageStore:
             log.error("msg store %s: %d bytes not written at shutdown (unconfirmed): %s",
                       self.directory, len(self._buffer), error)
         if self._fd >= 0:
-            os.fsync(self._fd)
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:  # shut down anyway: the files are closed below
+                log.error("msg store %s: fsync at shutdown failed: %s", self.directory, exc)
             os.close(self._fd)
             self._fd = -1
         for fd in self._retired_fds + self._syncing_fds:
