@@ -203,6 +203,21 @@ def test_parse_publish_agrees_with_pamqp(exchange: str, routing_key: str, mandat
     assert raw == ex_rk(exchange, routing_key)
 
 
+def test_parse_publish_cache_gives_the_same_answers_past_its_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached names (by raw bytes) and flags: repeated and more distinct pairs than the
+    cache holds all decode as pamqp decodes them."""
+    monkeypatch.setattr(framing, "_PUBLISH_NAMES_MAX", 8)
+    for _ in range(2):  # the second round meets cached and evicted pairs
+        for i in range(20):
+            for mandatory in (False, True):
+                payload = payload_of(method_bytes(commands.Basic.Publish(
+                    exchange=f"x{i % 3}", routing_key=f"k.{i}", mandatory=mandatory)))
+                assert framing.parse_publish(payload)[:2] == (f"x{i % 3}", f"k.{i}")
+                assert framing.parse_publish(payload)[3] is mandatory
+    assert len(framing._publish_names) <= 8
+
+
 def test_parse_publish_truncated_raises_value_error() -> None:
     payload = payload_of(method_bytes(commands.Basic.Publish(exchange="x", routing_key="abc")))
     with pytest.raises((ValueError, IndexError)):
