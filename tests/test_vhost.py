@@ -7,6 +7,7 @@ Reference: AMQP 0-9-1 spec 1.6, 1.7.2.3, 3.1.3; RabbitMQ 3.10-3.13 ``rabbit_chan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -317,3 +318,52 @@ def test_auto_delete_exchange_goes_with_its_last_binding(client: Client) -> None
     client.bind(1, "q", "ad")
     client.call(1, commands.Queue.Unbind(queue="q", exchange="ad"), commands.Queue.UnbindOk)
     assert "ad" not in client.broker.vhosts["/"].exchanges
+
+
+# ---- unbind is idempotent (RabbitMQ 3.x; checked against 3.10.8 with pika) ---------------
+
+
+@pytest.mark.parametrize("unbind", [
+    commands.Queue.Unbind(queue="missing-q", exchange="amq.direct", routing_key="k"),
+    commands.Queue.Unbind(queue="q", exchange="missing-x", routing_key="k"),
+    commands.Queue.Unbind(queue="q", exchange="amq.direct", routing_key="never-bound"),
+    commands.Exchange.Unbind(destination="missing-x", source="amq.direct", routing_key="k"),
+    commands.Exchange.Unbind(destination="amq.fanout", source="missing-x", routing_key="k"),
+    commands.Exchange.Unbind(destination="amq.fanout", source="amq.direct", routing_key="k"),
+], ids=["missing-queue", "missing-exchange", "missing-binding", "missing-destination",
+        "missing-source", "missing-e2e-binding"])
+def test_unbind_of_missing_things_is_ok(client: Client, unbind: Any) -> None:
+    names = declare_queues(client, "q")
+    client.bind(1, "q", "amq.direct", "k")
+    reply = commands.Queue.UnbindOk if isinstance(unbind, commands.Queue.Unbind) \
+        else commands.Exchange.UnbindOk
+    client.call(1, unbind, reply)
+    # nothing else changed and the channel is still open
+    assert queues_with(client, names, ("amq.direct", "k")) == ["q"]
+
+
+def test_bind_to_missing_queue_is_still_404(client: Client) -> None:
+    frames = client.send(1, commands.Queue.Bind(queue="missing-q", exchange="amq.direct",
+                                                routing_key="k"))
+    close = channel_close(frames)
+    assert (close.reply_code, close.reply_text) == (
+        404, "NOT_FOUND - no queue 'missing-q' in vhost '/'")
+
+
+def test_unbind_from_default_exchange_is_still_403(client: Client) -> None:
+    close = channel_close(client.send(1, commands.Queue.Unbind(
+        queue="missing-q", exchange="", routing_key="k")))
+    assert (close.reply_code, close.reply_text) == (
+        403, "ACCESS_REFUSED - operation not permitted on the default exchange")
+
+
+def test_unbind_checks_exclusivity_only_when_the_binding_exists(
+        make_client: Callable[..., Client]) -> None:
+    owner, other = make_client(), make_client()
+    owner.declare_queue(1, "excl", exclusive=True)
+    owner.bind(1, "excl", "amq.direct", "k")
+    other.call(1, commands.Queue.Unbind(queue="excl", exchange="amq.direct",
+                                        routing_key="other"), commands.Queue.UnbindOk)
+    close = channel_close(other.send(1, commands.Queue.Unbind(
+        queue="excl", exchange="amq.direct", routing_key="k")))
+    assert close.reply_code == 405 and "RESOURCE_LOCKED" in close.reply_text

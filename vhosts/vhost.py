@@ -473,17 +473,27 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         connection: object | None = None,
     ) -> None:
-        """Queue.Unbind / Exchange.Unbind; unbinding a missing binding succeeds (3.x).
+        """Queue.Unbind / Exchange.Unbind: idempotent, as in RabbitMQ 3.x.
+
+        Unbinding from or to a missing exchange or queue, or a binding that does not exist,
+        succeeds and changes nothing (``rabbit_binding:remove/3`` treats a missing binding as
+        done; aio-pika unbinds in teardown after deleting the queue). The destination's
+        exclusivity is only checked when the binding exists, as RabbitMQ 3.10.8 does.
 
         Raises:
-            AccessRefused (403), NotFound (404), ResourceLocked (405) as for :meth:`bind`.
+            AccessRefused (403): the default exchange as source or destination.
+            ResourceLocked (405): the binding exists and its queue is another connection's
+                exclusive queue.
         """
         check_not_default_exchange(source)
-        self._check_destination(destination, connection)
-        x = self.exchange(source)
+        if destination.kind == "exchange":
+            check_not_default_exchange(destination.name)
+        x = self.exchanges.get(source)
         binding = Binding(source, destination, routing_key, dict(arguments or {}))
-        if binding.key in x.bindings:
-            self._drop_binding(x, x.bindings[binding.key])
+        if x is None or binding.key not in x.bindings:
+            return
+        self._check_destination(destination, connection)
+        self._drop_binding(x, x.bindings[binding.key])
 
     def _check_destination(self, destination: Destination, connection: object | None) -> None:
         if destination.kind == "queue":
