@@ -399,10 +399,12 @@ class Connection:
             return
         if not isinstance(method, commands.Channel.Open):
             raise ChannelError("expected 'channel.open'")
-        if number > self.channel_max:
+        # RabbitMQ counts open channels against channel_max; any number 1..65535 is valid
+        # (rabbit_reader:create_channel/2; aiormq opens channel 65535 with channel_max 2047)
+        if self.channel_max and len(self.channels) >= self.channel_max:
             raise NotAllowed(
-                f"channel number {number} is above the negotiated channel_max "
-                f"({self.channel_max})"
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})"
             )
         limit = self.broker.limits.user(self.user or "", "max-channels")
         if limit is not None and sum(
@@ -442,7 +444,7 @@ class Connection:
         elif state is State.OPEN_WAIT and isinstance(method, commands.Connection.Open):
             self._open(method)
         elif state is State.OPEN and isinstance(method, commands.Connection.UpdateSecret):
-            raise NotAllowed("connection.update_secret is not supported")
+            self._update_secret(method)
         else:
             raise CommandInvalid(f"unexpected method {method.name} in state {state.value}")
 
@@ -467,6 +469,22 @@ class Connection:
         self.send_frame(framing.method_frame(0, commands.Connection.Tune(
             channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
         )))
+
+    def _update_secret(self, m: Any) -> None:
+        """Connection.UpdateSecret (RabbitMQ 3.8+, OAuth2 token refresh): the user's backend
+        takes the new secret, channels stay open, Update-Secret-Ok answers.
+
+        Raises:
+            NotAllowed (530): the backend refuses the secret (``rabbit_reader``'s text).
+        """
+        secret = m.new_secret
+        if isinstance(secret, bytes):
+            secret = secret.decode("utf-8", "replace")
+        if self.broker.users.update_state(self.user or "", secret) is None:
+            log.error("secret update was refused for user '%s'", self.user)
+            raise NotAllowed("New secret was refused by one of the backends")
+        log.info("user '%s' updated secret, reason: %s", self.user, m.reason)
+        self.send_frame(framing.method_frame(0, commands.Connection.UpdateSecretOk()))
 
     def _tune_ok(self, m: Any) -> None:
         server_max = self.broker.config.frame_max

@@ -98,6 +98,19 @@ class UserStore:
             return None
         return user
 
+    def update_state(self, name: str, new_secret: str) -> User | None:
+        """Connection.UpdateSecret for a logged-in user: the user, or None when refused.
+
+        The internal backend's credentials never expire, so, as RabbitMQ's
+        ``rabbit_access_control:update_state/2`` (which skips backends whose
+        ``state_can_expire()`` is false), the new secret is accepted without being checked
+        against the password: client test suites send arbitrary secrets ("new-secret") to
+        RabbitMQ's internal users and expect Update-Secret-Ok. A user deleted since login is
+        refused (its connections are closed with 320 when it is deleted, so this is a race).
+        """
+        del new_secret  # not a credential of this backend (an OAuth2 token would be)
+        return self.users.get(name)
+
     def authenticate(self, name: str, password: str, peer_host: str | None) -> User | None:
         """The user when the password matches and the loopback rule allows ``peer_host``."""
         user = self.users.get(name)
