@@ -9,6 +9,7 @@ configured max size M" (406), channel_max (530), connection limit (530), the con
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -109,29 +110,46 @@ def test_message_of_exactly_max_size_is_accepted_until_its_body() -> None:
 
 
 @FAST
-@given(st.integers(1, 64), st.integers(0, 70), st.sampled_from((None, 40)))
-def test_channel_max_is_enforced(client_max: int, server_extra: int,
-                                 server_max: int | None) -> None:
+@given(st.integers(1, 64), st.sampled_from((None, 40)), st.randoms(use_true_random=False))
+def test_channel_max_counts_open_channels(client_max: int, server_max: int | None,
+                                          rnd: random.Random) -> None:
+    """RabbitMQ refuses a channel when the count of open channels reaches channel_max; any
+    channel number 1..65535 is valid (rabbit_reader:create_channel/2)."""
     config = {"channel_max": server_max} if server_max else {}
     broker, clock = new_broker(**config)
     peer = H.Peer(broker, clock, "p").handshake(channel_max=client_max)
     limit = min(client_max, server_max or 2047)
-    peer.expect(F.method(limit, commands.Channel.Open), commands.Channel.OpenOk)
-    number = limit + 1 + server_extra
-    [close] = closes(peer.send(F.method(number, commands.Channel.Open)))
+    numbers = rnd.sample(range(1, 65536), limit + 2)
+    for number in numbers[:limit]:
+        peer.expect(F.method(number, commands.Channel.Open), commands.Channel.OpenOk)
+    # closing one frees a slot for a new number, above channel_max or not
+    peer.expect(F.method(numbers[0], commands.Channel.Close), commands.Channel.CloseOk)
+    peer.expect(F.method(numbers[limit], commands.Channel.Open), commands.Channel.OpenOk)
+    [close] = closes(peer.send(F.method(numbers[limit + 1], commands.Channel.Open)))
     assert isinstance(close, commands.Connection.Close)
     assert (close.reply_code, close.reply_text) == (
-        530, f"NOT_ALLOWED - channel number {number} is above the negotiated channel_max "
-             f"({limit})")
+        530, f"NOT_ALLOWED - number of channels opened ({limit}) has reached the "
+             f"negotiated channel_max ({limit})")
     assert H.leaks(broker, peer.conn) == []
 
 
-def test_channel_max_zero_means_the_server_limit() -> None:
+def test_channel_number_above_channel_max_is_valid() -> None:
     broker, clock = new_broker()
+    peer = H.Peer(broker, clock, "p").handshake(channel_max=2047)
+    peer.expect(F.method(65535, commands.Channel.Open), commands.Channel.OpenOk)
+    peer.expect(F.method(65535, commands.Queue.Declare, queue="q65535"),
+                commands.Queue.DeclareOk)
+
+
+def test_channel_max_zero_means_the_server_limit() -> None:
+    broker, clock = new_broker(channel_max=5)
     peer = H.Peer(broker, clock, "p").handshake(channel_max=0)
-    peer.expect(F.method(2047, commands.Channel.Open), commands.Channel.OpenOk)
-    [close] = closes(peer.send(F.method(2048, commands.Channel.Open)))
-    assert close.reply_code == 530
+    for number in range(1, 6):
+        peer.expect(F.method(number, commands.Channel.Open), commands.Channel.OpenOk)
+    [close] = closes(peer.send(F.method(6, commands.Channel.Open)))
+    assert (close.reply_code, close.reply_text) == (
+        530, "NOT_ALLOWED - number of channels opened (5) has reached the negotiated "
+             "channel_max (5)")
 
 
 # ---- max connections -----------------------------------------------------------------------
