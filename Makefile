@@ -1,9 +1,9 @@
-# amqpq — quick start: `make run` (broker on 127.0.0.1:5672, guest/guest, vhost /, data ./var)
+# amqpq — quick start: `make run` (broker on localhost:5672, guest/guest, vhost /, data ./var)
 #                      `make test` (installs into .venv, runs ruff and the test suite)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-HOST ?= 127.0.0.1
+HOST ?=
 PORT ?= 5672
 
 .PHONY: install run test lint unit interop clean bench fuzz soak
@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 run: install
-	$(VENV)/bin/amqpq-server --host $(HOST) --port $(PORT) --data-dir ./var
+	$(VENV)/bin/amqpq-server $(if $(HOST),--host $(HOST)) --port $(PORT) --data-dir ./var
 
 lint: install
 	$(VENV)/bin/ruff check .

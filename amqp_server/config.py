@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amqp_server.listeners import DEFAULT_HOSTS
 from amqp_server.tls import TLSConfig
 
 
@@ -17,7 +18,9 @@ class BrokerConfig:
     """Settings of one broker process.
 
     Attributes:
-        host, port: listener address (IPv4 or IPv6) and TCP port (5672).
+        hosts: listen addresses (IPv4 or IPv6); None: both loopbacks, 127.0.0.1 and ::1
+            (::1 skipped with a warning where the machine has no IPv6).
+        port: TCP port (5672) on every listen address.
         data_dir: where the broker keeps its state.
         frame_max: largest frame offered in Connection.Tune (bytes, 131072).
         channel_max: highest channel number offered (2047).
@@ -33,7 +36,7 @@ class BrokerConfig:
         product, version: reported in Connection.Start server properties.
     """
 
-    host: str = "127.0.0.1"
+    hosts: tuple[str, ...] | None = None
     port: int = 5672
     data_dir: Path = field(default_factory=lambda: Path("var"))
     frame_max: int = 131072
@@ -50,3 +53,18 @@ class BrokerConfig:
     tls: TLSConfig = field(default_factory=TLSConfig)
     product: str = "amqpq"
     version: str = "0.1.0"
+
+    @property
+    def listen_hosts(self) -> tuple[str, ...]:
+        """The addresses to listen on: the given ones or both loopbacks."""
+        return self.hosts or DEFAULT_HOSTS
+
+    @property
+    def optional_hosts(self) -> tuple[str, ...]:
+        """Addresses whose bind may fail with a warning: ::1 when defaulted."""
+        return () if self.hosts else DEFAULT_HOSTS[1:]
+
+    @property
+    def host(self) -> str:
+        """The first listen address, for URLs and connection names."""
+        return self.listen_hosts[0]

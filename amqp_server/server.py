@@ -21,12 +21,14 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from amqp_server import tls
 from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from amqp_server.listeners import ListenError, bind_all, format_host
 from amqp_server.management import options as management
 from amqp_server.management import stop_management
 from amqp_server.persistence import TopologyStore, recover_messages
@@ -136,10 +138,9 @@ class BrokerServer:
         self.broker.alarms = self.alarms
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []  # AMQP and AMQPS, every host
         self._ticker: asyncio.Task[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
-        self._tls_server: asyncio.base_events.Server | None = None
         self.tls_port = 0
         self._timer_when: float | None = None
         self._topology_failing = False
@@ -163,20 +164,38 @@ class BrokerServer:
                  counts["messages"], counts["queues"], counts["skipped"])
         management.load_definitions(self.broker, self.config)  # --definitions FILE
         self.alarms.check()  # an alarm already due blocks the first publishers, as RabbitMQ
-        self._server = await loop.create_server(
-            lambda: AMQPProtocol(self), self.config.host, self.config.port, backlog=1024
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-        if self.config.tls.enabled:
-            self._tls_server = await loop.create_server(
-                lambda: AMQPProtocol(self), self.config.host, self.config.tls.port,
-                ssl=tls.make_context(self.config.tls), backlog=1024)
-            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-            log.info("amqpq AMQPS listening on %s:%d", self.config.host, self.tls_port)
-        self.management = await management.start_for_server(self.broker, self.config, self.port)
+        try:
+            self.port = await self._listen(self.config.port)
+            if self.config.tls.enabled:
+                self.tls_port = await self._listen(self.config.tls.port,
+                                                   tls.make_context(self.config.tls))
+                log.info("amqpq AMQPS listening on %s port %d",
+                         ", ".join(self.config.listen_hosts), self.tls_port)
+            self.management = await management.start_for_server(self.broker, self.config,
+                                                                self.port)
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            raise
         self._ticker = asyncio.create_task(self._tick_loop())
-        log.info("amqpq listening on %s:%d (data dir %s)", self.config.host, self.port,
-                 self.config.data_dir)
+        log.info("amqpq listening on %s port %d (data dir %s)",
+                 ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
+
+    async def _listen(self, port: int, ssl: Any = None) -> int:
+        """One listener per address of the config (same port); returns the port.
+
+        Raises:
+            OSError: an address given by --host cannot be bound (strerror names it).
+        """
+        loop = asyncio.get_running_loop()
+
+        async def bind(host: str, port: int) -> int:
+            server = await loop.create_server(lambda: AMQPProtocol(self), host, port,
+                                              ssl=ssl, backlog=1024)
+            self._servers.append(server)
+            return int(server.sockets[0].getsockname()[1])
+
+        return await bind_all(bind, self.config.listen_hosts, port, self.config.optional_hosts)
 
     def _run_sync(self, work: Callable[[], None], done: Callable[[], None]) -> None:
         """Group commit: fsync in a worker thread, then ``done`` on the loop."""
@@ -246,10 +265,8 @@ class BrokerServer:
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
         await stop_management(getattr(self, "management", None))
-        if self._server is not None:
-            self._server.close()
-        if self._tls_server is not None:
-            self._tls_server.close()
+        for server in self._servers:
+            server.close()
         if self._ticker is not None:
             self._ticker.cancel()
         for proto in list(self.protocols):
@@ -265,8 +282,8 @@ class BrokerServer:
         for proto in list(self.protocols):
             if proto.transport is not None:
                 proto.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         self._save_topology()
         self.broker.durability.flush_writes()
         for vhost in self.broker.vhosts.values():
@@ -278,7 +295,9 @@ class BrokerServer:
 def parse_args(argv: list[str] | None = None) -> BrokerConfig:
     """BrokerConfig from command-line arguments (exits 2 with one line on a bad value)."""
     p = argparse.ArgumentParser(prog="amqpq-server", description="amqpq AMQP 0-9-1 broker")
-    p.add_argument("--host", default="127.0.0.1", help="listen address, IPv4 or IPv6")
+    p.add_argument("--host", action="append", default=None, metavar="ADDRESS",
+                   help="listen address, IPv4 or IPv6; repeat for several "
+                        "(default: 127.0.0.1 and ::1)")
     p.add_argument("--port", type=int, default=5672, help="AMQP port (0: any free port)")
     p.add_argument("--data-dir", default="var", help="state directory (default ./var)")
     p.add_argument("--log-level", default="info",
@@ -315,7 +334,7 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
         level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     return management.attach(BrokerConfig(
-        host=a.host, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
+        hosts=tuple(a.host) if a.host else None, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
         frame_max=a.frame_max, channel_max=a.channel_max,
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
         tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
@@ -332,7 +351,7 @@ async def serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    host = f"[{config.host}]" if ":" in config.host else config.host
+    host = format_host(config.host)
     print(f"amqpq: listening on amqp://{host}:{server.port}", flush=True)
     if server.tls_port:
         print(f"amqpq: listening on amqps://{host}:{server.tls_port}", flush=True)
@@ -351,9 +370,11 @@ def main(argv: list[str] | None = None) -> None:
         runner = uvloop.run
     try:
         runner(serve(config))
+    except ListenError as exc:
+        print(f"amqpq-server: cannot listen on {exc.strerror}", file=sys.stderr)
+        sys.exit(1)
     except OSError as exc:
-        print(f"amqpq-server: cannot listen on {config.host}:{config.port}: {exc.strerror}",
-              file=sys.stderr)
+        print(f"amqpq-server: {exc}", file=sys.stderr)
         sys.exit(1)
     except ValueError as exc:  # unreadable definitions (--definitions or the data dir's)
         print(f"amqpq-server: {exc}", file=sys.stderr)

@@ -16,11 +16,13 @@ Source: https://www.rabbitmq.com/docs/management#http-api.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from amqp_server.errors import AMQPError
+from amqp_server.listeners import bind_all
 from amqp_server.management import metrics
 from amqp_server.management.auth import Handler, auth_middleware
 from amqp_server.management.errors import ApiError, from_amqp, not_found
@@ -86,25 +88,37 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
     return app
 
 
-async def start_management(broker: Broker, host: str, port: int = DEFAULT_PORT,
-                           amqp_port: int | None = None) -> web.AppRunner:
-    """Serve the management API on ``host:port`` in the running loop.
+async def start_management(broker: Broker, host: str | Sequence[str],
+                           port: int = DEFAULT_PORT, amqp_port: int | None = None,
+                           optional: Sequence[str] = ()) -> web.AppRunner:
+    """Serve the management API on ``port`` of every address in ``host`` in the running loop.
+
+    Args:
+        host: one address or several (the AMQP listener's); port 0 picks a free port on
+            the first and binds the others to it.
+        optional: addresses whose failure is logged and skipped (defaulted ::1).
 
     Raises:
-        OSError: the port is taken.
+        ListenError (an OSError): an address cannot be bound.
     """
-    app = build_app(broker, host, amqp_port if amqp_port is not None else broker.config.port)
+    hosts = [host] if isinstance(host, str) else list(host)
+    app = build_app(broker, hosts[0],
+                    amqp_port if amqp_port is not None else broker.config.port)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    try:
+
+    async def bind(one: str, port: int) -> int:
+        site = web.TCPSite(runner, one, port, reuse_address=True)
         await site.start()
+        return management_port(runner)
+
+    try:
+        bound = await bind_all(bind, hosts, port, optional)
     except BaseException:
         await runner.cleanup()
         raise
-    bound = management_port(runner)
     app[STATE_KEY].http_port = bound
-    log.info("management API listening on http://%s:%d", host, bound)
+    log.info("management API listening on %s port %d", ", ".join(hosts), bound)
     return runner
 
 

@@ -103,10 +103,10 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     if port is None:
         port = 0 if config.port == 0 else DEFAULT_PORT
     try:
-        return await start_management(broker, config.host, port, amqp_port=amqp_port)
+        return await start_management(broker, config.listen_hosts, port, amqp_port=amqp_port,
+                                      optional=config.optional_hosts)
     except OSError as exc:
         if opts.port is not None:
-            raise OSError(exc.errno, f"management port {port}: {exc.strerror}") from exc
-        log.error("management API not started: cannot listen on %s:%d: %s", config.host,
-                  port, exc.strerror)
+            raise
+        log.error("management API not started: cannot listen on %s", exc.strerror)
         return None
