@@ -28,8 +28,11 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, log_path: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, port: int | None = None,
+                 hosts: tuple[str, ...] | None = ("127.0.0.1",)) -> None:
+        """``hosts``: the ``--host`` values; None starts it with none (both loopbacks)."""
         self.data_dir = data_dir
+        self.hosts = hosts
         self.log_path = log_path
         self.port = port or free_port()
         self.proc: subprocess.Popen[str] | None = None
@@ -47,7 +50,8 @@ class BrokerProcess:
             log.write(f"\n==== start #{self.starts} on port {self.port} ====\n")
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1",
+                [sys.executable, "-m", "amqp_server",
+                 *[arg for host in self.hosts or () for arg in ("--host", host)],
                  "--port", str(self.port), "--data-dir", str(self.data_dir),
                  "--no-management", "--log-level", "info"],
                 stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT,
