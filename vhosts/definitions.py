@@ -17,7 +17,8 @@ Import is all-or-nothing: :func:`import_definitions` first checks every entry ag
 broker's current state plus everything the file itself declares (types, names, regular
 expressions, exchange types, policy definitions, queue arguments, binding ends), and raises
 :class:`DefinitionsError` naming the first bad entry (``exchanges[3] (name 'x' in vhost '/'):
-unknown exchange type 'nope'``) before anything changes. As RabbitMQ does, existing queues and
+unknown exchange type 'nope'``; a bad policy: RabbitMQ's reason and `` (vhost/name)``) before
+anything changes. As RabbitMQ does, existing queues and
 exchanges are left as they are, users and permissions are replaced, exchanges whose name
 starts with ``amq.`` are skipped, and user tags may be a list or a comma-separated string
 (3.10 and earlier wrote a string). Operator policies travel as ``parameters`` entries of
@@ -43,7 +44,13 @@ from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from queue_store.queue_args import validate_queue_arguments
 from vhosts.limits import LimitsError, validate_limits
-from vhosts.policies import Policy, PolicyError, validate_operator_policy, validate_policy
+from vhosts.policies import (
+    Policy,
+    PolicyError,
+    escape_html_tags,
+    validate_operator_policy,
+    validate_policy,
+)
 from vhosts.users import HASHING_ALGORITHM, hash_password
 from vhosts.vhost import DEFAULT_EXCHANGES
 
@@ -411,7 +418,8 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             e.fail(f"no vhost '{raw['vhost']}'")
         if component == OPERATOR_POLICY:
             plan.operator_policies.append((raw["vhost"], _policy(
-                _Entry("parameters", i, {"name": name, **e.table("value")}), operator=True)))
+                _Entry("parameters", i, {"name": name, **e.table("value")}),
+                f"{raw['vhost']}/{OPERATOR_POLICY}/{name}", operator=True)))
         else:
             plan.parameters.append(dict(raw))
     for i, raw in enumerate(_section(data, "global_parameters")):
@@ -424,7 +432,7 @@ def _plan(broker: Broker, data: Any) -> _Plan:
         name, vh = e.text("name"), e.text("vhost")
         if vh not in vhost_names:
             e.fail(f"no vhost '{vh}'")
-        plan.policies.append((vh, _policy(e)))
+        plan.policies.append((vh, _policy(e, f"{vh}/{name}")))
 
     # exchanges by (vhost, name) -> type, existing and declared, for binding checks
     exchange_types: dict[tuple[str, str], str] = {
@@ -559,8 +567,9 @@ def _apply(broker: Broker, plan: _Plan) -> None:
     _merge_parameters(x.global_parameters, plan.global_parameters, ("name",))
 
 
-def _policy(e: _Entry, operator: bool = False) -> Policy:
-    """A policy entry (``name pattern definition priority apply-to``), validated."""
+def _policy(e: _Entry, where: str, operator: bool = False) -> Policy:
+    """A policy entry, validated; a bad definition fails with RabbitMQ's HTML-escaped reason
+    and `` (<where>)`` (``rabbit_definitions:add_policy/3``, ``add_parameter/3``)."""
     name = e.text("name")
     pattern = e.text("pattern", empty_ok=True)
     priority = e.data.get("priority", 0)
@@ -571,7 +580,8 @@ def _policy(e: _Entry, operator: bool = False) -> Policy:
         policy = Policy(name, pattern, dict(e.table("definition")), priority, apply_to)
         (validate_operator_policy if operator else validate_policy)(policy)
     except PolicyError as exc:
-        e.fail(str(exc))
+        raise DefinitionsError(
+            escape_html_tags(f"Validation failed\n\n{exc}\n ({where})")) from None
     return policy
 
 

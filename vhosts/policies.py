@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vhosts.erlang_format import erlang_pformat
+
 APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues")
 # definition keys this broker acts on, with the type each needs
 QUEUE_KEYS = {
@@ -26,8 +28,26 @@ QUEUE_KEYS = {
     "delivery-limit": int,  # quorum queues
 }
 EXCHANGE_KEYS = {"alternate-exchange": str}
+#: Every key RabbitMQ 3.13's core registers as a ``policy_validator`` (``rabbit_policies``,
+#: ``rabbit_mirror_queue_misc``, ``rabbit_queue_location_validator``,
+#: ``rabbit_quorum_queue``); any other key is refused, as RabbitMQ refuses it. Beyond
+#: :data:`QUEUE_KEYS` and :data:`EXCHANGE_KEYS` these are accepted so that definitions
+#: exported from RabbitMQ import, but nothing here acts on them (mirroring, leader
+#: placement, queue storage, streams, per-queue consumer timeouts). Plugin keys
+#: (``federation-upstream``, ``federation-upstream-set``, ``federation-upstream-pattern``,
+#: ``shards-per-node``, ``routing-key``) are refused, as by a RabbitMQ without those plugins.
+POLICY_KEYS = frozenset({
+    *QUEUE_KEYS, *EXCHANGE_KEYS,
+    "consumer-timeout", "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes",
+    "queue-mode", "queue-version", "max-age", "stream-max-segment-size-bytes",
+    "stream-filter-size-bytes", "queue-leader-locator", "initial-cluster-size",
+    "ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
+    "ha-promote-on-failure", "queue-master-locator", "target-group-size",
+})
 #: what an operator policy may set (RabbitMQ 3.10's operator_policy_validator): limits only,
-#: each combined with the user's policy and arguments by taking the lower value
+#: each combined with the user's policy and arguments by taking the lower value. RabbitMQ
+#: 3.12+ also takes queue-version, overflow, ha-mode, ha-params, ha-sync-mode and
+#: target-group-size; they are refused here, as 3.10 refuses them.
 OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes",
                  "max-in-memory-length", "max-in-memory-bytes", "delivery-limit")
 OVERFLOW_VALUES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -66,16 +86,35 @@ class Policy:
         return self.regex.search(name) is not None
 
 
+def unrecognised(definition: dict[str, Any], known: Any) -> str | None:
+    """RabbitMQ's error for the keys of ``definition`` not in ``known``, or None.
+
+    Returns:
+        ``[{<<"max-lenght">>,5}] are not recognised policy settings``: the keys in term
+        order with their values, printed as Erlang's ``~p`` prints them (over several lines
+        when long). Source: ``rabbit_policy:validation0/2``.
+    """
+    unknown = [(k, definition[k]) for k in sorted(definition, key=lambda k: k.encode())
+               if k not in known]
+    if not unknown:
+        return None
+    return f"{erlang_pformat(unknown)} are not recognised policy settings"
+
+
 def validate_policy(policy: Policy) -> None:
-    """Check apply-to and the definition's known keys and value types.
+    """Check apply-to, the values of the keys this broker acts on, then that every key is
+    one RabbitMQ knows (:data:`POLICY_KEYS`), in RabbitMQ's order (values before unknown
+    keys).
 
     Raises:
-        PolicyError: e.g. ``"message-ttl" must be a non-negative integer``.
+        PolicyError: ``no policy provided`` (empty definition); a bad value such as
+            ``'message-ttl' must be a non-negative integer, got -1``; or RabbitMQ's
+            ``[{<<"max-lenght">>,5}] are not recognised policy settings``.
     """
     if policy.apply_to not in APPLY_TO:
         raise PolicyError(f"apply-to '{policy.apply_to}' must be one of {', '.join(APPLY_TO)}")
     if not policy.definition:
-        raise PolicyError("definition must not be empty")
+        raise PolicyError("no policy provided")
     for key, value in policy.definition.items():
         kind = QUEUE_KEYS.get(key) or EXCHANGE_KEYS.get(key)
         if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -86,14 +125,9 @@ def validate_policy(policy: Policy) -> None:
             raise PolicyError(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
         if key == "expires" and value == 0:
             raise PolicyError("'expires' must be a positive integer")
-
-
-def _erl(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int | float):
-        return str(value)
-    return f'<<"{value}">>'
+    error = unrecognised(policy.definition, POLICY_KEYS)
+    if error:
+        raise PolicyError(error)
 
 
 def validate_operator_policy(policy: Policy) -> None:
@@ -101,20 +135,27 @@ def validate_operator_policy(policy: Policy) -> None:
     non-negative integer.
 
     Raises:
-        PolicyError: ``[{<<"foo">>,1}] are not recognised policy settings`` (RabbitMQ
-            3.10.8's text), or a value that is not a non-negative integer.
+        PolicyError: ``no policy provided``; a limit that is not a non-negative integer;
+            then ``[{<<"foo">>,1}] are not recognised policy settings`` (RabbitMQ 3.10.8's
+            text and order).
     """
     if policy.apply_to not in APPLY_TO:
         raise PolicyError(f"apply-to '{policy.apply_to}' must be one of {', '.join(APPLY_TO)}")
-    unknown = [(k, v) for k, v in policy.definition.items() if k not in OPERATOR_KEYS]
-    if unknown:
-        terms = ",".join(f'{{<<"{k}">>,{_erl(v)}}}' for k, v in unknown)
-        raise PolicyError(f"[{terms}] are not recognised policy settings")
     if not policy.definition:
-        raise PolicyError("definition must not be empty")
+        raise PolicyError("no policy provided")
     for key, value in policy.definition.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if key in OPERATOR_KEYS and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise PolicyError(f"'{key}' must be a non-negative integer, got {value!r}")
+    error = unrecognised(policy.definition, OPERATOR_KEYS)
+    if error:
+        raise PolicyError(error)
+
+
+def escape_html_tags(text: str) -> str:
+    """``&``, ``<`` and ``>`` as HTML entities, as RabbitMQ escapes policy errors in the
+    policies API and definitions import (``rabbit_misc:escape_html_tags/1``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def matching_policy(policies: dict[str, Policy], kind: str, name: str,

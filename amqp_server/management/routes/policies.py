@@ -2,7 +2,11 @@
 ``apply-to``), read and clear a vhost's policies. Setting one needs the ``policymaker`` or
 ``administrator`` tag and access to the vhost.
 
-Validation failures answer 400 with RabbitMQ's ``"Validation failed\\n\\n<what>\\n"`` reason.
+Validation failures answer 400 with RabbitMQ's ``"Validation failed\\n\\n<what>\\n"`` reason;
+a definition key RabbitMQ does not know is refused with its ``[{<<"max-lenght">>,5}] are not
+recognised policy settings``, which ``/api/policies`` HTML-escapes (``&lt;&lt;``) and
+``/api/operator-policies`` does not, as RabbitMQ 3.10.8's ``rabbit_mgmt_wm_policy`` and
+``rabbit_mgmt_wm_operator_policy`` do.
 Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/policies.
 """
 
@@ -30,7 +34,7 @@ from amqp_server.management.routes.common import (
 )
 from amqp_server.management.state import state
 from vhosts.definitions import jsonable
-from vhosts.policies import APPLY_TO, Policy, PolicyError
+from vhosts.policies import APPLY_TO, Policy, PolicyError, escape_html_tags
 from vhosts.vhost import VirtualHost
 
 routes = web.RouteTableDef()
@@ -99,8 +103,8 @@ async def put_policy(request: web.Request) -> web.Response:
     was_new = name not in vhost.policies
     try:
         vhost.set_policy(name, pattern, definition, priority, apply_to)
-    except PolicyError as exc:
-        raise bad_request(f"Validation failed\n\n{exc}\n") from None
+    except PolicyError as exc:  # this endpoint HTML-escapes its reason, as RabbitMQ's does
+        raise bad_request(escape_html_tags(f"Validation failed\n\n{exc}\n")) from None
     return created(was_new)
 
 
@@ -148,7 +152,7 @@ async def get_operator_policy(request: web.Request) -> web.Response:
 @routes.put("/api/operator-policies/{vhost}/{name}")
 async def put_operator_policy(request: web.Request) -> web.Response:
     """201/204; 400 ``[{<<"foo">>,1}] are not recognised policy settings`` for a key that is
-    not a limit (RabbitMQ 3.10.8's text)."""
+    not a limit (RabbitMQ 3.10.8's text, not HTML-escaped)."""
     require_admin(request)
     vhost = vhost_of(request)
     name = request.match_info["name"]
