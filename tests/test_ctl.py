@@ -19,11 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,14 +180,16 @@ def test_errors_are_one_line(node: Node) -> None:
     res = ctl(node, "declare_exchange", "bad-x", "nope", check=False)
     assert res.stderr == "Error: unknown exchange type 'nope'\n"
     res = ctl(node, "--password", "wrong", "list_vhosts", check=False)
-    assert res.stderr == "Error: login failed for user 'guest'\n"
+    assert (res.returncode, res.stderr) == (
+        1, "Error: login failed for user 'guest' (HTTP 401): check --user and --password\n")
     res = ctl(node, "list_queues", "bogus", check=False)
     assert res.returncode == 1 and res.stderr.startswith("Error: unknown column(s): bogus;")
     dead = free_port()
     res = subprocess.run([str(CTL), "--port", str(dead), "list_vhosts"], capture_output=True,
                          text=True, timeout=30)
     assert (res.returncode, res.stderr) == (
-        69, f"Error: broker not reachable at http://127.0.0.1:{dead}\n")
+        69, f"Error: nothing listens on port {dead} on 127.0.0.1 (connection refused): is the "
+            "broker running? the management port is 15672 by default\n")
     for r in (res,):
         assert "Traceback" not in r.stderr
 
@@ -350,3 +354,121 @@ def test_operator_policy_commands(node: Node) -> None:
     res = ctl(node, "-p", vh, "clear_operator_policy", "cap", check=False)
     assert res.stderr.strip() == f"Error: operator policy 'cap' in vhost '{vh}' does not exist"
     run(node, "delete_vhost", vh)
+
+
+# ---- failures reaching the API: one line on stderr, naming what was reached --------------
+
+
+def bare_ctl(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``amqpqctl ARGS``, no ``--port`` added."""
+    res = subprocess.run([str(CTL), *args], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
+    return res
+
+
+@contextmanager
+def raw_server(reply: bytes | None) -> Iterator[int]:
+    """A TCP port that reads a request, then sends ``reply`` and closes (None: never
+    answers, keeping the connection open)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conns = []
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.recv(65536)
+            if reply is None:
+                conns.append(conn)
+                continue
+            conn.sendall(reply)
+            conn.close()
+        for c in conns:
+            c.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_the_amqp_port_by_mistake(node: Node) -> None:
+    res = bare_ctl("--port", str(node.amqp_port), "list_queues")
+    assert (res.returncode, res.stderr) == (
+        69, f"Error: port {node.amqp_port} on 127.0.0.1 speaks AMQP, not HTTP: the management "
+            "port is 15672 by default\n")
+
+
+@pytest.mark.parametrize(("reply", "message"), [
+    (b"AMQP\x00\x00\x09\x01", "speaks AMQP, not HTTP: the management port is 15672 by "
+                                "default"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "does not speak HTTP (it answered 'SSH-2.0-OpenSSH_9.6\\r\\n'): "
+                                 "the management port is 15672 by default"),
+    (b"", "closed the connection without an HTTP answer (an AMQP or other non-HTTP port?): "
+          "the management port is 15672 by default"),
+])
+def test_a_port_that_does_not_speak_http(reply: bytes, message: str) -> None:
+    with raw_server(reply) as port:
+        res = bare_ctl("--port", str(port), "list_vhosts")
+    assert (res.returncode, res.stderr) == (69, f"Error: port {port} on 127.0.0.1 {message}\n")
+
+
+def test_no_answer_within_the_timeout() -> None:
+    with raw_server(None) as port:
+        res = bare_ctl("--port", str(port), "--timeout", "0.5", "list_vhosts")
+    assert (res.returncode, res.stderr) == (
+        69, f"Error: no answer from http://127.0.0.1:{port} within 0.5s (--timeout): is the "
+            "broker busy, or is this not its management port? (15672 by default)\n")
+
+
+def test_an_answer_that_is_not_json() -> None:
+    page = b"<html>hello</html>"
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
+             + str(len(page)).encode() + b"\r\nConnection: close\r\n\r\n" + page)
+    with raw_server(reply) as port:
+        res = bare_ctl("--port", str(port), "list_vhosts")
+    assert (res.returncode, res.stderr) == (
+        1, f"Error: http://127.0.0.1:{port}/api/vhosts answered HTTP 200 with text/html, not "
+           f"JSON: is http://127.0.0.1:{port} the management API? (port 15672 by default)\n")
+
+
+def test_an_unknown_host() -> None:
+    res = bare_ctl("--url", "http://no-such-host.invalid:15672", "list_vhosts")
+    assert res.returncode == 69
+    assert res.stderr.startswith("Error: cannot resolve host 'no-such-host.invalid': ")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--port", "abc", "list_queues"),
+     "Error: Invalid value for '--port': 'abc' is not a valid integer. (see 'amqpqctl --help')"),
+    (("no_such_command",), "Error: No such command 'no_such_command'. (see 'amqpqctl --help')"),
+    (("list_queues", "--vhost"),
+     "Error: Option '--vhost' requires an argument. (see 'amqpqctl list_queues --help')"),
+])
+def test_usage_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
+    res = bare_ctl(*args)
+    assert (res.returncode, res.stderr) == (64, message + "\n")
+
+
+@pytest.mark.parametrize(("command", "definition", "message"), [
+    ("set_policy", '{"max-lenght": 5}',
+     'Error: Validation failed [{<<"max-lenght">>,5}] are not recognised policy settings'),
+    ("set_operator_policy", '{"max-length": 5, "ha-mode": "all"}',
+     'Error: Validation failed [{<<"ha-mode">>,<<"all">>}] are not recognised policy settings'),
+    ("set_policy", "{}", "Error: Validation failed no policy provided"),
+])
+def test_policy_with_an_unknown_key_is_refused(node: Node, command: str, definition: str,
+                                               message: str) -> None:
+    res = ctl(node, "-q", command, "p-unknown", ".*", definition, check=False)
+    assert (res.returncode, res.stderr) == (1, message + "\n")
+    kind = "operator_policies" if "operator" in command else "policies"
+    assert "p-unknown" not in run(node, "-q", f"list_{kind}").stdout

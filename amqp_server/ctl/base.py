@@ -9,6 +9,7 @@ https://www.rabbitmq.com/docs/management-cli.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from amqp_server.ctl.client import ApiClient, CtlError, HttpError, path
+from amqp_server.ctl.client import DEFAULT_PORT, ApiClient, CtlError, HttpError, path
 from amqp_server.ctl.output import emit_message
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,12 +73,17 @@ def fail(exc: HttpError, ctx: Context, vhost: str | None = None,
             return CtlError(missing)
         if what is not None:
             return CtlError(f"{what} does not exist")
-        return CtlError(exc.reason or "not found")
+        if not exc.reason:  # not the management API's JSON error
+            return CtlError(f"{exc.url} answered HTTP 404 {exc.error}: is this the "
+                            f"management API? (port {DEFAULT_PORT} by default)")
+        return CtlError(exc.reason)
     if exc.status == 401 and exc.reason == "Login failed":
-        return CtlError(f"login failed for user '{ctx.client.user}'")
+        return CtlError(f"login failed for user '{ctx.client.user}' (HTTP 401): check --user "
+                        "and --password")
     if exc.status == 401:
-        return CtlError(f"not authorised: {exc.reason}")
-    text = " ".join(exc.reason.split()) or f"HTTP {exc.status} {exc.error}"
+        return CtlError(f"not authorised: {html.unescape(exc.reason)}")
+    # RabbitMQ HTML-escapes some reasons (policies: ``[{&lt;&lt;"k"&gt;&gt;,1}]``)
+    text = html.unescape(exc.reason) or f"HTTP {exc.status} {exc.error}".strip()
     return CtlError(text)
 
 
