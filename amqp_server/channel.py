@@ -25,7 +25,6 @@ https://www.rabbitmq.com/docs/confirms and /docs/consumer-prefetch.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,23 +32,21 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_server import direct_reply_to, framing
+from amqp_server.assembler import CommandAssembler, PublishFields
 from amqp_server.confirms import Confirms
 from amqp_server.errors import (
     AccessRefused,
+    ChannelError,
     CommandInvalid,
-    FrameError,
     NotAllowed,
     NotFound,
     NotImplemented_,
     PreconditionFailed,
-    SyntaxError_,
-    UnexpectedFrame,
     rs,
 )
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.properties import check_properties
 from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import extra_routing_keys, without_bcc
@@ -59,10 +56,8 @@ from vhosts.vhost import check_server_named_allowed, server_generated_name
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
-MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's max_message_size default (bytes)
 SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the smallest frame_max
 
-_content_head = struct.Struct(">HHQ")
 Unacked = tuple[QueuedMessage, Queue, Consumer | None]
 
 
@@ -89,14 +84,11 @@ class Channel:
         self._write_cache: set[str] = set()
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
         self.reply_address: str | None = None
-        # publish being assembled: (exchange or None for default, rk, ex_rk_raw, mandatory)
-        self._publish: tuple[Exchange | None, str, bytes, bool] | None = None
-        self._props_raw = b""
-        self._body_size = 0
-        self._body: list[bytes] = []
-        self._body_got = 0
+        self.assembler = CommandAssembler(self)  # frames -> whole commands
         self._handlers: dict[type, Callable[[Any], None]] = {
             commands.Channel.Close: self._channel_close,
+            commands.Channel.CloseOk: lambda m: None,  # no Close of ours pending: ignored
+            commands.Channel.Open: self._second_open,
             commands.Channel.Flow: self._channel_flow,
             commands.Channel.FlowOk: lambda m: None,
             commands.Exchange.Declare: self._exchange_declare,
@@ -111,7 +103,6 @@ class Channel:
             commands.Basic.Qos: self._basic_qos,
             commands.Basic.Consume: self._basic_consume,
             commands.Basic.Cancel: self._basic_cancel,
-            commands.Basic.Publish: self._basic_publish,
             commands.Basic.Get: self._basic_get,
             commands.Basic.Ack: lambda m: self.ack(m.delivery_tag, m.multiple),
             commands.Basic.Reject: lambda m: self._settle("reject", m.delivery_tag, False, m.requeue),
@@ -132,52 +123,17 @@ class Channel:
     # ---- input ---------------------------------------------------------------------------
 
     def handle_method(self, method: Any) -> None:
-        """Dispatch one decoded method (not Channel.Open/CloseOk: the connection does those).
+        """Dispatch one whole, decoded method (from :class:`CommandAssembler`).
 
         Raises:
             CommandInvalid (503): a method a client may not send on a channel (Connection.*,
                 replies such as Queue.DeclareOk): RabbitMQ's "unimplemented method".
             AMQPError: whatever the method's handler raises.
         """
-        self.expect_method()
         handler = self._handlers.get(type(method))
         if handler is None:
             raise CommandInvalid("unimplemented method")
         handler(method)
-
-    def expect_method(self) -> None:
-        """Raises UnexpectedFrame (505) when a publish's content frames are still due."""
-        if self._publish is not None:
-            raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead",
-                60, 40)
-
-    def start_publish(self, exchange: str, routing_key: str, ex_rk_raw: bytes, mandatory: bool,
-                      immediate: bool) -> None:
-        """The Basic.Publish method frame (hand-parsed by the connection); content follows.
-
-        Raises:
-            UnexpectedFrame (505): a previous publish's content is incomplete.
-            NotImplemented_ (540): immediate=true (RabbitMQ 3.x).
-            NotFound (404): no such exchange; AccessRefused (403): internal exchange.
-        """
-        self.expect_method()
-        if immediate:
-            raise NotImplemented_("immediate=true")
-        if exchange not in self._write_ok:
-            self._check("write", "exchange", exchange)
-            self._write_ok.add(exchange)
-        if exchange == "":
-            x = None
-        else:
-            x = self.vhost.exchange(exchange)
-            if x.internal:
-                raise AccessRefused(
-                    f"cannot publish to internal {rs('exchange', exchange, self.vhost.name)}"
-                )
-            if x.type_name == "topic":
-                self._check_topic("write", exchange, routing_key)
-        self._publish = (x, routing_key, ex_rk_raw, mandatory)
 
     # ---- access control ------------------------------------------------------------------
 
@@ -200,82 +156,32 @@ class Channel:
             self._write_cache = set()
         return self._write_cache
 
-    def handle_content(self, frame_type: int, payload: bytes) -> None:
-        """A content header or body frame (see :meth:`handle_header`, :meth:`handle_body`)."""
-        if frame_type == framing.FRAME_HEADER:
-            self.handle_header(payload)
+    def publish(self, fields: PublishFields, properties_raw: bytes, body: bytes) -> None:
+        """A whole Basic.Publish command: checked, then routed (or kept for Tx.Commit).
+
+        Raises:
+            NotImplemented_ (540): immediate=true (RabbitMQ 3.x).
+            AccessRefused (403): no write permission, an internal exchange, topic permission.
+            NotFound (404): no such exchange.
+            PreconditionFailed (406): user_id not the connection's user, a bad expiration.
+        """
+        exchange, rk, ex_rk_raw, mandatory, immediate = fields
+        if immediate:
+            raise NotImplemented_("immediate=true")
+        if exchange not in self._write_ok:
+            self._check("write", "exchange", exchange)
+            self._write_ok.add(exchange)
+        if exchange == "":
+            x = None
         else:
-            self.handle_body(payload)
-
-    def handle_header(self, payload: bytes) -> None:
-        """A content header frame.
-
-        Raises:
-            UnexpectedFrame (505): no Basic.Publish before it, a second header, another class.
-            FrameError (501): too short.
-            PreconditionFailed (406): body larger than max_message_size.
-        """
-        if self._publish is None:
-            raise UnexpectedFrame("expected method frame, got non method frame instead")
-        if self._props_raw:
-            raise UnexpectedFrame(
-                "expected content body, got non content body frame instead", 60, 40)
-        if len(payload) < 14:
-            raise FrameError("content header frame too short")
-        class_id, _weight, size = _content_head.unpack_from(payload)
-        if class_id != 60:
-            raise UnexpectedFrame(
-                f"expected content header for class 60, got one for class {class_id} "
-                "instead", 60, 40)
-        if size > MAX_MESSAGE_SIZE:
-            self._publish = None
-            raise PreconditionFailed(
-                f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}",
-                60, 40)
-        props = payload[12:]
-        if props != b"\x00\x00":  # forwarded as is later: a malformed one must stop here
-            try:
-                check_properties(props)
-            except ValueError as exc:
-                raise SyntaxError_(f"malformed content properties: {exc}", 60, 40) from None
-        self._props_raw = props
-        self._body_size = size
-        if size == 0:
-            self._finish_publish()
-
-    def handle_body(self, payload: bytes) -> None:
-        """A content body frame.
-
-        Raises:
-            UnexpectedFrame (505): no content header before it.
-            FrameError (501): more body than the header announced.
-        """
-        if not self._props_raw:
-            if self._publish is None:
-                raise UnexpectedFrame("expected method frame, got non method frame instead")
-            raise UnexpectedFrame(
-                "expected content header for class 60, got non content header frame instead",
-                60, 40)
-        got = self._body_got + len(payload)
-        if got == self._body_size and not self._body:
-            self._body.append(payload)  # the common case: the whole body in one frame
-            self._finish_publish()
-            return
-        self._body.append(payload)
-        self._body_got = got
-        if got >= self._body_size:
-            if got > self._body_size:
-                raise FrameError(f"content body {got} bytes > announced {self._body_size} bytes")
-            self._finish_publish()
-
-    def _finish_publish(self) -> None:
-        x, rk, ex_rk_raw, mandatory = self._publish  # type: ignore[misc]
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        msg = Message(x.name if x else "", rk, ex_rk_raw, self._props_raw, body)
-        self._publish = None
-        self._props_raw = b""
-        self._body = []
-        self._body_got = 0
+            x = self.vhost.exchange(exchange)
+            if x.internal:
+                raise AccessRefused(
+                    f"cannot publish to internal {rs('exchange', exchange, self.vhost.name)}"
+                )
+            if x.type_name == "topic":
+                self._check_topic("write", exchange, rk)
+        msg = Message(exchange, rk, ex_rk_raw, properties_raw, body)
         if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
             # https://www.rabbitmq.com/docs/validated-user-id
             raise PreconditionFailed(f"user_id property set to '{msg.user_id}' but "
@@ -451,6 +357,9 @@ class Channel:
         self.release()
         self.send(commands.Channel.CloseOk())
         self.connection.forget_channel(self.number)
+
+    def _second_open(self, method: Any) -> None:
+        raise ChannelError("second 'channel.open' seen")
 
     def _channel_flow(self, method: Any) -> None:
         if not method.active:
@@ -642,11 +551,6 @@ class Channel:
         if m.no_ack:
             q.ack(qm)
 
-    def _basic_publish(self, m: Any) -> None:
-        # reached only when the hand parser is bypassed (tests with pamqp-decoded methods)
-        ex_rk = framing.encode_shortstr(m.exchange) + framing.encode_shortstr(m.routing_key)
-        self.start_publish(m.exchange, m.routing_key, ex_rk, m.mandatory, m.immediate)
-
     # ---- basic class: acknowledgements ---------------------------------------------------
 
     def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
@@ -795,8 +699,7 @@ class Channel:
         entries = [entry for _, entry in taken]
         self.unacked.clear()
         self.tx = None if self.tx is None else []
-        self._publish = None
-        self._body = []
+        self.assembler.reset()
         # requeue before the consumers go: the next single active consumer must see the
         # requeued messages first, in their original order
         if entries:

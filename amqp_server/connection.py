@@ -35,6 +35,7 @@ from typing import Any
 from pamqp import commands, decode
 
 from amqp_server import framing
+from amqp_server.assembler import decode_method
 from amqp_server.broker import Broker
 from amqp_server.channel import Channel
 from amqp_server.errors import (
@@ -46,10 +47,8 @@ from amqp_server.errors import (
     InternalError,
     NotAllowed,
     PreconditionFailed,
-    SyntaxError_,
     UnexpectedFrame,
 )
-from amqp_server.method_tables import TABLE_METHODS, check_method_tables, with_wire_types
 from queue_store.queue import Queue
 
 log = logging.getLogger("amqpq.connection")
@@ -81,36 +80,6 @@ class State(Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-def decode_method(payload: bytes) -> Any:
-    """A pamqp method object from a method frame payload.
-
-    Raises:
-        CommandInvalid (503): unknown class/method id.
-        SyntaxError_ (502): fields do not decode.
-    """
-    if len(payload) < 4:
-        raise SyntaxError_("method frame too short")
-    index = _method_index.unpack_from(payload)[0]
-    cls = commands.INDEX_MAPPING.get(index)
-    if cls is None:
-        raise CommandInvalid(f"unknown method class {index >> 16} method {index & 0xFFFF}")
-    method = cls()
-    tables: list[tuple[str, int]] = []
-    if cls in TABLE_METHODS:
-        try:
-            tables = check_method_tables(cls, payload[4:])
-        except ValueError as exc:
-            raise SyntaxError_(f"cannot decode {cls.name}: {exc}") from None
-    try:
-        method.unmarshal(payload[4:])
-    except Exception as exc:  # pamqp raises struct.error/ValueError/IndexError/...
-        raise SyntaxError_(f"cannot decode {cls.name}: {exc}") from None
-    for name, offset in tables:
-        if name == "arguments" and method.arguments:
-            method.arguments = with_wire_types(method.arguments, payload[4 + offset:])
-    return method
 
 
 def parse_sasl(mechanism: str, response: bytes | str) -> tuple[str, str]:
@@ -335,24 +304,17 @@ class Connection:
             if ch.closing:
                 return
             if ftype == framing.FRAME_BODY:
-                ch.handle_body(payload)
+                ch.assembler.body_frame(payload)
             else:
-                ch.handle_header(payload)
+                ch.assembler.header_frame(payload)
 
     def _publish_triple(self, number: int, method: bytes, header: bytes, body: bytes) -> bool:
-        """Fast path for Basic.Publish + content header + one body frame on an open channel,
-        with the same checks as the frame-by-frame path; False to take that path."""
+        """Fast path for Basic.Publish + content header + one body frame on an open channel
+        (the assembler's same checks); False to take the frame-by-frame path."""
         ch = self.channels.get(number)
         if ch is None or ch.closing or self.state is not State.OPEN or not self.has_published:
             return False
-        try:
-            ex, rk, ex_rk_raw, mandatory, immediate = framing.parse_publish(method)
-        except (ValueError, IndexError):
-            raise SyntaxError_("cannot decode basic.publish") from None
-        ch.start_publish(ex, rk, ex_rk_raw, mandatory, immediate)
-        ch.handle_header(header)
-        if ch._publish is not None:  # not finished by an empty body
-            ch.handle_body(body)
+        ch.assembler.publish_triple(method, header, body)
         return True
 
     def _channel_method(self, number: int, payload: bytes) -> None:
@@ -361,34 +323,10 @@ class Connection:
                 return
             raise CommandInvalid("channel method before connection.open")
         ch = self.channels.get(number)
-        index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if ch is not None and not ch.closing:
-            if index == framing.BASIC_PUBLISH:
-                if not self.has_published:
-                    self.has_published = True
-                    if self.broker.alarms_active:
-                        self.set_blocked(True, self.broker.alarm_reason)
-                try:
-                    ex, rk, ex_rk_raw, mandatory, immediate = framing.parse_publish(payload)
-                except (ValueError, IndexError):
-                    raise SyntaxError_("cannot decode basic.publish") from None
-                ch.start_publish(ex, rk, ex_rk_raw, mandatory, immediate)
-                return
-            if index == framing.BASIC_ACK:
-                ch.expect_method()
-                try:
-                    tag, multiple = framing.parse_ack(payload)
-                except struct.error:
-                    raise SyntaxError_("cannot decode basic.ack") from None
-                ch.ack(tag, multiple)
-                return
-            method = decode_method(payload)
-            if isinstance(method, commands.Channel.Open):
-                raise ChannelError("second 'channel.open' seen")
-            if isinstance(method, commands.Channel.CloseOk):
-                ch.expect_method()  # inside a publish's content: 505
-                return
-            ch.handle_method(method)
+            if not self.has_published and payload[:4] == framing.PUBLISH_PREFIX:
+                self._first_publish()
+            ch.assembler.method_frame(payload)
             return
         method = decode_method(payload)
         if ch is not None:  # closing: only Close and CloseOk matter (spec 2.2.4)
@@ -414,6 +352,13 @@ class Connection:
                              f"the maximum allowed user limit of ({limit})")
         ch = self.channels[number] = Channel(self, number)
         ch.send(commands.Channel.OpenOk())
+
+    def _first_publish(self) -> None:
+        """Publishers are blocked by an alarm from their first publish on (RabbitMQ blocks
+        a connection once it publishes, not before)."""
+        self.has_published = True
+        if self.broker.alarms_active:
+            self.set_blocked(True, self.broker.alarm_reason)
 
     def forget_channel(self, number: int) -> None:
         ch = self.channels.pop(number, None)

@@ -339,7 +339,7 @@ def test_no_handshake_timeout_once_open(make_client: MakeClient, clock: FakeCloc
 
 
 def test_close_ok_timeout(client: Client, clock: FakeClock) -> None:
-    client.send(1, commands.Basic.Publish(exchange="", routing_key="q", immediate=True))
+    client.publish(1, "", "q", b"x", immediate=True)  # 540: a connection error
     assert client.conn.state is State.CLOSING
     clock.advance(2.9)
     client.conn.tick()
@@ -362,7 +362,7 @@ def test_client_connection_close(client: Client) -> None:
 
 
 def test_after_server_close_only_close_ok_matters(client: Client) -> None:
-    out = client.send(1, commands.Basic.Publish(exchange="", routing_key="q", immediate=True))
+    out = client.publish(1, "", "q", b"x", immediate=True)
     close = connection_close(out)
     assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - immediate=true")
     assert (close.class_id, close.method_id) == (60, 40)
@@ -379,6 +379,17 @@ def test_connection_lost_releases_everything(broker: Broker, client: Client) -> 
     assert client.closed
     assert "ex" not in broker.vhosts["/"].queues
     assert client.conn not in broker.connections
+
+
+def test_publish_errors_wait_for_the_whole_command(client: Client) -> None:
+    """As RabbitMQ's command assembler: a publish is judged once its content has arrived
+    (checked against 3.10.8 with raw frames: nothing after the method or the header)."""
+    raw = client.publish_bytes(1, "missing-x", "k", b"hi", immediate=True)
+    method_end = raw.index(b"\xce") + 1  # the method frame's end octet
+    assert client.send_bytes(raw[:method_end]) == []
+    close = connection_close(client.send_bytes(raw[method_end:]))
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        540, "NOT_IMPLEMENTED - immediate=true", 60, 40)
 
 
 # ---- Connection.UpdateSecret (RabbitMQ 3.8+; checked against 3.10.8 with pika) -----------

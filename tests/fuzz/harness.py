@@ -203,7 +203,7 @@ def capture_errors() -> Iterator[_ErrorCapture]:
 
 def parse_output(data: bytes, problems: list[str]) -> list[tuple[int, int, Any]]:
     """The broker's output as (frame type, channel, decoded method | payload bytes)."""
-    from amqp_server.connection import decode_method
+    from amqp_server.assembler import decode_method
 
     out: list[tuple[int, int, Any]] = []
     pos = 0
