@@ -3,19 +3,24 @@
 Theory of operation
 -------------------
 ``receive_data(bytes)`` feeds the connection; ``data_to_send()`` returns what to write;
-``closed`` says when the transport should be closed (after writing what is pending).
+``closed`` (state CLOSED) says the transport should be closed once what is pending is
+written.
 ``on_output`` (set by the transport) is called when output becomes pending, so the transport
 writes once per event-loop turn however many frames were queued, including frames queued by
 *other* connections' publishes. Time comes from an injected ``clock`` (seconds), and
 ``tick()`` does heartbeats and close timeouts, so all of it is testable without a network.
 
-Handshake (spec 2.2.4, 4.2.2)::
+States (spec 2.2.4, 4.2.2), channel 0's methods in :data:`TRANSITIONS`::
 
     AWAITING_HEADER --header--> START_OK --Connection.StartOk--> TUNE_OK --TuneOk--> OPEN_WAIT
-    OPEN_WAIT --Connection.Open--> OPEN --Connection.Close--> closed
-    any --hard error--> CLOSING (Connection.Close sent; only Close/CloseOk read) --> closed
+    OPEN_WAIT --Connection.Open--> OPEN --Connection.UpdateSecret--> OPEN
+    any --Connection.Close (CloseOk sent) / CloseOk--> CLOSED
+    any --hard error--> CLOSING (Connection.Close sent; only Close/CloseOk read) --> CLOSED
+    any --socket lost, heartbeat or handshake timeout, bad header or frame--> CLOSED
 
-A wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01`` and the socket closed.
+Everything the connection holds (channels, exclusive queues) is released on leaving for
+CLOSING or CLOSED. A wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01``
+and the socket closed.
 Errors raised while handling a frame become Channel.Close (soft) or Connection.Close (hard)
 here, in one place (:meth:`Connection._fail`); anything else becomes 541 INTERNAL_ERROR.
 
@@ -73,6 +78,8 @@ _method_index = struct.Struct(">I")
 
 
 class State(Enum):
+    """Where a connection is in its life (see the module docstring)."""
+
     AWAITING_HEADER = "awaiting_header"
     START_OK = "start_ok"
     TUNE_OK = "tune_ok"
@@ -142,7 +149,6 @@ class Connection:
         self.vhost_name = ""
         self.vhost_obj: Any = None
         self.writable = True
-        self.closed = False  # the transport should close once output is written
         self.on_output: Callable[[], None] | None = None
         self.on_block: Callable[[bool], None] | None = None  # pause/resume reading
         self.has_published = False
@@ -203,7 +209,7 @@ class Connection:
 
     def receive_data(self, data: bytes) -> None:
         """Process bytes from the client; replies become pending output."""
-        if self.closed or self.state is State.CLOSED:
+        if self.state is State.CLOSED:
             return
         self.last_received = self.clock()
         if self.state is State.AWAITING_HEADER:
@@ -215,10 +221,10 @@ class Connection:
         except FrameError as exc:
             frames = []
             self._fail(0, exc)
-            self.closed = True  # the stream cannot be resynchronised
+            self._terminate()  # the stream cannot be resynchronised
         i, n = 0, len(frames)
         while i < n:
-            if self.closed:
+            if self.state is State.CLOSED:
                 break
             ftype, channel, payload = frames[i]
             i += 1
@@ -257,9 +263,7 @@ class Connection:
         if buf[:8] not in framing.ACCEPTED_HEADERS:
             # spec 4.2.2: answer with the header we support, then close
             self.send_frame(framing.PROTOCOL_HEADER)
-            self.closed = True
-            self.state = State.CLOSED
-            self.broker.connections.discard(self)
+            self._terminate()
             return b""
         self._header_buf = b""
         self.state = State.START_OK
@@ -368,28 +372,31 @@ class Connection:
     # ---- channel 0 -----------------------------------------------------------------------
 
     def _connection_method(self, method: Any) -> None:
-        state = self.state
-        if isinstance(method, commands.Connection.Close):
+        """A channel-0 method: Close/CloseOk in any state, else :data:`TRANSITIONS`.
+
+        Raises:
+            ChannelError (504): a handshake method once open ("unexpected method in
+                connection state running", RabbitMQ's text).
+            CommandInvalid (503): a method out of turn during the handshake.
+        """
+        kind = type(method)
+        if kind is commands.Connection.Close:
             self.send_frame(framing.method_frame(0, commands.Connection.CloseOk()))
-            self._release()
-            self.closed = True
+            self._terminate()
             return
-        if isinstance(method, commands.Connection.CloseOk):
-            self._release()
-            self.closed = True
+        if kind is commands.Connection.CloseOk:
+            self._terminate()
             return
-        if state is State.CLOSING:
-            return
-        if state is State.OPEN and not isinstance(method, commands.Connection.UpdateSecret):
+        state = self.state
+        step = TRANSITIONS.get((state, kind))
+        if step is not None:
+            handler, next_state = step
+            handler(self, method)
+            self.state = next_state
+        elif state is State.CLOSING:
+            return  # only Close/CloseOk matter once our Close is sent (spec 2.2.4)
+        elif state is State.OPEN:
             raise ChannelError("unexpected method in connection state running")
-        if state is State.START_OK and isinstance(method, commands.Connection.StartOk):
-            self._start_ok(method)
-        elif state is State.TUNE_OK and isinstance(method, commands.Connection.TuneOk):
-            self._tune_ok(method)
-        elif state is State.OPEN_WAIT and isinstance(method, commands.Connection.Open):
-            self._open(method)
-        elif state is State.OPEN and isinstance(method, commands.Connection.UpdateSecret):
-            self._update_secret(method)
         else:
             raise CommandInvalid(f"unexpected method {method.name} in state {state.value}")
 
@@ -410,7 +417,6 @@ class Connection:
                 " For details see the broker logfile."
             )
         self.user = username
-        self.state = State.TUNE_OK
         self.send_frame(framing.method_frame(0, commands.Connection.Tune(
             channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
         )))
@@ -444,7 +450,6 @@ class Connection:
         if m.channel_max:
             self.channel_max = min(m.channel_max, self.channel_max)
         self.heartbeat = m.heartbeat
-        self.state = State.OPEN_WAIT
 
     def _open(self, m: Any) -> None:
         vhost = self.broker.vhosts.get(m.virtual_host)
@@ -456,7 +461,6 @@ class Connection:
         self._check_connection_limits(m.virtual_host)
         self.vhost_name = m.virtual_host
         self.vhost_obj = vhost
-        self.state = State.OPEN
         self.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
 
     def _check_connection_limits(self, vhost: str) -> None:
@@ -506,8 +510,7 @@ class Connection:
         class_id, method_id = exc.class_id, exc.method_id
         if isinstance(exc, ConnectionAccessRefused):
             if not self.client_capability("authentication_failure_close"):
-                self.closed = True  # RabbitMQ closes the socket without a word
-                self._release()
+                self._terminate()  # RabbitMQ closes the socket without a word
                 return
             class_id = method_id = 0
         elif not class_id and len(payload) >= 4 and not isinstance(exc, FrameError):
@@ -525,20 +528,31 @@ class Connection:
         self.close(int(exc.code), exc.reply_text, class_id, method_id)
 
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
-        """Server-initiated Connection.Close (e.g. 320 CONNECTION_FORCED at shutdown)."""
-        if self.state in (State.CLOSING, State.CLOSED) or self.closed:
+        """Server-initiated Connection.Close (e.g. 320 CONNECTION_FORCED at shutdown): to
+        CLOSING, everything released, CloseOk awaited for :data:`CLOSE_OK_TIMEOUT` s."""
+        if self.state in (State.CLOSING, State.CLOSED):
             return
         log.info("closing connection from %s: %s", self.peer, text)
         if self.state is State.AWAITING_HEADER:
-            self.closed = True
-            self._release()
+            self._terminate()
             return
         self.send_frame(framing.method_frame(0, commands.Connection.Close(
             reply_code=code, reply_text=text, class_id=class_id, method_id=method_id
         )))
         self.state = State.CLOSING
-        self._close_deadline = self.clock() + CLOSE_OK_TIMEOUT
         self._release()
+        self._close_deadline = self.clock() + CLOSE_OK_TIMEOUT
+
+    @property
+    def closed(self) -> bool:
+        """True once the transport should close (after writing what is pending)."""
+        return self.state is State.CLOSED
+
+    def _terminate(self) -> None:
+        """To CLOSED: release what is still held; the transport closes after writing."""
+        if self.state is not State.CLOSING:
+            self._release()
+        self.state = State.CLOSED
 
     def _release(self) -> None:
         """Free everything the connection holds: channels (requeue), exclusive queues."""
@@ -552,15 +566,11 @@ class Connection:
         self.exclusive_queues.clear()
         self.confirms_dirty.clear()
         self.broker.connections.discard(self)
-        if self.state is not State.CLOSING:
-            self.state = State.CLOSED
 
     def connection_lost(self) -> None:
         """The socket is gone (whatever the state): release everything."""
-        self.closed = True
         if self.state is not State.CLOSED:
-            self.state = State.CLOSED
-            self._release()
+            self._terminate()
 
     # ---- time ----------------------------------------------------------------------------
 
@@ -574,17 +584,17 @@ class Connection:
         ``consumer_timeout``, 30 min by default).
         """
         now = self.clock() if now is None else now
-        if self.closed:
+        state = self.state
+        if state is State.CLOSED:
             return
-        if self.state is State.CLOSING:
+        if state is State.CLOSING:
             if self._close_deadline is not None and now >= self._close_deadline:
-                self.closed = True
+                self._terminate()
             return
-        if self.state is not State.OPEN:
+        if state is not State.OPEN:
             if now - self.created_at > HANDSHAKE_TIMEOUT:
                 log.warning("handshake timeout from %s", self.peer)
-                self.closed = True
-                self._release()
+                self._terminate()
             return
         timeout = self.broker.config.consumer_timeout
         if timeout:
@@ -599,8 +609,7 @@ class Connection:
             return
         if now - self.last_received > 2 * hb:
             log.warning("missed heartbeats from client %s, timeout: %ds", self.peer, hb)
-            self.closed = True
-            self._release()
+            self._terminate()
             return
         if now - self.last_sent >= hb / 2 and not self._out:
             self.send_frame(framing.HEARTBEAT_FRAME)
@@ -621,3 +630,13 @@ class Connection:
         for ch in list(self.channels.values()):
             for queue in {c.queue for c in ch.consumers.values()}:
                 queue.dispatch()
+
+
+#: Channel 0's handshake and running methods: (state, method) -> (handler, next state).
+#: Connection.Close/CloseOk are valid in every state (see Connection._connection_method).
+TRANSITIONS: dict[tuple[State, type], tuple[Callable[[Connection, Any], None], State]] = {
+    (State.START_OK, commands.Connection.StartOk): (Connection._start_ok, State.TUNE_OK),
+    (State.TUNE_OK, commands.Connection.TuneOk): (Connection._tune_ok, State.OPEN_WAIT),
+    (State.OPEN_WAIT, commands.Connection.Open): (Connection._open, State.OPEN),
+    (State.OPEN, commands.Connection.UpdateSecret): (Connection._update_secret, State.OPEN),
+}
