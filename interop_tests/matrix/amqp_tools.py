@@ -19,7 +19,8 @@ nothing, e.g. delivery tags or redelivered flags). What the tools can do:
 
 Not possible with these tools (the cells are skipped): AMQPLAIN, confirms, nack/reject,
 mandatory returns, consumer cancel notifications (rabbitmq-c does not advertise
-``consumer_cancel_notify`` and amqp-consume ignores methods other than Basic.Deliver).
+``consumer_cancel_notify`` and amqp-consume ignores methods other than Basic.Deliver),
+unbinding, Connection.UpdateSecret and channels other than 1.
 Exchanges are declared, and headers bindings made, through the admin connection (pika).
 """
 
@@ -66,6 +67,10 @@ UNSUPPORTED = {
     "recover": "the amqp-tools have no basic.recover",
     "header_types": "amqp-publish sets string headers only",
     "tx_commit_rollback": "the amqp-tools have no transactions",
+    "unbind_missing": "the amqp-tools have no queue.unbind or exchange.unbind (amqp-consume "
+                      "binds, nothing unbinds)",
+    "update_secret": "the amqp-tools have no connection.update_secret",
+    "high_channel_number": "the amqp-tools always use channel 1",
 }
 
 #: What these cells must show, where the tools observe less than the driver clients.

@@ -122,6 +122,10 @@ class Admin:
              arguments: dict | None = None) -> None:
         self.channel.queue_bind(queue, exchange, routing_key, arguments)
 
+    def bind_exchange(self, destination: str, source: str, routing_key: str = "") -> None:
+        """An exchange-to-exchange binding (RabbitMQ's Exchange.Bind)."""
+        self.channel.exchange_bind(destination, source, routing_key)
+
     def publish(self, exchange: str, routing_key: str, body: bytes) -> None:
         self.channel.basic_publish(exchange, routing_key, body)
 

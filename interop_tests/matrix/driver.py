@@ -220,12 +220,23 @@ class Driver:
         """A new current channel (confirm mode again if the connection asked for it)."""
         raise NotImplementedError
 
+    def open_numbered_channel(self, number: int) -> int:
+        """A new current channel with channel number ``number`` (chosen by the caller, not
+        the library; confirm mode again if the connection asked for it); returns the number
+        the library reports for it."""
+        raise Unsupported(f"{self.name} allocates channel numbers itself")
+
     def close_channel(self) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
         """Graceful Connection.Close; returns once Close-Ok arrived."""
         raise NotImplementedError
+
+    def update_secret(self, new_secret: str, reason: str) -> None:
+        """Connection.UpdateSecret (RabbitMQ's extension); returns once UpdateSecret-Ok
+        arrived."""
+        raise Unsupported(f"{self.name} has no connection.update_secret")
 
     def shutdown(self) -> None:
         """Best effort: release everything (called after every scenario, even a failed one)."""
@@ -248,6 +259,16 @@ class Driver:
     def queue_bind(self, queue: str, exchange: str, routing_key: str,
                    arguments: dict | None = None) -> None:
         raise NotImplementedError
+
+    def queue_unbind(self, queue: str, exchange: str, routing_key: str,
+                     arguments: dict | None = None) -> None:
+        """Queue.Unbind; returns once Unbind-Ok arrived."""
+        raise Unsupported(f"{self.name} has no queue.unbind")
+
+    def exchange_unbind(self, destination: str, source: str, routing_key: str) -> None:
+        """Exchange.Unbind (RabbitMQ's exchange-to-exchange bindings); returns once Unbind-Ok
+        arrived."""
+        raise Unsupported(f"{self.name} has no exchange.unbind")
 
     def queue_delete(self, name: str, *, if_unused: bool = False,
                      if_empty: bool = False) -> Any:

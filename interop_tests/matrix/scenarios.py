@@ -675,6 +675,134 @@ def large_message(d: Driver, ctx: Ctx) -> dict:
     }
 
 
+# --- unbinding, secret updates, channel numbers ------------------------------------------------
+
+
+@scenario
+def unbind_missing(d: Driver, ctx: Ctx) -> dict:
+    """Queue.Unbind and Exchange.Unbind are idempotent in RabbitMQ: unbinding a missing queue, a
+    missing exchange or a missing binding answers Unbind-Ok, the channel stays open; a real
+    unbind stops the routing. Bind to a missing queue/exchange stays 404, unbinding from the
+    default exchange 403."""
+    q = ctx.names.queue("q")
+    missing_q = ctx.names.queue("missing")
+    x = ctx.names.exchange("x")
+    x2 = ctx.names.exchange("x2")
+    missing_x = ctx.names.exchange("missing")
+    d.connect(ctx.url)
+    d.exchange_declare(x, "direct")
+    d.exchange_declare(x2, "fanout")
+    d.queue_declare(q)
+    d.queue_bind(q, x, "k")
+    d.queue_bind(q, x, "k2")
+    d.queue_bind(q, x2, "")
+    ctx.admin.bind_exchange(x2, x, "e")  # x -"e"-> x2 -> q
+    obs: dict[str, Any] = {"queue_unbind": {
+        "missing_queue": _probe(d, lambda: d.queue_unbind(missing_q, x, "k")),
+        "missing_exchange": _probe(d, lambda: d.queue_unbind(q, missing_x, "k")),
+        "missing_binding": _probe(d, lambda: d.queue_unbind(q, x, "no-such-key")),
+        "existing_binding": _probe(d, lambda: d.queue_unbind(q, x, "k")),
+        "same_binding_again": _probe(d, lambda: d.queue_unbind(q, x, "k")),
+    }}
+    try:
+        obs["exchange_unbind"] = {
+            "missing_source": _probe(d, lambda: d.exchange_unbind(x2, missing_x, "e")),
+            "missing_destination": _probe(d, lambda: d.exchange_unbind(missing_x, x, "e")),
+            "missing_binding": _probe(d, lambda: d.exchange_unbind(x2, x, "no-such-key")),
+            "existing_binding": _probe(d, lambda: d.exchange_unbind(x2, x, "e")),
+        }
+    except Unsupported as exc:  # the client lacks exchange.unbind: that half is not observed
+        obs["exchange_unbind"] = NA
+        obs["exchange_unbind_skipped"] = str(exc)
+        d.queue_unbind(q, x2, "")  # so that "e" does not reach q through x2 either
+    obs["open_after_unbinds"] = d.is_open()
+    # Only "k2" still routes to q: "k" and x2 were unbound. Messages of one channel reach
+    # one queue in order, so once via-k2 is in, the other two would be in before it.
+    for key in ("k", "e", "k2"):
+        d.publish(x, key, f"via-{key}".encode())
+    settle(ctx, q, 1)
+    obs["routed_after_unbind"] = drain(d, q)
+    obs["bind_missing"] = {
+        "queue": _probe(d, lambda: d.queue_bind(missing_q, x, "k")),
+        "exchange": _probe(d, lambda: d.queue_bind(q, missing_x, "k")),
+    }
+    obs["unbind_default_exchange"] = _probe(d, lambda: d.queue_unbind(q, "", q))
+    obs["channel_usable"] = list(d.queue_declare(q, passive=True)[1:])
+    d.close()
+    return obs
+
+
+#: The secret update_secret sets first (then the real password again): RabbitMQ's internal
+#: users accept any secret.
+NEW_SECRET = "new-secret"
+
+
+def _update_secret(d: Driver, secret: str) -> Any:
+    """``d.update_secret(secret)``: "ok", or how the broker refused it."""
+    try:
+        d.update_secret(secret, "interop matrix")
+    except Unsupported:
+        raise
+    except Exception as exc:
+        return {"refused": True, **describe_refusal(exc)}
+    return "ok"
+
+
+@scenario
+def update_secret(d: Driver, ctx: Ctx) -> dict:
+    """Connection.UpdateSecret is answered with UpdateSecret-Ok; the connection and its
+    channels stay open and usable."""
+    q = ctx.names.queue("q")
+    d.connect(ctx.url)
+    d.queue_declare(q)
+    obs: dict[str, Any] = {"new_secret": _update_secret(d, NEW_SECRET)}
+    obs["same_password"] = _update_secret(d, ctx.params.password) if d.is_open() else NA
+    obs["open"] = d.is_open()
+    if not obs["open"]:
+        return obs
+    # the channel opened before the updates
+    obs["declare_after"] = d.queue_declare(ctx.names.queue("after"))[0]
+    d.publish("", q, b"after-update")
+    settle(ctx, q, 1)
+    m = d.get(q, no_ack=True)
+    obs["roundtrip"] = m["body"] if m else None
+    d.open_channel()
+    obs["new_channel_declare"] = d.queue_declare(ctx.names.queue("new-channel"))[0]
+    d.close()
+    obs["open_after_close"] = d.is_open()
+    return obs
+
+
+#: A channel number above the channel_max RabbitMQ (and amqpq) negotiate (2047): valid, as
+#: only the count of open channels is limited.
+HIGH_CHANNEL = 65535
+
+
+@scenario
+def high_channel_number(d: Driver, ctx: Ctx) -> dict:
+    """A channel numbered above the negotiated channel_max opens and works."""
+    q = ctx.names.queue("q")
+    d.connect(ctx.url)
+    channel_max = d.negotiated()["channel_max"]
+    number = d.open_numbered_channel(HIGH_CHANNEL)
+    obs: dict[str, Any] = {
+        "channel_max": channel_max,
+        "channel_number": number,
+        "above_channel_max": number > channel_max
+        if isinstance(channel_max, int) and channel_max and isinstance(number, int) else NA,
+    }
+    obs["declared"] = d.queue_declare(q)[0]
+    d.publish("", q, b"on-high-channel")
+    settle(ctx, q, 1)
+    m = d.get(q, no_ack=True)
+    obs["roundtrip"] = m["body"] if m else None
+    d.close_channel()
+    obs["open_after_channel_close"] = d.is_open()
+    d.close()
+    obs["open_after_close"] = d.is_open()
+    return obs
+
+
 # --- expectations ------------------------------------------------------------------------------
 
 LOCKED_TEXT = (
@@ -836,6 +964,41 @@ EXPECTED: dict[str, dict] = {
         "queue_after_close": [0, 0],
     },
     "large_message": {"bytes": LARGE_SIZE, "sha256_matches": True},
+    "unbind_missing": {
+        "queue_unbind": {"missing_queue": "ok", "missing_exchange": "ok",
+                         "missing_binding": "ok", "existing_binding": "ok",
+                         "same_binding_again": "ok"},
+        "exchange_unbind": {"missing_source": "ok", "missing_destination": "ok",
+                            "missing_binding": "ok", "existing_binding": "ok"},
+        "open_after_unbinds": True,
+        "routed_after_unbind": ["via-k2"],
+        "bind_missing": {
+            "queue": {"code": 404, "text": "NOT_FOUND - no queue '<queue:missing>' in vhost '/'"},
+            "exchange": {"code": 404,
+                         "text": "NOT_FOUND - no exchange '<exchange:missing>' in vhost '/'"},
+        },
+        "unbind_default_exchange": {
+            "code": 403, "text": "ACCESS_REFUSED - operation not permitted on the default "
+                                 "exchange"},
+        "channel_usable": [0, 0],
+    },
+    "update_secret": {
+        "new_secret": "ok",
+        "same_password": "ok",
+        "open": True,
+        "declare_after": "<queue:after>",
+        "roundtrip": "after-update",
+        "new_channel_declare": "<queue:new-channel>",
+        "open_after_close": False,
+    },
+    "high_channel_number": {
+        "channel_number": HIGH_CHANNEL,
+        "above_channel_max": True,
+        "declared": "<queue:q>",
+        "roundtrip": "on-high-channel",
+        "open_after_channel_close": True,
+        "open_after_close": False,
+    },
 }
 
 assert set(EXPECTED) == set(SCENARIOS), set(EXPECTED) ^ set(SCENARIOS)

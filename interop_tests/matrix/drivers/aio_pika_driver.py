@@ -73,9 +73,10 @@ class AioPikaDriver(Driver):
         self.conn = self._run(connect(url_with(url, heartbeat=heartbeat), timeout=10))
         self.open_channel()
 
-    def open_channel(self):
+    def open_channel(self, channel_number: int | None = None):
         async def open_():
-            ch = await self.conn.channel(publisher_confirms=self.confirm_mode,
+            ch = await self.conn.channel(channel_number=channel_number,
+                                         publisher_confirms=self.confirm_mode,
                                          on_return_raises=False)
             ch.return_callbacks.add(self._on_return)
             ch.close_callbacks.add(self._on_channel_close)
@@ -113,11 +114,18 @@ class AioPikaDriver(Driver):
     def is_open(self):
         return self.conn is not None and not self.conn.is_closed
 
+    def open_numbered_channel(self, number):
+        self.open_channel(number)
+        return self.ch.number
+
     def close_channel(self):
         self._run(self.ch.close())
 
     def close(self):
         self._run(self.conn.close())
+
+    def update_secret(self, new_secret, reason):
+        self._run(self.conn.update_secret(new_secret, reason=reason))
 
     def shutdown(self):
         super().shutdown()
@@ -149,6 +157,20 @@ class AioPikaDriver(Driver):
             await q.bind(exchange, routing_key=routing_key, arguments=arguments)
 
         self._run(bind())
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        async def unbind():
+            q = await self._queue(queue)
+            await q.unbind(exchange, routing_key=routing_key, arguments=arguments)
+
+        self._run(unbind())
+
+    def exchange_unbind(self, destination, source, routing_key):
+        async def unbind():
+            x = await self.ch.get_exchange(destination, ensure=False)
+            await x.unbind(source, routing_key=routing_key)
+
+        self._run(unbind())
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         async def delete():

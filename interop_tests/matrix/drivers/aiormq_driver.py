@@ -78,8 +78,9 @@ class AiormqDriver(Driver):
         self.conn = self._run(aiormq.connect(url_with(url, heartbeat=heartbeat)))
         self.open_channel()
 
-    def open_channel(self):
-        self.ch = self._run(self.conn.channel(publisher_confirms=self.confirm_mode,
+    def open_channel(self, channel_number: int | None = None):
+        self.ch = self._run(self.conn.channel(channel_number=channel_number,
+                                              publisher_confirms=self.confirm_mode,
                                               on_return_raises=False))
         self.ch.on_return_callbacks.add(self._on_return)
         self.ch.on_consumer_cancel_callbacks.add(self._on_cancel)
@@ -104,11 +105,18 @@ class AiormqDriver(Driver):
     def is_open(self):
         return self.conn is not None and not self.conn.is_closed
 
+    def open_numbered_channel(self, number):
+        self.open_channel(number)
+        return self.ch.number
+
     def close_channel(self):
         self._run(self.ch.close())
 
     def close(self):
         self._run(self.conn.close())
+
+    def update_secret(self, new_secret, reason):
+        self._run(self.conn.update_secret(new_secret, reason=reason))
 
     def shutdown(self):
         super().shutdown()
@@ -128,6 +136,13 @@ class AiormqDriver(Driver):
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._run(self.ch.queue_bind(queue, exchange, routing_key=routing_key,
                                      arguments=arguments))
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        self._run(self.ch.queue_unbind(queue, exchange, routing_key=routing_key,
+                                       arguments=arguments))
+
+    def exchange_unbind(self, destination, source, routing_key):
+        self._run(self.ch.exchange_unbind(destination, source, routing_key))
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._run(self.ch.queue_delete(name, if_unused=if_unused,

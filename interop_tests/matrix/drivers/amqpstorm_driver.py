@@ -28,6 +28,12 @@ CLOSE_TEXT = re.compile(r"Channel \d+ was closed by remote server: (?P<text>.*)$
 class AmqpstormDriver(Driver):
     name = "amqpstorm"
     mechanisms = ("PLAIN",)
+    unsupported = {
+        "update_secret": "amqpstorm has no connection.update_secret (its channel 0 does not "
+                         "handle UpdateSecret-Ok)",
+        "high_channel_number": "amqpstorm numbers channels itself: Connection.channel() takes "
+                               "no channel number",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,6 +110,12 @@ class AmqpstormDriver(Driver):
 
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._call(self.ch.queue.bind, queue, exchange, routing_key, arguments=arguments)
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        self._call(self.ch.queue.unbind, queue, exchange, routing_key, arguments=arguments)
+
+    def exchange_unbind(self, destination, source, routing_key):
+        self._call(self.ch.exchange.unbind, destination, source, routing_key)
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._call(self.ch.queue.delete, name, if_unused=if_unused,

@@ -22,6 +22,10 @@ from interop_tests.matrix.driver import ChannelError, Driver, Unsupported, msg, 
 class KombuDriver(Driver):
     name = "kombu"
     mechanisms = ("PLAIN", "AMQPLAIN")
+    unsupported = {
+        "update_secret": "py-amqp has no connection.update_secret (its spec lacks "
+                         "Connection.UpdateSecret/UpdateSecret-Ok), nor has kombu",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -51,6 +55,12 @@ class KombuDriver(Driver):
     def open_channel(self):
         self.ch = self.conn.channel()
         self.messages.clear()
+
+    def open_numbered_channel(self, number):
+        # kombu's Connection.channel() takes no number: py-amqp's (the transport's) does.
+        self.ch = self.conn.connection.channel(number)
+        self.messages.clear()
+        return self.ch.channel_id
 
     def negotiated(self):
         c = self.conn.connection
@@ -91,6 +101,18 @@ class KombuDriver(Driver):
 
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._call(self._queue(queue).bind_to, exchange, routing_key, arguments)
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        import kombu
+
+        self._call(self._queue(queue).unbind_from, kombu.Exchange(exchange), routing_key,
+                   arguments)
+
+    def exchange_unbind(self, destination, source, routing_key):
+        import kombu
+
+        self._call(kombu.Exchange(destination, channel=self.ch).unbind_from, source,
+                   routing_key)
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._call(self._queue(name).delete, if_unused=if_unused, if_empty=if_empty)

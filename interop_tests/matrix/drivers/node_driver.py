@@ -50,6 +50,10 @@ def _decode(m: dict) -> dict:
 class NodeAmqplibDriver(Driver):
     name = "amqplib"
     mechanisms = ("PLAIN", "AMQPLAIN")
+    unsupported = {
+        "high_channel_number": "amqplib numbers channels itself (Connection.freshChannel: the "
+                               "lowest free one); createChannel takes no channel number",
+    }
 
     def __init__(self) -> None:
         super().__init__()
@@ -166,6 +170,9 @@ class NodeAmqplibDriver(Driver):
     def close(self):
         self._call("close")
 
+    def update_secret(self, new_secret, reason):
+        self._call("update_secret", new_secret=new_secret, reason=reason)
+
     def shutdown(self):
         if self.proc is None:
             return
@@ -193,6 +200,14 @@ class NodeAmqplibDriver(Driver):
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._call("queue_bind", queue=queue, exchange=exchange, routing_key=routing_key,
                    arguments=arguments)
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        self._call("queue_unbind", queue=queue, exchange=exchange, routing_key=routing_key,
+                   arguments=arguments)
+
+    def exchange_unbind(self, destination, source, routing_key):
+        self._call("exchange_unbind", destination=destination, source=source,
+                   routing_key=routing_key)
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._call("queue_delete", name=name, if_unused=if_unused, if_empty=if_empty)

@@ -113,7 +113,7 @@ class _PikaAsyncDriver(Driver):
         opened.result(CALL_TIMEOUT)
         self.open_channel()
 
-    def open_channel(self):
+    def open_channel(self, channel_number: int | None = None):
         def start(fut: Future) -> None:
             def on_channel_open(ch):
                 ch.add_on_close_callback(self._on_channel_close)
@@ -126,7 +126,7 @@ class _PikaAsyncDriver(Driver):
                 else:
                     fut.set_result(ch)
 
-            self.conn.channel(on_open_callback=on_channel_open)
+            self.conn.channel(channel_number, on_open_callback=on_channel_open)
 
         self._channel_closed = Future()
         self.ch = self._submit(start)
@@ -174,6 +174,10 @@ class _PikaAsyncDriver(Driver):
     def is_open(self):
         return self.conn is not None and self.conn.is_open
 
+    def open_numbered_channel(self, number):
+        self.open_channel(number)
+        return self.ch.channel_number
+
     def close_channel(self):
         self._now(self.ch.close)
         self._channel_closed.result(CALL_TIMEOUT)
@@ -183,6 +187,10 @@ class _PikaAsyncDriver(Driver):
         self._closed.result(CALL_TIMEOUT)
         if self.thread is not None:
             self.thread.join(CALL_TIMEOUT)
+
+    def update_secret(self, new_secret, reason):
+        self._submit(lambda fut: self.conn.update_secret(
+            new_secret, reason, callback=lambda frame: self._resolve(fut, frame)))
 
     def shutdown(self):
         try:
@@ -211,6 +219,12 @@ class _PikaAsyncDriver(Driver):
 
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._rpc("queue_bind", queue, exchange, routing_key, arguments)
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        self._rpc("queue_unbind", queue, exchange, routing_key, arguments)
+
+    def exchange_unbind(self, destination, source, routing_key):
+        self._rpc("exchange_unbind", destination, source, routing_key)
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._rpc("queue_delete", name, if_unused=if_unused,

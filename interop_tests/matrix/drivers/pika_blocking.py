@@ -24,8 +24,8 @@ class PikaBlockingDriver(Driver):
         self.conn = pika.BlockingConnection(pika_common.parameters(url, heartbeat))
         self.open_channel()
 
-    def open_channel(self):
-        self.ch = self.conn.channel()
+    def open_channel(self, channel_number: int | None = None):
+        self.ch = self.conn.channel(channel_number)
         self.ch.add_on_return_callback(self._on_return)
         self.ch.add_on_cancel_callback(self._on_cancel)
         if self.confirm_mode:
@@ -56,11 +56,18 @@ class PikaBlockingDriver(Driver):
     def is_open(self):
         return self.conn is not None and self.conn.is_open
 
+    def open_numbered_channel(self, number):
+        self.open_channel(number)
+        return self.ch.channel_number
+
     def close_channel(self):
         self.ch.close()
 
     def close(self):
         self.conn.close()
+
+    def update_secret(self, new_secret, reason):
+        self.conn.update_secret(new_secret, reason)
 
     def queue_declare(self, name, *, passive=False, durable=False, exclusive=False,
                       auto_delete=False, arguments=None):
@@ -73,6 +80,12 @@ class PikaBlockingDriver(Driver):
 
     def queue_bind(self, queue, exchange, routing_key, arguments=None):
         self._call(self.ch.queue_bind, queue, exchange, routing_key, arguments)
+
+    def queue_unbind(self, queue, exchange, routing_key, arguments=None):
+        self._call(self.ch.queue_unbind, queue, exchange, routing_key, arguments)
+
+    def exchange_unbind(self, destination, source, routing_key):
+        self._call(self.ch.exchange_unbind, destination, source, routing_key)
 
     def queue_delete(self, name, *, if_unused=False, if_empty=False):
         return self._call(self.ch.queue_delete, name, if_unused=if_unused,

@@ -153,6 +153,10 @@ const ops = {
     connectionOpen = false;
     return null;
   },
+  async update_secret({ new_secret, reason }) {
+    await conn.updateSecret(Buffer.from(new_secret, 'utf8'), reason);
+    return null;
+  },
   async queue_declare({ name, passive, durable, exclusive, auto_delete, arguments: args }) {
     const ok = passive
       ? await ch.checkQueue(name)
@@ -171,6 +175,14 @@ const ops = {
   },
   async queue_bind({ queue, exchange, routing_key, arguments: args }) {
     await ch.bindQueue(queue, exchange, routing_key, args || undefined);
+    return null;
+  },
+  async queue_unbind({ queue, exchange, routing_key, arguments: args }) {
+    await ch.unbindQueue(queue, exchange, routing_key, args || undefined);
+    return null;
+  },
+  async exchange_unbind({ destination, source, routing_key }) {
+    await ch.unbindExchange(destination, source, routing_key);
     return null;
   },
   async queue_delete({ name, if_unused, if_empty }) {
