@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vhosts.definitions import export_definitions, import_definitions
+from vhosts.definitions import OPERATOR_POLICY, export_definitions, import_definitions
+from vhosts.policies import OPERATOR_KEYS, POLICY_KEYS
 
 if TYPE_CHECKING:
     from amqp_server.broker import Broker
@@ -89,9 +90,53 @@ class TopologyStore:
             data = json.loads(raw)
         except ValueError as exc:
             raise ValueError(f"{self.path}: not valid JSON: {exc}") from None
+        if isinstance(data, dict):
+            drop_unknown_policy_keys(data)
         import_definitions(self.broker, data)
         self._last = self.snapshot()
         return True
+
+
+def drop_unknown_policy_keys(data: dict[str, Any]) -> list[str]:
+    """Remove, in place, policy settings this version does not know from a saved document.
+
+    Versions before 0.1 accepted any key in a policy (``max-lenght`` did nothing); the
+    import now refuses them (RabbitMQ's 400). A broker's own saved state must still load, so
+    recovery drops those keys (and a policy left with none) with a warning instead.
+
+    Returns:
+        one description per dropped key or policy (also logged).
+    """
+    dropped: list[str] = []
+
+    def clean(where: str, holder: dict[str, Any], known: Any) -> bool:
+        definition = holder.get("definition")
+        if not isinstance(definition, dict):
+            return True
+        for key in [k for k in definition if k not in known]:
+            dropped.append(f"{where}: setting '{key}'")
+            del definition[key]
+        if not definition:
+            dropped.append(f"{where}: no setting left")
+            return False
+        return True
+
+    policies = data.get("policies")
+    if isinstance(policies, list):
+        data["policies"] = [
+            p for p in policies if not isinstance(p, dict)
+            or clean(f"policy '{p.get('name')}' in vhost '{p.get('vhost')}'", p, POLICY_KEYS)]
+    parameters = data.get("parameters")
+    if isinstance(parameters, list):
+        data["parameters"] = [
+            p for p in parameters
+            if not (isinstance(p, dict) and p.get("component") == OPERATOR_POLICY
+                    and isinstance(p.get("value"), dict))
+            or clean(f"operator policy '{p.get('name')}' in vhost '{p.get('vhost')}'",
+                     p["value"], OPERATOR_KEYS)]
+    for what in dropped:
+        log.warning("saved definitions: dropped unknown %s", what)
+    return dropped
 
 
 def recover_messages(broker: Broker) -> dict[str, int]:

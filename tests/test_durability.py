@@ -4,6 +4,7 @@ round does to the message store (closing rotated files, deleting compacted segme
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -310,3 +311,36 @@ def test_persistent_publishing_without_confirms_does_not_leak(tmp_path: Path) ->
     assert len(segments) <= 5 and leaked <= 5, (
         f"{len(segments)} segment files, {leaked} fds left open after "
         f"{broker.durability.syncs} fsync rounds")
+
+
+def test_saved_policies_with_keys_now_refused_still_load(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """State saved by a version that accepted any policy key: the unknown keys are dropped
+    with a warning, everything else (queue, the policy's known keys) comes back."""
+    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker.vhosts["/"].declare_queue("kept", durable=True)
+    topology = TopologyStore(broker, tmp_path)
+    topology.save_if_changed()
+    saved = json.loads((tmp_path / "definitions.json").read_text())
+    saved["policies"] = [
+        {"vhost": "/", "name": "lim", "pattern": "^kept$", "apply-to": "queues",
+         "priority": 0, "definition": {"max-length": 3, "max-lenght": 5}},
+        {"vhost": "/", "name": "typo-only", "pattern": ".*", "apply-to": "all",
+         "priority": 0, "definition": {"mesage-ttl": 10}}]
+    saved["parameters"] = [
+        {"vhost": "/", "component": "operator_policy", "name": "op",
+         "value": {"pattern": ".*", "apply-to": "queues", "priority": 0,
+                   "definition": {"expires": 60000, "ha-mode": "all"}}}]
+    (tmp_path / "definitions.json").write_text(json.dumps(saved))
+    restarted = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    with caplog.at_level("WARNING", logger="amqpq.persistence"):
+        assert TopologyStore(restarted, tmp_path).load()
+    vhost = restarted.vhosts["/"]
+    assert "kept" in vhost.queues
+    assert {n: p.definition for n, p in vhost.policies.items()} == {"lim": {"max-length": 3}}
+    assert vhost.operator_policies["op"].definition == {"expires": 60000}
+    warned = [r.getMessage() for r in caplog.records]
+    assert "saved definitions: dropped unknown policy 'lim' in vhost '/': setting " \
+           "'max-lenght'" in warned
+    assert any("'typo-only'" in w and "no setting left" in w for w in warned)
+    assert any("operator policy 'op'" in w and "'ha-mode'" in w for w in warned)
