@@ -6,6 +6,14 @@ Batch::
         .option("uri", "amqp://guest:guest@127.0.0.1:5672/%2F") \\
         .option("exchange", "events").option("routingKeyColumn", "country") \\
         .mode("append").save()
+    df.write.format("amqpq").option("uri", uri).mode("append").save("orders")  # queue orders
+
+The ``save(path)`` argument names the target: ``"orders"`` = the queue ``orders`` through the
+default exchange; ``"events/FR"`` = exchange ``events``, routing key ``FR``; ``"events/"`` =
+exchange ``events``, routing key from ``routingKey``/``routingKeyColumn``. %-escapes are
+decoded in each part (``"a%2Fb"`` is the queue ``a/b``). A path that disagrees with the
+``exchange``/``routingKey``/``routingKeyColumn`` options is refused; one that names nothing
+(``"/"``) too.
 
 Streaming: ``df.writeStream.format("amqpq").option(...).option("checkpointLocation", d).start()``.
 
@@ -16,8 +24,9 @@ Registration: installing the package (``pip install .[spark]``) ships the top-le
 Options (keys are case-insensitive; values are strings):
 
 =========================== ==============================================================
-uri                         required; ``amqp://user:pass@host:port/vhost``, several
-                            comma-separated for failover (tried in order per task).
+uri                         required; ``amqp://user:pass@host:port/vhost`` or ``amqps://``
+                            (TLS, port 5671), several comma-separated for failover (tried
+                            in order per task and after a dropped connection).
                             Query: ``heartbeat`` (s, default off), ``connection_timeout`` (s)
 username, password          credentials overriding the URI's (Spark redacts option values
                             whose key matches ``spark.redaction.regex`` in plans and logs,
@@ -41,12 +50,23 @@ properties.<name>           a constant property: content_type (default per forma
                             timestamp = ``now`` | ``none`` (default)
 properties.<name>.column    the property from a column, e.g.
                             ``properties.message_id.column = order_id`` (null: unset)
-mandatory                   ``true``: an unroutable row fails the task (default false)
+mandatory                   publish with the mandatory flag (default ``true``) so the broker
+                            returns rows no queue takes (312 NO_ROUTE); ``false``: it drops
+                            them silently and the sink cannot tell (the summary says so)
+onUnroutable                ``fail`` (default): an unroutable row fails the task, naming the
+                            exchange and routing key; ``drop``: it is counted as
+                            ``unroutable`` in the summary and the job goes on
+sslCacert                   amqps: CA file (PEM) that signed the broker's certificate
+                            (default: the system's CAs)
+sslCert, sslKey             amqps: client certificate and key (PEM) for brokers that ask
+sslVerify                   amqps: check the broker's certificate and host name (true)
+sslServerName               amqps: name to check and send as SNI (default: the URI's host)
 confirmBatchSize            messages per socket write / confirm poll (default 1000)
 maxInFlight                 most unconfirmed messages per task (default 20000)
 declareExchange             ``direct``/``fanout``/``topic``/``headers``: declare the
                             (durable) exchange on the driver first
-timeout                     seconds to connect, and without confirm progress (default 30)
+timeout                     seconds to connect, without confirm progress, and to get a new
+                            connection after one drops (default 30)
 jobId                       first part of the automatic message ids (default: random per
                             batch write; the query id for streaming)
 summaryPath                 file the driver writes the JSON summary to (streaming: one line
@@ -55,18 +75,27 @@ preflight                   ``false`` skips the driver's connect + exchange chec
 api                         ``arrow`` (default) or ``row`` (Row-based writer; slower)
 =========================== ==============================================================
 
-Guarantee: at-least-once. A task returns only when the broker confirmed every row it sent;
-a nack, a return (mandatory), a closed channel/connection or ``timeout`` seconds without
-confirm progress fail the task and Spark retries it from its first row (local mode retries
-only with ``local[N, maxFailures]``). Each row carries ``message_id`` =
+Guarantee: at-least-once. A task returns only when the broker confirmed every row it sent.
+When its connection drops (a broker restart, a connection closed by an operator), the task
+reconnects, trying each URI in turn with backoff (0.1 s doubling to 2 s) for up to ``timeout``
+seconds, and republishes every row not yet confirmed: rows whose confirm was lost with the
+connection arrive twice. A nack, an unroutable row (``onUnroutable=fail``), a closed channel,
+no new connection within ``timeout``, or ``timeout`` seconds without confirm progress fail the
+task and Spark retries it from its first row (local mode retries only with
+``local[N, maxFailures]``). Each row carries ``message_id`` =
 ``<jobId>-<partition>-<row>`` (streaming ``<queryId>-<batchId>-<partition>-<row>``), the same
 on a retry as long as the partition's row order is deterministic, so consumers can drop
 duplicates. Save mode: ``append`` only; ``overwrite`` is refused (publishing cannot replace
 queued messages), and Spark itself refuses ``errorifexists``/``ignore``.
 
-Counts: each commit message carries the partition's confirmed row count; the driver prints
-``amqpq sink: job … published N rows`` and, with ``summaryPath``, writes them as JSON;
+Counts: each commit message carries the partition's counts; the driver prints one line,
+``amqpq sink: job …: N rows published, C confirmed, U unroutable`` (plus reconnects and
+republished rows when there were any) and, with ``summaryPath``, writes them as JSON;
 :func:`write` does that for you and returns the summary.
+
+Errors: a bad option fails the job on the driver before any task starts; its message names the
+option on its first line (``... AmqpqOptionError: amqpq sink: option 'timeout' must be a
+number of seconds, got 'x'``), as do a task's publishing errors.
 """
 
 from __future__ import annotations
@@ -105,19 +134,31 @@ def write(df: DataFrame, **options: str | int | float | bool) -> dict[str, Any]:
     Args:
         df: the rows to publish.
         **options: sink options (see the module docstring), e.g. ``uri=...``,
-            ``exchange="events"``, ``routingKeyColumn="country"``.
+            ``exchange="events"``, ``routingKeyColumn="country"``; ``path="orders"`` is the
+            same as ``save("orders")``.
 
     Returns:
-        ``{"rows": confirmed rows, "partitions": n, "per_partition": [...], "job_id": ...,
-        "status": "committed", ...}`` as written to ``summaryPath``.
+        ``{"published": n, "confirmed": n, "unroutable": n or None, "republished": n,
+        "reconnects": n, "rows": confirmed, "partitions": n, "per_partition": [...],
+        "job_id": ..., "status": "committed", ...}`` as written to ``summaryPath``
+        (see :func:`spark_sink.writer.summarize`).
+
+    Raises:
+        AmqpqOptionError: a bad option, raised here before Spark runs anything.
+        Exception: whatever Spark raises when the job fails (its message ends with the
+            task's error).
     """
+    from spark_sink.options import parse_options
+
+    texts = {key: str(value).lower() if isinstance(value, bool) else str(value)
+             for key, value in options.items()}
+    parse_options(texts, df.schema)  # a bad option: one clear error here, not a Spark trace
     fd, path = tempfile.mkstemp(prefix="amqpq-summary-", suffix=".json")
     os.close(fd)
     try:
         writer = df.write.format("amqpq").mode("append")
-        for key, value in options.items():
-            writer = writer.option(key, str(value).lower() if isinstance(value, bool) else
-                                   str(value))
+        for key, value in texts.items():
+            writer = writer.option(key, value)
         writer.option("summaryPath", path).save()
         with open(path, encoding="utf-8") as fh:
             summary: dict[str, Any] = json.load(fh)

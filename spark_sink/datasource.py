@@ -2,8 +2,11 @@
 
 ``writer()``/``streamWriter()`` run on the driver: they validate every option against the
 DataFrame schema, refuse save modes that have no AMQP meaning, and (``preflight``, default
-on) connect once to check the exchange exists or declare it (``declareExchange``), so a bad
-job fails before any task starts.
+on) connect once to check the exchange exists or declare it (``declareExchange``) and, for a
+target queue through the default exchange (``save("orders")``), that the queue exists, so a
+bad job fails before any task starts. Their errors reach the user as one line
+(``[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer:
+spark_sink.options.AmqpqOptionError: amqpq sink: option 'x' ...``), without a traceback.
 
 Source: PySpark Python Data Source API (``pyspark.sql.datasource.DataSource``),
 https://spark.apache.org/docs/latest/api/python/tutorial/sql/python_data_source.html.
@@ -19,20 +22,17 @@ import uuid
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 
-from spark_sink.options import AmqpqOptionError, SinkConfig, parse_options
+from spark_sink.options import AmqpqOptionError, AmqpqSaveModeError, SinkConfig, parse_options
 from spark_sink.publisher import ConfirmPublisher, PublishError
 from spark_sink.writer import (
     AmqpqArrowWriter,
     AmqpqRowWriter,
     AmqpqStreamRowWriter,
     AmqpqStreamWriter,
+    brief_errors,
 )
 
 log = logging.getLogger("spark_sink")
-
-
-class AmqpqSaveModeError(ValueError):
-    """A save mode / output mode that publishing cannot honour."""
 
 
 OVERWRITE_REFUSED = (
@@ -56,7 +56,8 @@ class AmqpqDataSource(DataSource):
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Driver: validate and return the batch writer (pickled to every task)."""
-        config = self._config(schema, overwrite)
+        with brief_errors():
+            config = self._config(schema, overwrite)
         if not config.job_id:
             config = dataclasses.replace(config, job_id=uuid.uuid4().hex[:12])
         if config.api == "row":
@@ -65,7 +66,8 @@ class AmqpqDataSource(DataSource):
 
     def streamWriter(self, schema: T.StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
         """Driver: validate and return the micro-batch writer (recreated per micro-batch)."""
-        config = self._config(schema, overwrite)
+        with brief_errors():
+            config = self._config(schema, overwrite)
         if config.api == "row":
             return AmqpqStreamRowWriter(config, schema)
         return AmqpqStreamWriter(config, schema)
@@ -87,12 +89,16 @@ class AmqpqDataSource(DataSource):
 
 
 def preflight(config: SinkConfig) -> None:
-    """Driver: connect once; declare the exchange (``declareExchange``) or check it exists.
+    """Driver: connect once; declare the exchange (``declareExchange``) or check it exists;
+    check the target queue exists when rows go to one queue through the default exchange and
+    unroutable rows fail the job.
 
     Raises:
-        AmqpqOptionError: no broker reachable ('uri') or the exchange is missing ('exchange').
+        AmqpqOptionError: no broker reachable ('uri'), the exchange is missing ('exchange'),
+            or the target queue is missing ('path' or 'routingKey').
     """
-    publisher = ConfirmPublisher(config.addresses, timeout=min(config.timeout, 10.0))
+    publisher = ConfirmPublisher(config.addresses, timeout=min(config.timeout, 10.0),
+                                 tls=config.tls)
     try:
         try:
             publisher.connect()
@@ -111,5 +117,15 @@ def preflight(config: SinkConfig) -> None:
             raise AmqpqOptionError("exchange", f"{config.exchange!r} is not usable in vhost "
                                                f"{vhost!r}: {exc} (declare it first, or set "
                                                "declareExchange=<type>)") from None
+        if (config.exchange == "" and config.routing_key and config.routing_key_column is None
+                and config.mandatory and config.on_unroutable == "fail"):
+            try:
+                publisher.check_queue(config.routing_key)
+            except PublishError as exc:
+                vhost = publisher.address.vhost if publisher.address else "?"
+                option = "path" if config.path is not None else "routingKey"
+                raise AmqpqOptionError(option, f"targets queue {config.routing_key!r}, which "
+                                               f"does not exist in vhost {vhost!r} ({exc}); "
+                                               "declare it first") from None
     finally:
         publisher.close()

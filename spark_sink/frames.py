@@ -25,6 +25,7 @@ from spark_sink.encoding import iso_timestamp, json_text
 CHANNEL = 1
 _PUBLISH_HEAD = b"\x00\x3c\x00\x28\x00\x00"  # class 60, method 40, reserved-1 (short 0)
 _pack_frame_head = struct.Struct(">BHI").pack
+_unpack_frame_head = struct.Struct(">BHI").unpack_from
 _pack_content_head = struct.Struct(">BHIHHQH").pack  # frame head + class, weight, size, flags
 _pack_body_head = struct.Struct(">BBHI").pack  # previous frame-end + body frame head
 _pack_u32 = struct.Struct(">I").pack
@@ -259,3 +260,25 @@ class PublishEncoder:
                     out += piece
             out += b"\xce"
 
+
+def split_messages(data: bytes | bytearray | memoryview) -> list[memoryview]:
+    """Cut encoded messages (as written by :meth:`PublishEncoder.encode`) apart: one view per
+    message, each starting at its Basic.Publish method frame (frame type 1).
+
+    Raises:
+        ValueError: ``data`` does not end on a frame boundary.
+    """
+    view = memoryview(data)
+    starts: list[int] = []
+    pos, end = 0, len(view)
+    while pos < end:
+        if pos + 7 > end:
+            raise ValueError("truncated frame")
+        ftype, _, size = _unpack_frame_head(view, pos)
+        if ftype == 1:
+            starts.append(pos)
+        pos += 8 + size
+    if pos != end:
+        raise ValueError("truncated frame")
+    starts.append(end)
+    return [view[a:b] for a, b in zip(starts, starts[1:], strict=False)]

@@ -9,16 +9,20 @@ the option as documented (camelCase) and says what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from pyspark.sql import types as T
 
+from spark_sink.tls import TlsSettings, TlsSettingsError
 from spark_sink.uri import BrokerAddress, UriError, parse_uri_list
 
 FORMATS = ("json", "csv", "avro")
 EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+ON_UNROUTABLE = ("fail", "drop")
 DEFAULT_CONTENT_TYPE = {"json": "application/json", "csv": "text/csv", "avro": "avro/binary"}
 
 # documented spelling of every option (Spark lower-cases the keys)
@@ -28,10 +32,12 @@ OPTION_NAMES = {
         "uri", "exchange", "routingKey", "routingKeyColumn", "bodyColumn", "format",
         "headersColumns", "mandatory", "confirmBatchSize", "maxInFlight", "declareExchange",
         "timeout", "jobId", "summaryPath", "preflight", "api", "username", "password",
+        "onUnroutable", "sslCacert", "sslCert", "sslKey", "sslVerify", "sslServerName",
+        "path",
     )
 }
-# keys Spark itself may pass along (save(path), streaming checkpoints)
-SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+# keys Spark itself may pass along (streaming checkpoints; "path", from save(path), is parsed)
+SPARK_KEYS = {"checkpointlocation", "queryname"}
 
 SHORTSTR_PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to",
                        "expiration", "message_id", "type", "user_id", "app_id")
@@ -50,6 +56,10 @@ class AmqpqOptionError(ValueError):
         self.option = option
 
 
+class AmqpqSaveModeError(ValueError):
+    """A save mode / output mode that publishing cannot honour."""
+
+
 @dataclass(frozen=True)
 class SinkConfig:
     """Validated options, picklable (sent to every task with the writer).
@@ -66,7 +76,8 @@ class SinkConfig:
         property_columns: properties taken from a column (name -> column).
         message_id: "auto" (job-partition-row), "none", or "column".
         timestamp_now: set the timestamp property to the publish time (seconds).
-        mandatory: publish with the mandatory bit; a returned message fails the task.
+        mandatory: publish with the mandatory bit, so the broker returns rows no queue took.
+        on_unroutable: "fail" (a returned row fails the task) or "drop" (count it).
         confirm_batch_size: messages written per socket write / confirm poll.
         max_in_flight: most unconfirmed messages per task.
         declare_exchange: exchange type to declare (durable) on the driver, or None.
@@ -76,6 +87,8 @@ class SinkConfig:
         summary_path: file the driver writes the JSON summary to, or None.
         preflight: connect (and check/declare the exchange) on the driver first.
         api: "arrow" (DataSourceArrowWriter) or "row" (DataSourceWriter, for comparison).
+        tls: TLS settings for ``amqps://`` URIs.
+        path: the ``save(path)`` argument as given (None without one).
     """
 
     addresses: tuple[BrokerAddress, ...]
@@ -90,7 +103,8 @@ class SinkConfig:
     property_columns: dict[str, str] = field(default_factory=dict)
     message_id: str = "auto"
     timestamp_now: bool = False
-    mandatory: bool = False
+    mandatory: bool = True
+    on_unroutable: str = "fail"
     confirm_batch_size: int = 1000
     max_in_flight: int = 20000
     declare_exchange: str | None = None
@@ -99,6 +113,8 @@ class SinkConfig:
     summary_path: str | None = None
     preflight: bool = True
     api: str = "arrow"
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    path: str | None = None
 
     def redacted_uris(self) -> str:
         """The broker list without passwords, for logs."""
@@ -134,15 +150,22 @@ def parse_options(options: Mapping[str, str], schema: T.StructType | None = None
     if "password" in opts:
         addresses = tuple(dataclasses.replace(a, password=opts["password"]) for a in addresses)
 
-    exchange = opts.get("exchange", "")
+    tls = _parse_tls(opts, addresses)
+    exchange, routing_key = _target(opts)
     _check_shortstr("exchange", exchange)
-    routing_key = opts.get("routingkey", "")
     _check_shortstr("routingKey", routing_key)
     routing_key_column = opts.get("routingkeycolumn") or None
     if routing_key_column is not None:
         if "routingkey" in opts:
             raise AmqpqOptionError("routingKeyColumn", "and 'routingKey' are exclusive: give one")
         routing_key_column = columns.find("routingKeyColumn", routing_key_column, atomic=True)
+    mandatory = _bool(opts, "mandatory", True)
+    on_unroutable = opts.get("onunroutable", "fail").strip().lower() or "fail"
+    if on_unroutable not in ON_UNROUTABLE:
+        raise AmqpqOptionError("onUnroutable", f"must be fail or drop, got {on_unroutable!r}")
+    if not mandatory and "onunroutable" in opts:
+        raise AmqpqOptionError("onUnroutable", "needs mandatory=true (without it the broker "
+                                               "drops unroutable rows without telling)")
 
     body_column = opts.get("bodycolumn") or None
     fmt = opts.get("format", "json").strip().lower() or "json"
@@ -211,7 +234,8 @@ def parse_options(options: Mapping[str, str], schema: T.StructType | None = None
         property_columns=property_columns,
         message_id=message_id,
         timestamp_now=timestamp_now,
-        mandatory=_bool(opts, "mandatory", False),
+        mandatory=mandatory,
+        on_unroutable=on_unroutable,
         confirm_batch_size=confirm_batch_size,
         max_in_flight=max_in_flight,
         declare_exchange=declare,
@@ -220,7 +244,75 @@ def parse_options(options: Mapping[str, str], schema: T.StructType | None = None
         summary_path=opts.get("summarypath") or None,
         preflight=_bool(opts, "preflight", True),
         api=api,
+        tls=tls,
+        path=opts.get("path"),
     )
+
+
+def _target(opts: Mapping[str, str]) -> tuple[str, str]:
+    """Exchange and routing key from ``exchange``/``routingKey`` and the ``save(path)``
+    argument: ``queue`` (default exchange, routing key = the queue), ``exchange/routingKey``
+    or ``exchange/`` (routing key from the options); %-escapes are decoded in each part, so
+    ``a%2Fb`` is the queue ``a/b``. A path that disagrees with an option is refused."""
+    exchange = opts.get("exchange", "")
+    routing_key = opts.get("routingkey", "")
+    if "path" not in opts:
+        return exchange, routing_key
+    path = opts["path"]
+    if "/" in path:
+        raw_exchange, raw_key = path.split("/", 1)
+        path_exchange, path_key = unquote(raw_exchange), unquote(raw_key)
+        meaning = f"exchange {path_exchange!r}" + (
+            f", routing key {path_key!r}" if path_key else "")
+    else:
+        path_exchange, path_key = "", unquote(path)
+        meaning = f"queue {path_key!r} through the default exchange"
+    if not path_exchange and not path_key:
+        raise AmqpqOptionError("path", f"{path!r} names no queue or exchange (give save("
+                                       "'queue'), save('exchange/routingKey') or "
+                                       "save('exchange/'))")
+    if "exchange" in opts and exchange != path_exchange:
+        raise AmqpqOptionError("path", f"{path!r} means {meaning}, but option 'exchange' is "
+                                       f"{exchange!r}: give one of them")
+    if path_key:
+        if "routingkey" in opts and routing_key != path_key:
+            raise AmqpqOptionError("path", f"{path!r} means {meaning}, but option "
+                                           f"'routingKey' is {routing_key!r}: give one of them")
+        if opts.get("routingkeycolumn"):
+            raise AmqpqOptionError("path", f"{path!r} means {meaning}, which conflicts with "
+                                           "option 'routingKeyColumn' (use save('exchange/') "
+                                           "to take the routing key from the column)")
+        routing_key = path_key
+    return path_exchange, routing_key
+
+
+TLS_OPTIONS = ("sslCacert", "sslCert", "sslKey", "sslVerify", "sslServerName")
+
+
+def _parse_tls(opts: Mapping[str, str], addresses: tuple[BrokerAddress, ...]) -> TlsSettings:
+    given = [name for name in TLS_OPTIONS if name.lower() in opts]
+    if not given:
+        return TlsSettings()
+    if not any(a.tls for a in addresses):
+        raise AmqpqOptionError(given[0], "applies to amqps:// URIs only, and 'uri' has none")
+    files: dict[str, str | None] = {}
+    for name in ("sslCacert", "sslCert", "sslKey"):
+        value = opts.get(name.lower(), "").strip() or None
+        if value is not None and not os.path.isfile(value):
+            raise AmqpqOptionError(name, f"file {value!r} does not exist (it must exist on the "
+                                         "driver and on every executor)")
+        files[name] = value
+    if files["sslKey"] and not files["sslCert"]:
+        raise AmqpqOptionError("sslKey", "needs 'sslCert' (the client certificate)")
+    settings = TlsSettings(cacert=files["sslCacert"], cert=files["sslCert"],
+                           key=files["sslKey"], verify=_bool(opts, "sslVerify", True),
+                           server_name=opts.get("sslservername", "").strip() or None)
+    try:
+        settings.context()  # parse the files now, for a clear error before any task
+    except TlsSettingsError as exc:
+        raise AmqpqOptionError("sslCacert" if "CA file" in str(exc) else "sslCert",
+                               str(exc)) from None
+    return settings
 
 
 def _parse_properties(

@@ -1,14 +1,17 @@
 """A small blocking AMQP 0-9-1 publisher with a publisher-confirm window.
 
 It speaks just enough of the protocol to publish fast and safely from one Spark task: PLAIN
-login, one channel in confirm mode, Exchange.Declare, and Basic.Publish frames that the caller
-encodes in bulk (see :mod:`spark_sink.frames`). Incoming Basic.Ack/Nack are parsed by hand (they
-are most of the traffic); everything else goes through pamqp.
+login, optionally over TLS (``amqps://``), one channel in confirm mode, Exchange.Declare, and
+Basic.Publish frames that the caller encodes in bulk (see :mod:`spark_sink.frames`). Incoming
+Basic.Ack/Nack are parsed by hand (they are most of the traffic); everything else goes through
+pamqp.
 
-Failure handling is deliberately strict, because Spark retries a failed task from its first row:
-a Basic.Nack, a Basic.Return (mandatory publish that no queue took), a Channel.Close, a
-Connection.Close, a lost socket, or no confirm progress for ``timeout`` seconds all raise
-:class:`PublishError`.
+Failure handling is strict: a Basic.Nack, a Channel.Close, a Connection.Close, a lost socket,
+or no confirm progress for ``timeout`` seconds raise :class:`PublishError`; a lost connection
+(or one the broker closed with 320 CONNECTION_FORCED) raises its subclass
+:class:`ConnectionLost`, which :mod:`spark_sink.retry` answers by reconnecting. A Basic.Return
+(a mandatory message no queue took; RabbitMQ sends it before the message's confirm) raises
+:class:`UnroutableError`, or with ``on_unroutable="drop"`` is only counted.
 
 Sources: AMQP 0-9-1 specification (frames, section 4.2.3; content header, 4.2.6);
 publisher confirms, https://www.rabbitmq.com/docs/confirms#publisher-confirms; returns,
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -31,6 +35,7 @@ from pamqp.base import Frame
 from pamqp.body import ContentBody
 from pamqp.exceptions import UnmarshalingException
 
+from spark_sink.tls import TlsSettings, TlsSettingsError
 from spark_sink.uri import BrokerAddress
 
 log = logging.getLogger("spark_sink.publisher")
@@ -45,8 +50,30 @@ _UNPACK_HEAD = struct.Struct(">BHI").unpack_from
 _UNPACK_TAG = struct.Struct(">QB").unpack_from
 
 
+RETRYABLE_CLOSE_CODES = (320, 541)  # CONNECTION_FORCED (shutdown, management close), INTERNAL_ERROR
+ON_UNROUTABLE = ("fail", "drop")
+
+
 class PublishError(RuntimeError):
     """Publishing failed; rows sent on this connection may or may not have arrived."""
+
+
+class ConnectionLost(PublishError):
+    """The connection dropped (socket error, EOF, or closed by the broker with 320/541):
+    unconfirmed messages may be republished on a new connection."""
+
+
+class UnroutableError(PublishError):
+    """A mandatory message was returned (e.g. 312 NO_ROUTE): no queue took it.
+
+    Attributes:
+        exchange, routing_key: where it was published.
+    """
+
+    def __init__(self, message: str, exchange: str, routing_key: str) -> None:
+        super().__init__(message)
+        self.exchange = exchange
+        self.routing_key = routing_key
 
 
 class ConfirmPublisher:
@@ -58,6 +85,13 @@ class ConfirmPublisher:
             progress while waiting for confirms.
         max_in_flight: most published-but-unconfirmed messages before :meth:`send` blocks.
         client_name: ``connection_name`` client property shown by the broker.
+        tls: TLS settings for ``amqps://`` addresses (None: defaults, system CAs).
+        on_unroutable: ``"fail"``: a Basic.Return raises :class:`UnroutableError`;
+            ``"drop"``: it is counted in :attr:`returned` (the broker then confirms the
+            message: it counts as confirmed too).
+
+    Raises:
+        ValueError: no address, or an unknown ``on_unroutable``.
     """
 
     def __init__(
@@ -67,9 +101,16 @@ class ConfirmPublisher:
         timeout: float = 30.0,
         max_in_flight: int = 20000,
         client_name: str = "amqpq-spark-sink",
+        tls: TlsSettings | None = None,
+        on_unroutable: str = "fail",
     ) -> None:
         if not addresses:
             raise ValueError("no broker address")
+        if on_unroutable not in ON_UNROUTABLE:
+            raise ValueError(f"on_unroutable must be fail or drop, got {on_unroutable!r}")
+        self.tls = tls or TlsSettings()
+        self.on_unroutable = on_unroutable
+        self._ssl_context: ssl.SSLContext | None = None
         self.addresses = list(addresses)
         self.timeout = timeout
         self.max_in_flight = max_in_flight
@@ -83,13 +124,17 @@ class ConfirmPublisher:
         self._buf = bytearray()
         self._heartbeat = 0
         self._last_send = 0.0
-        self._returned: list[str] = []
-        self._returning: commands.Basic.Return | None = None
+        self.returned = 0  # Basic.Return received (on_unroutable="drop")
+        self.last_return: tuple[str, str, str] | None = None  # exchange, routing key, reply
         self._rpc_replies: deque[Frame] = deque()
 
     # ------------------------------------------------------------------ connection
-    def connect(self) -> BrokerAddress:
+    def connect(self, limit: float | None = None) -> BrokerAddress:
         """Open the connection to the first reachable broker and put channel 1 in confirm mode.
+
+        Args:
+            limit: most seconds for each broker's connect + handshake (None: ``timeout``,
+                or the URI's ``connection_timeout``).
 
         Raises:
             PublishError: no broker in the list accepted (message lists each one's error).
@@ -97,8 +142,8 @@ class ConfirmPublisher:
         errors: list[str] = []
         for address in self.addresses:
             try:
-                self._open(address)
-            except (OSError, PublishError, UnmarshalingException) as exc:
+                self._open(address, limit)
+            except (OSError, PublishError, UnmarshalingException, TlsSettingsError) as exc:
                 self._drop()
                 errors.append(f"{address.redacted()}: {exc}")
                 continue
@@ -106,17 +151,25 @@ class ConfirmPublisher:
             return address
         raise PublishError("could not connect to any broker: " + "; ".join(errors))
 
-    def _open(self, address: BrokerAddress) -> None:
+    def _open(self, address: BrokerAddress, most: float | None) -> None:
         limit = address.connection_timeout or self.timeout
+        if most is not None:
+            limit = max(min(limit, most), 0.1)
         deadline = time.monotonic() + limit
         sock = socket.create_connection((address.host, address.port), timeout=limit)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         self._sock = sock
+        if address.tls:
+            if self._ssl_context is None:
+                self._ssl_context = self.tls.context()
+            # the handshake runs here, within the socket's timeout
+            sock = self._ssl_context.wrap_socket(
+                sock, server_hostname=self.tls.server_name or address.host)
+            self._sock = sock
         self._buf.clear()
         self._rpc_replies.clear()
-        self._returning = None
-        self.published = self.confirmed = 0
+        self.published = self.confirmed = self.returned = 0
         self._acked_above.clear()
         sock.sendall(PROTOCOL_HEADER)
         self._expect(commands.Connection.Start, deadline)
@@ -168,6 +221,10 @@ class ConfirmPublisher:
             pass
         self._drop()
 
+    def abandon(self) -> None:
+        """Drop the socket without the closing handshake (after the connection was lost)."""
+        self._drop()
+
     def _drop(self) -> None:
         if self._sock is not None:
             try:
@@ -187,6 +244,12 @@ class ConfirmPublisher:
                                       passive=passive),
         )
         self._expect(commands.Exchange.DeclareOk, time.monotonic() + self.timeout)
+
+    def check_queue(self, name: str) -> None:
+        """Queue.Declare passive: raise PublishError (404 NOT_FOUND) unless ``name`` exists.
+        A failure closes the channel: use this publisher for nothing else afterwards."""
+        self._send_method(CHANNEL, commands.Queue.Declare(queue=name, passive=True))
+        self._expect(commands.Queue.DeclareOk, time.monotonic() + self.timeout)
 
     # ------------------------------------------------------------------ publishing
     def send(self, data: bytes | bytearray | memoryview, count: int) -> None:
@@ -208,6 +271,10 @@ class ConfirmPublisher:
         while self.confirmed < self.published:
             if not self._pump(time.monotonic() + self.timeout):
                 self._no_progress("waiting for the last publisher confirms")
+
+    def is_confirmed(self, tag: int) -> bool:
+        """Whether the broker acked delivery tag ``tag`` on this connection."""
+        return tag <= self.confirmed or tag in self._acked_above
 
     @property
     def in_flight(self) -> int:
@@ -238,7 +305,7 @@ class ConfirmPublisher:
         except OSError as exc:
             # the broker may have said why before closing: report that instead
             self._pump_after_error()
-            raise PublishError(f"connection to {self._where()} lost: {exc}") from None
+            raise ConnectionLost(f"connection to {self._where()} lost: {exc}") from None
         self._last_send = time.monotonic()
 
     def _pump_after_error(self) -> None:
@@ -256,11 +323,18 @@ class ConfirmPublisher:
             raise PublishError("not connected")
         if deadline is None:
             try:
-                data = sock.recv(1 << 16, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
+                if isinstance(sock, ssl.SSLSocket):
+                    # TLS records: no MSG_DONTWAIT; a readable socket means a record is
+                    # arriving, so recv() waits at most for the rest of it
+                    if not sock.pending() and not select.select([sock], [], [], 0)[0]:
+                        return False
+                    data = sock.recv(1 << 16)
+                else:
+                    data = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
                 return False
             except OSError as exc:
-                raise PublishError(f"connection to {self._where()} lost: {exc}") from None
+                raise ConnectionLost(f"connection to {self._where()} lost: {exc}") from None
         else:
             while True:
                 now = time.monotonic()
@@ -272,15 +346,17 @@ class ConfirmPublisher:
                     wait = min(wait, self._heartbeat / 2)
                     if now - self._last_send >= self._heartbeat / 2:
                         self._write(HEARTBEAT_FRAME)
+                if isinstance(sock, ssl.SSLSocket) and sock.pending():
+                    break  # decrypted bytes already waiting in the TLS layer
                 readable, _, _ = select.select([sock], [], [], wait)
                 if readable:
                     break
             try:
                 data = sock.recv(1 << 16)
             except OSError as exc:
-                raise PublishError(f"connection to {self._where()} lost: {exc}") from None
+                raise ConnectionLost(f"connection to {self._where()} lost: {exc}") from None
         if not data:
-            raise PublishError(f"connection to {self._where()} closed by the broker")
+            raise ConnectionLost(f"connection to {self._where()} closed by the broker")
         self._buf += data
         return True
 
@@ -339,15 +415,13 @@ class ConfirmPublisher:
 
     def _on_frame(self, channel: int, value: Any) -> None:
         if isinstance(value, commands.Basic.Return):
-            self._returning = value
-        elif isinstance(value, header.ContentHeader) and self._returning is not None:
-            if value.body_size == 0:
-                self._raise_return()
-        elif isinstance(value, ContentBody) and self._returning is not None:
-            self._raise_return()  # first body frame is enough to report it
+            self._on_return(value)
+        elif isinstance(value, header.ContentHeader | ContentBody):
+            pass  # the content of a returned message (drop mode): not needed
         elif isinstance(value, commands.Connection.Close):
             self._reply_close_ok(0)
-            raise PublishError(
+            kind = ConnectionLost if value.reply_code in RETRYABLE_CLOSE_CODES else PublishError
+            raise kind(
                 f"{self._where()} closed the connection: {value.reply_code} {value.reply_text}"
             )
         elif isinstance(value, commands.Channel.Close):
@@ -362,14 +436,19 @@ class ConfirmPublisher:
         else:
             self._rpc_replies.append(value)
 
-    def _raise_return(self) -> None:
-        ret = self._returning
-        assert ret is not None
-        self._returning = None
-        raise PublishError(
-            f"{self._where()} returned an unroutable mandatory message: {ret.reply_code} "
-            f"{ret.reply_text} (exchange {ret.exchange!r}, routing key {ret.routing_key!r})"
-        )
+    def _on_return(self, ret: commands.Basic.Return) -> None:
+        exchange, key = ret.exchange or "", ret.routing_key or ""
+        reply = f"{ret.reply_code} {ret.reply_text}"
+        self.last_return = (exchange, key, reply)
+        if self.on_unroutable == "drop":
+            self.returned += 1
+            return
+        where = "the default exchange (no queue of that name)" if exchange == "" else \
+            f"exchange {exchange!r}"
+        raise UnroutableError(
+            f"amqpq sink: unroutable row: {where} has no binding for routing key {key!r} "
+            f"({reply} from {self._where()}); bind a queue, or set onUnroutable=drop to count "
+            "such rows instead of failing", exchange, key)
 
     def _reply_close_ok(self, channel: int) -> None:
         try:

@@ -1,8 +1,10 @@
-"""AMQP URI parsing (``amqp://user:pass@host:port/vhost?heartbeat=N``).
+"""AMQP URI parsing (``amqp[s]://user:pass@host:port/vhost?heartbeat=N``).
 
 Source: RabbitMQ URI specification, https://www.rabbitmq.com/docs/uri-spec and
 https://www.rabbitmq.com/docs/uri-query-parameters. Like pika, an empty path means the default
 vhost "/" (write ``%2F`` to be explicit); user and password default to guest/guest.
+``amqps://`` means TLS (default port 5671); its certificates come from the sink's ``ssl*``
+options (:mod:`spark_sink.tls`), not from the URI.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 DEFAULT_PORT = 5672
+DEFAULT_TLS_PORT = 5671
 QUERY_KEYS = ("heartbeat", "connection_timeout")
 
 
@@ -23,11 +26,12 @@ class BrokerAddress:
     """Where and as whom to connect.
 
     Attributes:
-        host, port: TCP address (port 5672 unless given).
+        host, port: TCP address (port 5672, amqps 5671, unless given).
         username, password: PLAIN credentials (guest/guest unless given).
         vhost: virtual host ("/" unless given).
         heartbeat: heartbeat to request (seconds; None = accept the broker's offer, 0 = off).
         connection_timeout: TCP connect + handshake limit (seconds; None = the sink's timeout).
+        tls: ``amqps://``: speak TLS.
     """
 
     host: str
@@ -37,26 +41,27 @@ class BrokerAddress:
     vhost: str = "/"
     heartbeat: int | None = None
     connection_timeout: float | None = None
+    tls: bool = False
 
     def redacted(self) -> str:
         """The address as a URI without the password (safe for logs and errors)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         vhost = self.vhost.replace("%", "%25").replace("/", "%2F")
-        return f"amqp://{self.username}@{host}:{self.port}/{vhost}"
+        scheme = "amqps" if self.tls else "amqp"
+        return f"{scheme}://{self.username}@{host}:{self.port}/{vhost}"
 
 
 def parse_uri(uri: str) -> BrokerAddress:
-    """Parse one ``amqp://`` URI (raises :class:`UriError`; ``amqps`` is not supported)."""
+    """Parse one ``amqp://`` or ``amqps://`` URI (raises :class:`UriError`)."""
     text = uri.strip()
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
         raise UriError(f"malformed AMQP URI {_safe(text)!r}: {exc}") from None
-    if parts.scheme == "amqps":
-        raise UriError(f"{_safe(text)!r}: amqps (TLS) is not supported, use amqp://")
-    if parts.scheme != "amqp":
-        raise UriError(f"{_safe(text)!r}: expected an amqp:// URI")
+    if parts.scheme not in ("amqp", "amqps"):
+        raise UriError(f"{_safe(text)!r}: expected an amqp:// or amqps:// URI")
+    tls = parts.scheme == "amqps"
     if not parts.hostname:
         raise UriError(f"{_safe(text)!r}: no host")
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
@@ -84,12 +89,13 @@ def parse_uri(uri: str) -> BrokerAddress:
             raise UriError(f"{_safe(text)!r}: bad value for {key}: {value!r}") from None
     return BrokerAddress(
         host=parts.hostname,
-        port=port or DEFAULT_PORT,
+        port=port or (DEFAULT_TLS_PORT if tls else DEFAULT_PORT),
         username=unquote(parts.username) if parts.username is not None else "guest",
         password=unquote(parts.password) if parts.password is not None else "guest",
         vhost=vhost,
         heartbeat=heartbeat,
         connection_timeout=connection_timeout,
+        tls=tls,
     )
 
 

@@ -5,11 +5,13 @@ are opened inside ``write()``); ``commit()``/``abort()`` run on the driver with 
 messages of all partitions, in partition order, ``None`` for a failed one.
 
 Delivery is at-least-once: ``write()`` returns its commit message only after every row it sent
-is confirmed by the broker; a nack, a returned mandatory message, a closed channel or
-connection, or ``timeout`` seconds without confirm progress raise, and Spark retries the task
-from its first row (``spark.task.maxFailures``). Retried rows carry the same automatic
-``message_id`` (``<jobId>-<partition>-<row>``, streaming: ``<jobId>-<batchId>-<partition>-
-<row>``) so consumers can drop duplicates.
+is confirmed by the broker. A dropped connection is retried inside the task (each URI in turn,
+with backoff, for up to ``timeout`` seconds) and the unconfirmed rows are republished
+(:mod:`spark_sink.retry`); a nack, an unroutable row (unless ``onUnroutable=drop``, which counts
+it), a closed channel, or a connection that cannot be re-established raise, and Spark retries
+the task from its first row (``spark.task.maxFailures``). Republished rows carry the same
+automatic ``message_id`` (``<jobId>-<partition>-<row>``, streaming: ``<jobId>-<batchId>-
+<partition>-<row>``) so consumers can drop duplicates.
 
 Source: PySpark Python Data Source API, https://spark.apache.org/docs/latest/api/python/
 tutorial/sql/python_data_source.html and ``pyspark.sql.datasource`` (DataSourceArrowWriter,
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,14 +44,36 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from spark_sink.frames import EncodeError
 from spark_sink.messages import MessageBuilder
-from spark_sink.options import SinkConfig
-from spark_sink.publisher import ConfirmPublisher
+from spark_sink.options import AmqpqOptionError, AmqpqSaveModeError, SinkConfig
+from spark_sink.publisher import PublishError
+from spark_sink.retry import ReliablePublisher
 
 log = logging.getLogger("spark_sink")
 
 QUERY_ID_KEY = "sql.streaming.queryId"  # Spark local properties set on streaming jobs
 BATCH_ID_KEY = "streaming.sql.batchId"
+# errors whose message says it all: Spark shows them without the Python traceback
+EXPECTED_ERRORS = (AmqpqOptionError, AmqpqSaveModeError, PublishError, EncodeError)
+
+
+@contextmanager
+def brief_errors() -> Iterator[None]:
+    """Let our own errors reach the user as one line instead of the end of a traceback.
+
+    PySpark formats a worker's exception without traceback when ``SPARK_HIDE_TRACEBACK`` is
+    set at that moment (pyspark.util.handle_worker_exception); its planner and task workers
+    exit right after reporting an exception (pyspark.sql.worker.utils.worker_run,
+    pyspark.worker.main), so setting it there affects nothing else. Outside a Spark worker
+    this does nothing.
+    """
+    try:
+        yield
+    except EXPECTED_ERRORS:
+        if "pyspark.worker" in sys.modules or "pyspark.sql.worker.utils" in sys.modules:
+            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
 
 
 @dataclass
@@ -57,14 +82,24 @@ class AmqpqCommitMessage(WriterCommitMessage):
 
     Attributes:
         partition: Spark partition id.
-        rows: rows published and confirmed by the broker.
+        rows: rows the broker confirmed and routed to a queue (``mandatory=false``: confirmed;
+            whether a queue took them is unknown).
+        published: rows of the partition handed to the broker (each counted once).
+        unroutable: rows the broker returned as unroutable (``onUnroutable=drop``), None
+            with ``mandatory=false`` (not detected).
+        republished: rows written again after a reconnection (at-least-once duplicates).
+        reconnects: connections re-established during the task.
         attempt: Spark task attempt number (0 = first try).
         seconds: wall time of the partition's write (connect to last confirm).
-        broker: the broker that took the rows (URI without password).
+        broker: the broker that took the last rows (URI without password).
     """
 
     partition: int
     rows: int
+    published: int = 0
+    unroutable: int | None = 0
+    republished: int = 0
+    reconnects: int = 0
     attempt: int = 0
     seconds: float = 0.0
     broker: str = ""
@@ -86,8 +121,10 @@ def publish_partition(
         batch_id: streaming micro-batch id (None for a batch write).
 
     Raises:
-        PublishError: a nack, return, closed channel/connection, or no confirm progress for
-            ``config.timeout`` seconds; Spark then retries the task.
+        PublishError: a nack, an unroutable row (``onUnroutable=fail``), a closed channel, a
+            connection not re-established within ``config.timeout`` seconds, or no confirm
+            progress for that long; Spark then retries the task.
+        EncodeError: a value AMQP cannot carry (e.g. a routing key over 255 bytes).
     """
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
@@ -98,27 +135,35 @@ def publish_partition(
         job = job or (ctx.getLocalProperty(QUERY_ID_KEY) or "")
     scope = f"{job}-{partition}-" if batch_id is None else f"{job}-{batch_id}-{partition}-"
     started = time.monotonic()
-    publisher = ConfirmPublisher(
+    publisher = ReliablePublisher(
         config.addresses,
         timeout=config.timeout,
         max_in_flight=config.max_in_flight,
         client_name=f"spark amqpq sink {job} partition {partition}",
+        tls=config.tls,
+        on_unroutable=config.on_unroutable,
     )
-    address = publisher.connect()
-    try:
-        builder = MessageBuilder(config, schema, publisher.frame_max, scope)
-        step = config.confirm_batch_size
-        rows = 0
-        for batch in batches:
-            for frames, count in builder.chunks(batch, rows, step):
-                publisher.send(frames, count)
-                rows += count
-        publisher.wait_for_confirms()
-    finally:
-        publisher.close()
-    return AmqpqCommitMessage(partition=partition, rows=rows, attempt=attempt,
+    with brief_errors():
+        publisher.connect()
+        try:
+            builder = MessageBuilder(config, schema, publisher.frame_max, scope)
+            step = config.confirm_batch_size
+            rows = 0
+            for batch in batches:
+                for frames, count in builder.chunks(batch, rows, step):
+                    publisher.send(frames, count)
+                    rows += count
+            publisher.wait_for_confirms()
+        finally:
+            publisher.close()
+    unroutable = publisher.unroutable if config.mandatory else None
+    address = publisher.address
+    return AmqpqCommitMessage(partition=partition, rows=rows - (unroutable or 0),
+                              published=rows, unroutable=unroutable,
+                              republished=publisher.republished,
+                              reconnects=publisher.reconnects, attempt=attempt,
                               seconds=round(time.monotonic() - started, 3),
-                              broker=address.redacted())
+                              broker=address.redacted() if address else "")
 
 
 def rows_to_batches(rows: Iterator[Row], schema: T.StructType, size: int) -> Iterator[pa.RecordBatch]:
@@ -153,15 +198,32 @@ def _to_batch(rows: list[Row], schema: T.StructType, arrow_schema: pa.Schema) ->
 # ------------------------------------------------------------------------- driver side
 def summarize(config: SinkConfig, messages: list[WriterCommitMessage | None],
               batch_id: int | None = None, ok: bool = True) -> dict[str, Any]:
-    """The job summary written to ``summaryPath`` and logged by the driver."""
+    """The job summary written to ``summaryPath`` and logged by the driver.
+
+    Returns:
+        ``{"status": "committed"|"aborted", "published": rows handed to the broker,
+        "confirmed": rows confirmed and routed to a queue, "unroutable": rows returned as
+        unroutable (None with mandatory=false: not detected), "republished": rows sent again
+        after reconnections, "reconnects": n, "rows": same as confirmed, "partitions": n,
+        "failed_partitions": n, "exchange", "routing_key", "seconds": slowest partition,
+        "per_partition": [commit messages as dicts], "batch_id" (streaming)}``.
+    """
     parts = [m for m in messages if isinstance(m, AmqpqCommitMessage)]
+    confirmed = sum(m.rows for m in parts)
     summary: dict[str, Any] = {
         "status": "committed" if ok else "aborted",
         "job_id": config.job_id,
-        "rows": sum(m.rows for m in parts),
+        "published": sum(m.published for m in parts),
+        "confirmed": confirmed,
+        "unroutable": sum(m.unroutable or 0 for m in parts) if config.mandatory else None,
+        "republished": sum(m.republished for m in parts),
+        "reconnects": sum(m.reconnects for m in parts),
+        "rows": confirmed,
         "partitions": len(messages),
         "failed_partitions": sum(1 for m in messages if m is None),
         "exchange": config.exchange,
+        "routing_key": config.routing_key if config.routing_key_column is None
+        else f"<column {config.routing_key_column}>",
         "seconds": max((m.seconds for m in parts), default=0.0),
         "per_partition": [asdict(m) for m in parts],
     }
@@ -172,20 +234,36 @@ def summarize(config: SinkConfig, messages: list[WriterCommitMessage | None],
 
 def report(config: SinkConfig, summary: dict[str, Any]) -> None:
     """Log the summary on the driver (stderr + ``spark_sink`` logger) and write summaryPath."""
-    where = f" batch {summary['batch_id']}" if "batch_id" in summary else ""
-    if summary["status"] == "committed":
-        line = (f"amqpq sink: job {config.job_id or '(stream)'}{where} published "
-                f"{summary['rows']} rows (all confirmed) from {summary['partitions']} "
-                f"partitions to exchange {config.exchange!r}")
-    else:
-        line = (f"amqpq sink: job {config.job_id or '(stream)'}{where} ABORTED: "
-                f"{summary['failed_partitions']} of {summary['partitions']} partitions failed; "
-                f"{summary['rows']} rows of finished partitions were confirmed (a retry "
-                "publishes them again: at-least-once)")
+    line = summary_line(config, summary)
     log.info(line)
     print(line, file=sys.stderr, flush=True)
     if config.summary_path:
         write_summary(config.summary_path, summary, append="batch_id" in summary)
+
+
+def summary_line(config: SinkConfig, summary: dict[str, Any]) -> str:
+    """The one line the driver prints for a summary (never "all confirmed" for rows that no
+    queue took, or when that is unknown)."""
+    job = f"job {config.job_id or '(stream)'}" + (
+        f" batch {summary['batch_id']}" if "batch_id" in summary else "")
+    unroutable = summary["unroutable"]
+    if unroutable is None:
+        routed = "unroutable rows not detected (mandatory=false)"
+    elif unroutable:
+        routed = f"{unroutable} unroutable (no queue took them; onUnroutable=drop)"
+    else:
+        routed = "0 unroutable"
+    counts = f"{summary['published']} rows published, {summary['confirmed']} confirmed, {routed}"
+    if summary["reconnects"]:
+        counts += (f"; {summary['reconnects']} reconnects, {summary['republished']} rows "
+                   "republished (at-least-once: duplicates possible)")
+    target = f"exchange {config.exchange!r}" if config.exchange else "the default exchange"
+    if summary["status"] == "committed":
+        return (f"amqpq sink: {job}: {counts}, from {summary['partitions']} partitions to "
+                f"{target}")
+    return (f"amqpq sink: {job} ABORTED: {summary['failed_partitions']} of "
+            f"{summary['partitions']} partitions failed; finished partitions: {counts} (a retry "
+            "publishes them again: at-least-once)")
 
 
 def write_summary(path: str, summary: dict[str, Any], append: bool = False) -> None:

@@ -18,19 +18,10 @@ import datetime as dt
 import decimal
 import io
 import json
-import os
 import re
-import shutil
-import signal
-import socket
 import struct
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,104 +40,11 @@ from spark_sink import avro, encoding, frames  # noqa: E402
 from spark_sink.options import AmqpqOptionError, parse_options  # noqa: E402
 from spark_sink.publisher import ConfirmPublisher, PublishError  # noqa: E402
 from spark_sink.uri import UriError, parse_uri, parse_uri_list  # noqa: E402
+from tests import spark_support  # noqa: E402
+from tests.spark_support import BrokerProcess, _df, drain, free_port, start_broker  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BROKER_START_TIMEOUT = 20.0
-
-
-# ====================================================================== broker processes
-@dataclass
-class BrokerProcess:
-    """An ``python -m amqp_server`` child process on a free port."""
-
-    proc: subprocess.Popen[str]
-    port: int
-    data_dir: str
-
-    @property
-    def uri(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
-
-    def channel(self) -> Any:
-        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
-        return conn.channel()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
-
-
-def start_broker() -> BrokerProcess:
-    """Start the broker on port 0 (it picks a free one) and wait for its 'listening' line."""
-    data_dir = tempfile.mkdtemp(prefix="amqpq-spark-test-")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", "0",
-         "--data-dir", data_dir, "--log-level", "warning"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    found: list[int] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
-            if m and not found:
-                found.append(int(m.group(1)))
-        # keep draining so the child never blocks on a full pipe
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + BROKER_START_TIMEOUT
-    while not found and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    if not found:
-        proc.kill()
-        pytest.fail("amqpq broker did not start")
-    return BrokerProcess(proc, found[0], data_dir)
-
-
-@pytest.fixture(scope="module")
-def amqpq_proc() -> Iterator[BrokerProcess]:
-    """One broker process shared by this module's tests (names are unique per test)."""
-    b = start_broker()
-    yield b
-    b.stop()
-
-
-def drain(port: int, queue: str, expected: int, timeout: float = 20.0) -> list[tuple[Any, bytes]]:
-    """Consume ``queue`` (auto-ack) until ``expected`` messages or 1 s of silence."""
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-    ch = conn.channel()
-    out: list[tuple[Any, bytes]] = []
-    deadline = time.monotonic() + timeout
-    for method, props, body in ch.consume(queue, auto_ack=True, inactivity_timeout=1.0):
-        if method is None or time.monotonic() > deadline:
-            break
-        out.append((props, body))
-        if len(out) >= expected:
-            break
-    ch.cancel()
-    # anything more would be a duplicate: check the queue is now empty
-    extra = ch.queue_declare(queue, passive=True).method.message_count
-    conn.close()
-    assert extra == 0, f"{extra} more messages than expected in {queue}"
-    return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+spark = spark_support.spark  # fixtures: the shared SparkSession, a broker for this module
+amqpq_proc = spark_support.amqpq_proc
 
 # ============================================================================= unit: options
 SCHEMA = T.StructType([
@@ -166,7 +64,7 @@ def test_options_defaults_and_column_lookup() -> None:
     assert c.headers_columns == ("id", "prio")
     assert c.format == "json" and c.properties == {"delivery_mode": 2,
                                                    "content_type": "application/json"}
-    assert c.message_id == "auto" and not c.mandatory
+    assert c.message_id == "auto" and c.mandatory and c.on_unroutable == "fail"
     assert (c.confirm_batch_size, c.max_in_flight, c.timeout) == (1000, 20000, 30.0)
     assert [a.port for a in c.addresses] == [5672]
 
@@ -176,7 +74,7 @@ def test_options_defaults_and_column_lookup() -> None:
     [
         ({"uri": ""}, "uri"),
         ({"uri": "http://x"}, "uri"),
-        ({"uri": "amqps://h"}, "uri"),
+        ({"uri": "amqps://h:0x"}, "uri"),
         ({"confirmbatchsize": "abc"}, "confirmBatchSize"),
         ({"confirmbatchsize": "0"}, "confirmBatchSize"),
         ({"maxinflight": "10", "confirmbatchsize": "100"}, "maxInFlight"),
@@ -201,6 +99,17 @@ def test_options_defaults_and_column_lookup() -> None:
         ({"routingkey": "k" * 256}, "routingKey"),
         ({"routingkeycolum": "id"}, "routingkeycolum"),  # typo: unknown option
         ({"api": "pandas"}, "api"),
+        ({"onunroutable": "ignore"}, "onUnroutable"),
+        ({"onunroutable": "drop", "mandatory": "false"}, "onUnroutable"),
+        ({"path": "/"}, "path"),
+        ({"path": "orders", "exchange": "events"}, "path"),
+        ({"path": "orders", "routingkey": "other"}, "path"),
+        ({"path": "events/FR", "routingkeycolumn": "country"}, "path"),
+        ({"sslcacert": "/etc/hosts"}, "sslCacert"),  # amqp://, not amqps://
+        ({"uri": "amqps://h", "sslcacert": "/no/such/ca.pem"}, "sslCacert"),
+        ({"uri": "amqps://h", "sslcacert": __file__}, "sslCacert"),  # not PEM
+        ({"uri": "amqps://h", "sslkey": __file__}, "sslKey"),  # key without certificate
+        ({"uri": "amqps://h", "sslverify": "maybe"}, "sslVerify"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], option: str) -> None:
@@ -209,6 +118,24 @@ def test_bad_options_name_the_option(options: dict[str, str], option: str) -> No
         parse_options(opts, SCHEMA)
     assert err.value.option == option
     assert f"option '{option}'" in str(err.value)
+
+
+def test_path_names_queue_or_exchange_and_key() -> None:
+    """save(path): 'queue' through the default exchange, 'exchange/key', 'exchange/'."""
+    def target(**opts: str) -> tuple[str, str, str | None]:
+        c = parse_options({"uri": URI, **opts}, SCHEMA)
+        return c.exchange, c.routing_key, c.routing_key_column
+
+    assert target(path="orders") == ("", "orders", None)
+    assert target(path="a%2Fb") == ("", "a/b", None)  # a queue with '/' in its name
+    assert target(path="events/FR.paris") == ("events", "FR.paris", None)
+    assert target(path="events/", routingkey="DE") == ("events", "DE", None)
+    assert target(path="events/", routingkeycolumn="country") == ("events", "", "Country")
+    assert target(path="events/FR", exchange="events", routingkey="FR") == ("events", "FR",
+                                                                             None)
+    with pytest.raises(AmqpqOptionError, match=r"'orders' means queue 'orders' through the "
+                                               r"default exchange, but option 'exchange'"):
+        parse_options({"uri": URI, "path": "orders", "exchange": "events"}, SCHEMA)
 
 
 def test_properties_constants_and_columns() -> None:
@@ -242,6 +169,9 @@ def test_uri_parsing_and_failover_list() -> None:
     assert [x.port for x in parse_uri_list("amqp://a:1, amqp://b:2")] == [1, 2]
     with pytest.raises(UriError):
         parse_uri("amqp://h/a/b")
+    tls = parse_uri("amqps://u:p@h/%2F")
+    assert (tls.tls, tls.port, tls.redacted()) == (True, 5671, "amqps://u@h:5671/%2F")
+    assert not parse_uri("amqp://h").tls
 
 
 def _err(fn: Any) -> BaseException:
@@ -405,50 +335,6 @@ def test_publisher_nack_return_and_failover(amqpq_proc: BrokerProcess) -> None:
 
 
 # ===================================================================================== Spark
-def _java_available() -> bool:
-    home = os.environ.get("JAVA_HOME")
-    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-        return True
-    return shutil.which("java") is not None
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A small local SparkSession (2 cores, 1 task retry) shared by every Spark test."""
-    if not _java_available():
-        pytest.skip("java not found (install OpenJDK 17 or set JAVA_HOME)")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # workers find spark_sink and pyspark_amqpq (automatic registration) even when the
-    # package is not installed
-    paths = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    session = (
-        SparkSession.builder.master("local[2, 2]")
-        .appName("amqpq-spark-sink-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("FATAL")
-    yield session
-    session.stop()
-
-
-def _df(spark: Any, n: int, partitions: int = 2) -> Any:
-    from pyspark.sql import functions as F
-
-    country = F.element_at(F.array(F.lit("FR"), F.lit("DE"), F.lit("US")),
-                           (F.col("id") % 3 + 1).cast("int"))
-    return spark.range(n, numPartitions=partitions).select(
-        "id", country.alias("country"), (F.col("id") * 0.5).alias("amount"))
-
-
 def test_spark_rows_arrive_once_routed_by_column(spark: Any, amqpq_proc: BrokerProcess) -> None:
     """Automatic registration (no register call), routing by column, counts, message ids."""
     ch = amqpq_proc.channel()
@@ -605,7 +491,8 @@ def test_spark_failover_to_the_next_uri(spark: Any, amqpq_proc: BrokerProcess) -
 
 
 def test_spark_broker_lost_mid_write_fails_the_job(spark: Any, tmp_path: Path) -> None:
-    """Kill -9 the broker while tasks publish: the job must fail (no silent loss)."""
+    """Kill -9 the broker while tasks publish: each task tries to reconnect for ``timeout``
+    seconds, then the job fails (no silent loss) saying so."""
     victim = start_broker()
     try:
         ch = victim.channel()
@@ -627,11 +514,11 @@ def test_spark_broker_lost_mid_write_fails_the_job(spark: Any, tmp_path: Path) -
         started = time.monotonic()
         with pytest.raises(Exception) as err:
             _df(spark, 1_000_000).write.format("amqpq").option("uri", victim.uri) \
-                .option("routingKey", "sink-victim").option("timeout", "5") \
+                .option("routingKey", "sink-victim").option("timeout", "2") \
                 .option("summaryPath", str(summary_file)).mode("append").save()
         assert killed.is_set(), "the write failed before the broker was killed"
         text = str(err.value)
-        assert "connection to" in text or "could not connect" in text, text[:3000]
+        assert "within timeout=2 s" in text and "could not connect" in text, text[:3000]
         assert time.monotonic() - started < 60
         assert not summary_file.exists() or json.loads(summary_file.read_text())[
             "status"] == "aborted"
