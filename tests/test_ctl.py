@@ -472,3 +472,17 @@ def test_policy_with_an_unknown_key_is_refused(node: Node, command: str, definit
     assert (res.returncode, res.stderr) == (1, message + "\n")
     kind = "operator_policies" if "operator" in command else "policies"
     assert "p-unknown" not in run(node, "-q", f"list_{kind}").stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_error(node: Node) -> None:
+    """``amqpqctl list_... | head``: the closed pipe ends the command quietly (no
+    traceback, no error line; exit 1 as every click program)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        res = subprocess.run([str(CTL), "--port", str(node.http_port), "list_exchanges"],
+                             stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=30,
+                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    finally:
+        os.close(write_end)
+    assert (res.returncode, res.stderr) == (1, "")
