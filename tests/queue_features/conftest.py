@@ -1,0 +1,26 @@
+"""Fixtures of the queue feature tests: ``world`` (a vhost on a fake clock) and ``wired`` (a
+broker with a sans-IO client on channel 1); the helpers are in :mod:`tests.queue_features.support`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from amqp_server.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.timers import Timers
+from tests.queue_features.support import FakeClock, Wire, World
+
+
+@pytest.fixture
+def world() -> World:
+    """One vhost whose timers run on a fake clock."""
+    return World()
+
+
+@pytest.fixture
+def wired() -> tuple[Broker, FakeClock, Wire]:
+    """A broker on a fake clock and a client connected to it with channel 1 open."""
+    clock = FakeClock()
+    broker = Broker(BrokerConfig(), timers=Timers(clock=clock))
+    return broker, clock, Wire(broker, clock).open(1)
