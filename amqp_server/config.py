@@ -1,7 +1,8 @@
 """Broker settings, with RabbitMQ's defaults.
 
 Source: https://www.rabbitmq.com/docs/configure (frame_max, channel_max, heartbeat,
-default_user, default_vhost, loopback_users).
+default_user, default_vhost, loopback_users), https://www.rabbitmq.com/docs/management
+(management listener, ``load_definitions``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,23 @@ from pathlib import Path
 
 from amqp_server.listeners import DEFAULT_HOSTS
 from amqp_server.tls import TLSConfig
+
+
+@dataclass
+class ManagementOptions:
+    """The management HTTP API (``--management-port``, ``--no-management``,
+    ``--definitions``; :mod:`amqp_server.management.options` parses and acts on them).
+
+    Attributes:
+        enabled: serve the API (off for a config made in code; the command line turns it
+            on unless ``--no-management``).
+        port: TCP port; None: 15672, or 0 (a free one) when the AMQP port is 0.
+        definitions: a definitions JSON file imported at every start (None: none).
+    """
+
+    enabled: bool = False
+    port: int | None = None
+    definitions: Path | None = None
 
 
 @dataclass
@@ -33,6 +51,7 @@ class BrokerConfig:
         memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
         disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
         tls: the AMQPS listener (off unless a certificate is set).
+        management: the management HTTP API (off unless enabled).
         product, version: reported in Connection.Start server properties.
     """
 
@@ -51,6 +70,7 @@ class BrokerConfig:
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
     tls: TLSConfig = field(default_factory=TLSConfig)
+    management: ManagementOptions = field(default_factory=ManagementOptions)
     product: str = "amqpq"
     version: str = "0.1.0"
 

@@ -333,13 +333,13 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
     logging.basicConfig(
         level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return management.attach(BrokerConfig(
-        hosts=tuple(a.host) if a.host else None, port=a.port, data_dir=Path(a.data_dir), heartbeat=a.heartbeat,
-        frame_max=a.frame_max, channel_max=a.channel_max,
+    return BrokerConfig(
+        hosts=tuple(a.host) if a.host else None, port=a.port, data_dir=Path(a.data_dir),
+        heartbeat=a.heartbeat, frame_max=a.frame_max, channel_max=a.channel_max,
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
         tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
-        max_connections=a.max_connections,
-    ), a, p)
+        max_connections=a.max_connections, management=management.from_args(a, p),
+    )
 
 
 async def serve(config: BrokerConfig) -> None:

@@ -5,7 +5,8 @@ too, so a broker started on free ports does not take RabbitMQ's), ``--no-managem
 ``--definitions FILE`` (a definitions document imported at every start, like RabbitMQ's
 ``load_definitions``). The HTTP listener binds the AMQP host. An explicitly requested port
 that is taken stops the start (``OSError``); the default one being taken only logs an error,
-so that a broker still runs beside a RabbitMQ that holds 15672.
+so that a broker still runs beside a RabbitMQ that holds 15672. The parsed options are
+``BrokerConfig.management`` (:class:`~amqp_server.config.ManagementOptions`).
 
 Source: https://www.rabbitmq.com/docs/management#configuration,
 https://www.rabbitmq.com/docs/definitions#import-on-boot.
@@ -16,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from amqp_server.config import ManagementOptions
 from amqp_server.management.app import DEFAULT_PORT, start_management
 from vhosts.definitions import DefinitionsError, import_definitions
 
@@ -31,16 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.management")
 
-_ATTR = "management_options"
-
-
-@dataclass
-class ManagementOptions:
-    """``enabled``; ``port`` (None: the default); ``definitions``: file to import at start."""
-
-    enabled: bool = False
-    port: int | None = None
-    definitions: Path | None = None
+__all__ = ["ManagementOptions", "add_arguments", "from_args", "load_definitions",
+           "start_for_server"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,23 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="RabbitMQ definitions JSON file to import at start")
 
 
-def attach(config: BrokerConfig, args: argparse.Namespace,
-           parser: argparse.ArgumentParser) -> BrokerConfig:
-    """Record the parsed options on ``config`` (exits 2 on a bad port); returns ``config``."""
+def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
+              ) -> ManagementOptions:
+    """The options of :func:`add_arguments` as parsed (``parser.error``, exit 2, on a bad
+    port or a missing definitions file)."""
     port = args.management_port
     if port is not None and not 0 <= port <= 65535:
         parser.error(f"--management-port must be 0..65535, got {port}")
     definitions = Path(args.definitions) if args.definitions else None
     if definitions is not None and not definitions.is_file():
         parser.error(f"--definitions: no such file: {definitions}")
-    setattr(config, _ATTR, ManagementOptions(not args.no_management, port, definitions))
-    return config
-
-
-def options_of(config: BrokerConfig) -> ManagementOptions:
-    """The options recorded by :func:`attach` (management off for a config made in code)."""
-    found = getattr(config, _ATTR, None)
-    return found if isinstance(found, ManagementOptions) else ManagementOptions()
+    return ManagementOptions(not args.no_management, port, definitions)
 
 
 def load_definitions(broker: Broker, config: BrokerConfig) -> None:
@@ -79,7 +66,7 @@ def load_definitions(broker: Broker, config: BrokerConfig) -> None:
     Raises:
         ValueError: unreadable JSON or a document the import refuses (nothing changed).
     """
-    path = options_of(config).definitions
+    path = config.management.definitions
     if path is None:
         return
     try:
@@ -96,7 +83,7 @@ def load_definitions(broker: Broker, config: BrokerConfig) -> None:
 async def start_for_server(broker: Broker, config: BrokerConfig,
                            amqp_port: int) -> web.AppRunner | None:
     """Start the management API as the options say (None when disabled or not started)."""
-    opts = options_of(config)
+    opts = config.management
     if not opts.enabled:
         return None
     port = opts.port
