@@ -13,6 +13,7 @@ from amqp_server.direct_reply_to import ReplyToRegistry
 from amqp_server.timers import Timers
 from queue_store.durability import Durability
 from queue_store.storage import VhostStorage, name_id
+from vhosts.extras import DefinitionExtras
 from vhosts.limits import Limits
 from vhosts.permissions import PermissionStore
 from vhosts.users import UserStore
@@ -44,6 +45,7 @@ class Broker:
         self.alarms: Alarms | None = None  # the resource monitor, when a server runs one
         self.alarm_reason = "low on memory"
         self.on_topology_changed: Callable[[], None] | None = None
+        self.extras = DefinitionExtras()  # vhost metadata, runtime parameters
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.permissions = PermissionStore()
@@ -120,6 +122,7 @@ class Broker:
             vhost.storage.destroy()
         self.limits.clear("vhost", name)
         self.permissions.forget_vhost(name)
+        self.extras.forget_vhost(name)
         return True
 
     def delete_user(self, name: str) -> bool:

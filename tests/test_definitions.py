@@ -23,7 +23,6 @@ from exchanges.binding import Destination
 from vhosts.definitions import (
     DefinitionsError,
     export_definitions,
-    extras,
     import_definitions,
 )
 
@@ -59,7 +58,7 @@ def test_rabbitmq_export_imports_and_users_log_in(rabbit_doc: dict[str, Any]) ->
     assert perm is not None and perm.configure == "^app\\."
     assert broker.permissions.topic_permissions[("fx-app", "fixture-vh")]["app.events"].write \
         == "^orders\\."
-    assert extras(broker).global_parameters[0]["name"] == "internal_cluster_id"
+    assert broker.extras.global_parameters[0]["name"] == "internal_cluster_id"
 
 
 def test_imported_topology_routes(rabbit_doc: dict[str, Any]) -> None:

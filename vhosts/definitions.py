@@ -34,8 +34,6 @@ import datetime
 import decimal
 import logging
 import re
-import weakref
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -69,45 +67,6 @@ SECTIONS = ("users", "vhosts", "permissions", "topic_permissions", "parameters",
 
 class DefinitionsError(ValueError):
     """A definitions document that cannot be imported; the message names the entry."""
-
-
-@dataclass
-class BrokerExtras:
-    """What a definitions document carries that the broker core does not keep: vhost
-    metadata (description, tags) and runtime parameters (kept verbatim so they export
-    again). Vhost and user limits are the broker's own (:attr:`Broker.limits`)."""
-
-    vhost_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
-    parameters: list[dict[str, Any]] = field(default_factory=list)
-    global_parameters: list[dict[str, Any]] = field(default_factory=list)
-
-
-_EXTRAS: weakref.WeakKeyDictionary[Broker, BrokerExtras] = weakref.WeakKeyDictionary()
-
-
-def extras(broker: Broker) -> BrokerExtras:
-    """The :class:`BrokerExtras` of ``broker`` (created on first use)."""
-    found = _EXTRAS.get(broker)
-    if found is None:
-        found = _EXTRAS[broker] = BrokerExtras()
-    return found
-
-
-def vhost_metadata(broker: Broker, name: str) -> dict[str, Any]:
-    """``{"description": str, "tags": [str]}`` of vhost ``name`` (empty ones by default)."""
-    meta = extras(broker).vhost_metadata.get(name, {})
-    return {"description": str(meta.get("description", "")),
-            "tags": list(meta.get("tags", []))}
-
-
-def set_vhost_metadata(broker: Broker, name: str, description: str | None,
-                       tags: Iterable[str] | None) -> None:
-    """Record a vhost's description and tags (None leaves that field as it is)."""
-    meta = extras(broker).vhost_metadata.setdefault(name, {"description": "", "tags": []})
-    if description is not None:
-        meta["description"] = description
-    if tags is not None:
-        meta["tags"] = list(tags)
 
 
 def parse_tags(value: Any) -> list[str]:
@@ -159,7 +118,7 @@ def export_definitions(broker: Broker, *, include_transient: bool = False,
             permissions are still all exported; callers trim them for a per-vhost export).
     """
     config = broker.config
-    x = extras(broker)
+    x = broker.extras
     names = sorted(broker.vhosts) if vhost is None else [vhost]
     vhosts = [broker.vhosts[n] for n in names if n in broker.vhosts]
     doc: dict[str, Any] = {
@@ -175,7 +134,7 @@ def export_definitions(broker: Broker, *, include_transient: bool = False,
         ],
         "vhosts": [
             {"name": v.name, "limits": dict(broker.limits.vhosts.get(v.name, {})),
-             "metadata": vhost_metadata(broker, v.name)}
+             "metadata": x.metadata(v.name)}
             for v in (broker.vhosts[n] for n in sorted(broker.vhosts))
         ],
         "permissions": [
@@ -536,11 +495,11 @@ def import_definitions(broker: Broker, data: Any) -> None:
 
 
 def _apply(broker: Broker, plan: _Plan) -> None:
-    x = extras(broker)
+    x = broker.extras
     for name, description, tags, limits in plan.vhosts:
         broker.add_vhost(name)
         if description is not None or tags is not None:
-            set_vhost_metadata(broker, name, description, tags)
+            x.set_metadata(name, description, tags)
         if limits:
             broker.limits.set("vhost", name, limits)
     for name, password_hash, tags, limits in plan.users:

@@ -23,7 +23,7 @@ from amqp_server.connection import Connection
 from exchanges.binding import Binding
 from queue_store.queue import Consumer, Queue
 from queue_store.queue_args import merge_operator_definition
-from vhosts.definitions import jsonable, vhost_metadata
+from vhosts.definitions import jsonable
 from vhosts.users import HASHING_ALGORITHM, User
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def permission_json(user: str, vhost: str, p: Permission) -> dict[str, Any]:
 
 def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
                ) -> dict[str, Any]:
-    meta = vhost_metadata(broker, name)
+    meta = broker.extras.metadata(name)
     vhost = broker.vhosts[name]
     ready = sum(q.message_count for q in vhost.queues.values())
     unacked = sum(q.unacked_count for q in vhost.queues.values())

@@ -20,7 +20,6 @@ from amqp_server.management.auth import require_admin, require_policymaker, visi
 from amqp_server.management.errors import bad_request, not_found
 from amqp_server.management.routes.common import no_content, ok, read_json, readable_vhost
 from amqp_server.management.state import state
-from vhosts.definitions import extras
 from vhosts.limits import LimitsError, validate_limits
 
 routes = web.RouteTableDef()
@@ -32,7 +31,7 @@ def _all(request: web.Request) -> list[dict[str, Any]]:
     """Every parameter in the vhosts the user can see."""
     broker = state(request).broker
     seen = set(visible_vhosts(request))
-    out = [dict(p) for p in extras(broker).parameters if p.get("vhost") in seen]
+    out = [dict(p) for p in broker.extras.parameters if p.get("vhost") in seen]
     out += [{"value": dict(limits), "vhost": vhost, "component": LIMITS_COMPONENT,
              "name": "limits"}
             for vhost, limits in sorted(broker.limits.vhosts.items()) if vhost in seen]
@@ -104,7 +103,7 @@ async def delete_parameter(request: web.Request) -> web.Response:
         if not broker.limits.clear("vhost", vhost.name):
             raise not_found()
         return no_content()
-    kept = extras(broker).parameters
+    kept = broker.extras.parameters
     for i, p in enumerate(kept):
         if (p.get("component"), p.get("vhost"), p.get("name")) == (component, vhost.name,
                                                                       name):
@@ -117,14 +116,14 @@ async def delete_parameter(request: web.Request) -> web.Response:
 async def list_global_parameters(request: web.Request) -> web.Response:
     """Global parameters a definitions import brought (administrator)."""
     require_admin(request)
-    return ok([dict(p) for p in extras(state(request).broker).global_parameters])
+    return ok([dict(p) for p in state(request).broker.extras.global_parameters])
 
 
 @routes.get("/api/global-parameters/{name}")
 async def get_global_parameter(request: web.Request) -> web.Response:
     require_admin(request)
     name = request.match_info["name"]
-    for p in extras(state(request).broker).global_parameters:
+    for p in state(request).broker.extras.global_parameters:
         if p.get("name") == name:
             return ok(dict(p))
     raise not_found()

@@ -27,7 +27,7 @@ from amqp_server.management.serializers import (
     vhost_json,
 )
 from amqp_server.management.state import state
-from vhosts.definitions import extras, parse_tags, set_vhost_metadata
+from vhosts.definitions import parse_tags
 
 routes = web.RouteTableDef()
 
@@ -61,7 +61,7 @@ async def put_vhost(request: web.Request) -> web.Response:
         raise bad_request(str(exc)) from None
     was_new = name not in broker.vhosts
     broker.add_vhost(name)
-    set_vhost_metadata(broker, name, description, tags)
+    broker.extras.set_metadata(name, description, tags)
     if was_new and broker.permissions.get(who.name, name) is None:
         broker.permissions.set(who.name, name, ".*", ".*", ".*")
     return created(was_new)
@@ -74,7 +74,6 @@ async def delete_vhost(request: web.Request) -> web.Response:
     name = request.match_info["vhost"]
     if not broker.delete_vhost(name):
         raise not_found()
-    extras(broker).vhost_metadata.pop(name, None)
     return no_content()
 
 

@@ -1,0 +1,61 @@
+"""Definitions state the broker keeps but does not act on: vhost metadata, runtime parameters.
+
+A RabbitMQ definitions document carries a description and tags per vhost, runtime
+``parameters`` (other than operator policies and vhost limits, which the broker enforces)
+and ``global_parameters``. amqpq serves them back over the HTTP API and exports them again,
+so they live on the broker (:attr:`Broker.extras <amqp_server.broker.Broker.extras>`) and
+are saved with the rest of the definitions.
+
+Source: https://www.rabbitmq.com/docs/definitions, /docs/vhosts#metadata,
+/docs/parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class VhostMetadata:
+    """A vhost's ``description`` (text) and ``tags`` (list of names)."""
+
+    description: str = ""
+    tags: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"description": str, "tags": [str]}``, a fresh copy."""
+        return {"description": self.description, "tags": list(self.tags)}
+
+
+@dataclass
+class DefinitionExtras:
+    """Vhost metadata by vhost name, and runtime parameters kept verbatim.
+
+    Attributes:
+        vhost_metadata: vhost name -> its metadata (absent: empty description and tags).
+        parameters: ``{"vhost", "component", "name", "value"}`` dicts, one per parameter.
+        global_parameters: ``{"name", "value"}`` dicts.
+    """
+
+    vhost_metadata: dict[str, VhostMetadata] = field(default_factory=dict)
+    parameters: list[dict[str, Any]] = field(default_factory=list)
+    global_parameters: list[dict[str, Any]] = field(default_factory=list)
+
+    def metadata(self, vhost: str) -> dict[str, Any]:
+        """``{"description": str, "tags": [str]}`` of ``vhost`` (empty ones by default)."""
+        return self.vhost_metadata.get(vhost, VhostMetadata()).as_json()
+
+    def set_metadata(self, vhost: str, description: str | None,
+                     tags: Iterable[str] | None) -> None:
+        """Record a vhost's description and tags (None leaves that field as it is)."""
+        meta = self.vhost_metadata.setdefault(vhost, VhostMetadata())
+        if description is not None:
+            meta.description = description
+        if tags is not None:
+            meta.tags = list(tags)
+
+    def forget_vhost(self, vhost: str) -> None:
+        """``vhost`` was deleted: drop its metadata (a new vhost of that name starts empty)."""
+        self.vhost_metadata.pop(vhost, None)
