@@ -25,12 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from interop_tests.test_persistence import (  # noqa: E402
-    BrokerProcess,
-    final_check,
-    run_kill_loop,
-)
+from interop_tests.test_persistence import final_check, run_kill_loop  # noqa: E402
 from tests.fuzz.broker_process import rss_bytes  # noqa: E402
+from tests.support.broker_process import BrokerProcess  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +41,8 @@ def main() -> None:
     peak = [0]
     done = threading.Event()
     with tempfile.TemporaryDirectory() as tmp:
-        bp = BrokerProcess(Path(tmp) / "data", Path(tmp) / "broker.log")
+        bp = BrokerProcess(Path(tmp) / "data", Path(tmp) / "broker.log", fresh_port=True,
+                           log_level="info", management=True)
 
         def watch() -> None:
             while not done.wait(0.2):
@@ -65,7 +63,7 @@ def main() -> None:
         try:
             ledger = run_kill_loop(bp, kills=args.kills, seed=seed)
             final_check(bp, ledger, seed)
-            status = bp.terminate()
+            status = bp.stop()
             ok = status == 0
         except BaseException as exc:  # AssertionError, pytest's Failed
             print(f"[kill-loop] FAIL: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)

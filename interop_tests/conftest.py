@@ -6,7 +6,8 @@ Which broker:
   This is how the suite is checked against the reference RabbitMQ, and how it runs
   differentially.
 * otherwise: our broker, started once per session as ``python -m amqp_server`` on a free port
-  with a temporary data directory; skipped when ``amqp_server`` is not importable yet.
+  with a temporary data directory (:class:`tests.support.broker_process.BrokerProcess`);
+  skipped when ``amqp_server`` is not importable yet.
 
 Tests never collide on a shared broker: every name they declare comes from ``unique_name``
 (a uuid suffix), and they delete what they declare (or use exclusive/auto-delete queues).
@@ -16,23 +17,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.broker_process import REPO_ROOT, BrokerProcess, BrokerStartError
+
 ENV_URL = "AMQPQ_TEST_URL"
-START_TIMEOUT = 15.0
-STOP_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -64,38 +59,6 @@ def parse_amqp_url(url: str) -> AmqpParams:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
-def _stderr_of(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-8000:]
-    except OSError:
-        return "<no stderr captured>"
-
-
 def _broker_importable() -> bool:
     try:
         return importlib.util.find_spec("amqp_server.server") is not None
@@ -120,58 +83,16 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "to run the interop suite against another broker, e.g. the reference RabbitMQ"
         )
 
-    port = _free_port()
-    data_dir = tmp_path_factory.mktemp("amqpq-data")
-    log_dir = tmp_path_factory.mktemp("amqpq-log")
-    stderr_path = log_dir / "stderr.log"
-    stdout_path = log_dir / "stdout.log"
-    with open(stderr_path, "wb") as err, open(stdout_path, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "amqp_server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-                "--log-level",
-                "warning",
-            ],
-            stdout=out,
-            stderr=err,
-            cwd=REPO_ROOT,
-            env={
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
-                ),
-            },
-        )
+    base = tmp_path_factory.mktemp("amqpq")
+    broker = BrokerProcess(base / "data", base / "broker.log", management=True)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"amqp_server exited with {proc.returncode} before accepting connections; "
-                    f"stderr:\n{_stderr_of(stderr_path)}",
-                    pytrace=False,
-                )
-            if _port_open("127.0.0.1", port):
-                break
-            if time.monotonic() > deadline:
-                _stop(proc)
-                pytest.fail(
-                    f"amqp_server did not accept TCP connections on 127.0.0.1:{port} within "
-                    f"{START_TIMEOUT:.0f} s; stderr:\n{_stderr_of(stderr_path)}",
-                    pytrace=False,
-                )
-            time.sleep(0.05)
-        yield f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        broker.start()
+    except BrokerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield broker.url
     finally:
-        _stop(proc)
+        broker.close()
 
 
 @pytest.fixture(scope="session")

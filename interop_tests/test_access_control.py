@@ -7,15 +7,12 @@ permissions; each test logs in as one of them and checks every refusal's code an
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pika
 import pytest
 
-from interop_tests.conftest import REPO_ROOT
+from tests.support.broker_process import BrokerProcess
 from vhosts.users import hash_password
 
 pytestmark = pytest.mark.timeout(60)
@@ -44,30 +41,13 @@ def _definitions() -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     d = tmp_path_factory.mktemp("acl")
     (d / "defs.json").write_text(json.dumps(_definitions()))
-    amqp_port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", str(amqp_port),
-         "--data-dir", str(d / "data"), "--log-level", "warning", "--no-management",
-         "--definitions", str(d / "defs.json")],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if "listening" not in line:
-        proc.kill()
-        pytest.fail(f"broker did not start: {line}{proc.stdout.read()}")
-    yield amqp_port
-    proc.terminate()
-    proc.wait(10)
+    with BrokerProcess(d / "data", d / "broker.log",
+                       args=("--definitions", str(d / "defs.json"))) as broker:
+        yield broker.port
 
 
 def _connect(port: int, user: str, vhost: str) -> pika.BlockingConnection:

@@ -17,18 +17,20 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pika = pytest.importorskip("pika")
 from pika import exceptions as pika_exc  # noqa: E402
 
-from interop_tests.test_persistence import BrokerProcess  # noqa: E402
+from tests.support.broker_process import BrokerProcess  # noqa: E402
 
 QUEUE = "diskfull.q"
 LATER = "diskfull.declared-while-full"
 BODY = 16 * 1024  # bytes per message
 DISK = "8m"  # tmpfs size
+BROKER: dict[str, Any] = {"fresh_port": True, "log_level": "info", "management": True}
 
 
 def _mount(where: Path, size: str, remount: bool = False) -> subprocess.CompletedProcess[str]:
@@ -86,7 +88,7 @@ def _close(conn: pika.BlockingConnection) -> None:
 def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         small_disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # --disk-free-limit 0: no early alarm from the free-space check, so writes hit ENOSPC
-    bp = BrokerProcess(small_disk / "data", tmp_path / "broker.log",
+    bp = BrokerProcess(small_disk / "data", tmp_path / "broker.log", **BROKER,
                        args=("--disk-free-limit", "0"))
     bp.start()
     try:
@@ -156,7 +158,7 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
 def test_publisher_blocked_at_once_when_free_space_is_below_the_limit(
         small_disk: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # the default disk_free_limit (50 MB) is more than the whole 8 MiB disk
-    bp = BrokerProcess(small_disk / "data", tmp_path / "broker.log")
+    bp = BrokerProcess(small_disk / "data", tmp_path / "broker.log", **BROKER)
     bp.start()
     try:
         conn, ch = _publisher(bp, blocked_timeout=2)

@@ -22,7 +22,7 @@ aio_pika = pytest.importorskip("aio_pika")
 from pamqp.commands import Basic  # noqa: E402
 
 from interop_tests.conftest import pika_parameters  # noqa: E402
-from interop_tests.matrix.broker_process import REPO_ROOT, BrokerProcess  # noqa: E402
+from tests.support.broker_process import REPO_ROOT, BrokerProcess  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -44,7 +44,7 @@ def _broker_importable() -> bool:
 def broker(tmp_path: Path):
     if not _broker_importable():
         pytest.skip("amqp_server is not importable")
-    process = BrokerProcess(tmp_path / "data", tmp_path / "broker.log")
+    process = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", log_level="info")
     process.start()
     yield process
     process.stop()

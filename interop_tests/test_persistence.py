@@ -10,123 +10,41 @@ These tests start their own broker processes (one data dir each), so they ignore
 from __future__ import annotations
 
 import contextlib
-import os
-import queue
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 pika = pytest.importorskip("pika")
 from pika import exceptions as pika_exc  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT = 15.0
-READY_LINE = "amqpq: listening on"
+from tests.support.broker_process import BrokerProcess, broker_fixture  # noqa: E402
+
 QUEUE = "persistence.q"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def params(bp: BrokerProcess) -> pika.ConnectionParameters:
+    """pika parameters for ``bp`` with small timeouts and no heartbeats."""
+    return pika.ConnectionParameters(
+        host="127.0.0.1", port=bp.port, credentials=pika.PlainCredentials("guest", "guest"),
+        connection_attempts=1, socket_timeout=5, stack_timeout=10,
+        blocked_connection_timeout=30, heartbeat=0)
 
 
-class BrokerProcess:
-    """``python -m amqp_server`` on a data dir; restartable, on a fresh port each start."""
-
-    def __init__(self, data_dir: Path, log_path: Path, args: tuple[str, ...] = ()) -> None:
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.args = args  # more command-line options
-        self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-        self.starts = 0
-
-    def start(self) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "already running"
-        self.port = _free_port()
-        self.starts += 1
-        with open(self.log_path, "a") as log:
-            log.write(f"\n==== start #{self.starts} on port {self.port} ====\n")
-            log.flush()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--data-dir", str(self.data_dir),
-                 "--log-level", "info", *self.args],
-                stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO_ROOT,
-                env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)},
-            )
-        lines: queue.Queue[str | None] = queue.Queue()
-        proc = self.proc
-
-        def pump() -> None:  # read stdout to the end so the broker never blocks on it
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                self.kill()
-                pytest.fail(f"broker not listening within {START_TIMEOUT:.0f} s\n{self.log()}",
-                            pytrace=False)
-            if line is None:
-                proc.wait(timeout=5)
-                pytest.fail(f"broker exited with {proc.returncode} before listening\n"
-                            f"{self.log()}", pytrace=False)
-            if READY_LINE in line:
-                assert f":{self.port}" in line, line
-                return
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def terminate(self, timeout: float = 10.0) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def log(self) -> str:
-        try:
-            return "broker log (tail):\n" + self.log_path.read_text(errors="replace")[-6000:]
-        except OSError:
-            return "<no broker log>"
-
-    def params(self) -> pika.ConnectionParameters:
-        return pika.ConnectionParameters(
-            host="127.0.0.1", port=self.port, credentials=pika.PlainCredentials("guest", "guest"),
-            connection_attempts=1, socket_timeout=5, stack_timeout=10,
-            blocked_connection_timeout=30, heartbeat=0)
-
-    def connect(self) -> pika.BlockingConnection:
-        return pika.BlockingConnection(self.params())
+def connect(bp: BrokerProcess) -> pika.BlockingConnection:
+    return pika.BlockingConnection(params(bp))
 
 
-@pytest.fixture
-def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
-    bp = BrokerProcess(tmp_path / "data", tmp_path / "broker.log")
-    yield bp
-    bp.kill()
+# a data dir each, a new port each start, its log at info level
+broker_process = broker_fixture(start=False, fresh_port=True, log_level="info", management=True)
 
 
 @contextlib.contextmanager
 def connection(bp: BrokerProcess) -> Iterator[pika.BlockingConnection]:
-    conn = bp.connect()
+    conn = connect(bp)
     try:
         yield conn
     finally:
@@ -162,7 +80,7 @@ def publish_until_killed(bp: BrokerProcess, ledger: Ledger, first_id: int,
     goes away; every id whose confirm arrived goes into ``ledger.confirmed``."""
     msg_id = first_id
     try:
-        conn = bp.connect()
+        conn = connect(bp)
         ch = conn.channel()
         ch.confirm_delivery()
         started.set()
@@ -191,7 +109,7 @@ def consume_some(bp: BrokerProcess, ledger: Ledger, ack: int, hold: int, where: 
     """Basic.Get and ack up to ``ack`` messages (each ack confirmed processed by a round
     trip), then take up to ``hold`` more without acking them. Returns the open connection,
     so the held deliveries stay unacked until the broker is killed."""
-    conn = bp.connect()
+    conn = connect(bp)
     ch = conn.channel()
     for _ in range(ack):
         method, _props, body = ch.basic_get(QUEUE, auto_ack=False)
@@ -272,7 +190,7 @@ def test_kill_9_during_confirmed_publishing_loses_nothing(broker_process: Broker
     ledger = run_kill_loop(broker_process, kills=3, seed=seed)
     assert len(ledger.confirmed) > 0, broker_process.log()
     final_check(broker_process, ledger, seed)
-    assert broker_process.terminate() == 0
+    assert broker_process.stop() == 0
 
 
 @pytest.mark.slow
@@ -283,7 +201,7 @@ def test_kill_9_during_confirmed_publishing_loses_nothing_soak(broker_process: B
     ledger = run_kill_loop(broker_process, kills=20, seed=seed)
     assert len(ledger.confirmed) > 0, broker_process.log()
     final_check(broker_process, ledger, seed)
-    assert broker_process.terminate() == 0
+    assert broker_process.stop() == 0
 
 
 @pytest.mark.timeout(60)
@@ -291,7 +209,7 @@ def test_sigterm_closes_clients_with_320_and_restart_recovers(
         broker_process: BrokerProcess) -> None:
     bp = broker_process
     bp.start()
-    conn = bp.connect()
+    conn = connect(bp)
     ch = conn.channel()
     ch.queue_declare(QUEUE, durable=True)
     ch.confirm_delivery()
@@ -320,4 +238,4 @@ def test_sigterm_closes_clients_with_320_and_restart_recovers(
                 break
             got.append((body, method.redelivered))
     assert got == [(b"m0", True)] + [(f"m{i}".encode(), False) for i in range(1, 10)]
-    assert bp.terminate() == 0
+    assert bp.stop() == 0

@@ -23,7 +23,7 @@ from aio_pika.patterns import RPC
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from interop_tests.conftest import pika_parameters
-from interop_tests.matrix.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -198,7 +198,8 @@ def test_ipv6_loopback_reaches_the_default_listener(tmp_path: Path) -> None:
     resolving it to 127.0.0.1 too."""
     if os.environ.get("AMQPQ_TEST_URL"):
         pytest.skip("checks amqpq's own default listener")
-    broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", hosts=None)
+    broker = BrokerProcess(tmp_path / "data", tmp_path / "broker.log", hosts=None,
+                           log_level="info")
     broker.start()
     try:
         for host in ("::1", "127.0.0.1", "localhost"):

@@ -8,17 +8,15 @@ as its own process with ``--ssl-*`` options on free ports.
 from __future__ import annotations
 
 import shutil
-import socket
 import ssl
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 import pytest
 
-from interop_tests.conftest import REPO_ROOT
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -43,35 +41,15 @@ def _make_certs(d: Path) -> None:
                  "-out", f"{name}.pem", cwd=d)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     d = tmp_path_factory.mktemp("tls")
     _make_certs(d)
-    port, tls_port = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", str(port),
-         "--data-dir", str(d / "data"), "--log-level", "warning", "--no-management",
-         "--ssl-port", str(tls_port), "--ssl-cert", str(d / "server.pem"),
-         "--ssl-key", str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"),
-         "--ssl-verify-peer"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    for _ in range(20):
-        line = proc.stdout.readline()
-        if "amqps://" in line or not line:
-            break
-    if "amqps://" not in line:
-        proc.kill()
-        pytest.fail(f"broker did not open its TLS listener: {line!r}")
-    yield tls_port, d
-    proc.terminate()
-    proc.wait(10)
+    with BrokerProcess(d / "data", d / "broker.log", args=(
+            "--ssl-port", "0", "--ssl-cert", str(d / "server.pem"),
+            "--ssl-key", str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"),
+            "--ssl-verify-peer")) as broker:  # waits for the amqps:// listener too
+        yield broker.tls_port, d
 
 
 def _params(port: int, d: Path, client_cert: bool,

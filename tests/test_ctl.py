@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -32,6 +30,8 @@ from pathlib import Path
 import pika
 import pytest
 
+from tests.support.broker_process import BrokerProcess, free_port
+
 REPO = Path(__file__).resolve().parent.parent
 CTL = Path(sys.executable).parent / "amqpqctl"
 FIXTURE = Path(__file__).parent / "data" / "rabbitmq-3.10-definitions.json"
@@ -40,45 +40,21 @@ pytestmark = pytest.mark.skipif(not CTL.exists(), reason="amqpqctl is not instal
                                 "(pip install -e '.[test,fast]')")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Node:
     amqp_port: int
     http_port: int
-    process: subprocess.Popen[bytes]
+    process: BrokerProcess
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    amqp, http = free_port(), free_port()
+    http = free_port()
     data = tmp_path_factory.mktemp("ctl-broker")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--port", str(amqp), "--management-port",
-         str(http), "--data-dir", str(data), "--log-level", "warning"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=1).read()
-            break
-        except (urllib.error.URLError, OSError):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                pytest.fail(f"broker did not start: {err}")
-            time.sleep(0.1)
-    yield Node(amqp, http, proc)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    # no --host: both loopbacks, as amqpq-server runs by default; management API on ``http``
+    with BrokerProcess(data / "data", data / "broker.log", hosts=None,
+                       management=http) as broker:
+        yield Node(broker.port, http, broker)
 
 
 def ctl(node: Node, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from amqp_server.config import BrokerConfig
 from amqp_server.listeners import ListenError, bind_all
 from amqp_server.management.app import management_port
 from amqp_server.server import BrokerServer, parse_args
+from tests.support.broker_process import broker_command
 
 
 def _ipv6_loopback() -> bool:
@@ -143,10 +143,8 @@ def test_a_taken_port_is_one_line_naming_the_address(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run(
-            [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", str(port),
-             "--no-management", "--data-dir", str(tmp_path), "--log-level", "critical"],
-            capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(broker_command(port, tmp_path, log_level="critical"),
+                              capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"amqpq-server: cannot listen on 127.0.0.1:{port}: Address already in use"]

@@ -1,27 +1,16 @@
-"""A broker subprocess (``python -m amqp_server``) on a free port, with /proc readings of its
-memory (RSS) and open file descriptors; used by the stalled-reader test and the soak."""
+"""A broker subprocess (:class:`tests.support.broker_process.BrokerProcess`) with /proc
+readings of its memory (RSS) and open file descriptors, and a raw-socket client past the
+handshake; used by the stalled-reader test and the soak."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-READY = "amqpq: listening on amqp://"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support.broker_process import BrokerProcess
 
 
 def rss_bytes(pid: int) -> int:
@@ -37,65 +26,20 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-class Broker:
-    """A running broker process; ``stop()`` (SIGTERM, then SIGKILL) when done."""
+class Broker(BrokerProcess):
+    """A running broker process (warning log, no management API, ``args`` added) with /proc
+    readings; ``stop()`` (SIGTERM, then SIGKILL) when done."""
 
     def __init__(self, data_dir: Path, *args: str, start_timeout: float = 20.0) -> None:
-        self.port = free_port()
-        self.log_path = data_dir.parent / f"broker-{self.port}.log"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-        self._log = open(self.log_path, "w")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port",
-             str(self.port), "--data-dir", str(data_dir), "--log-level", "warning",
-             "--no-management", *args],
-            stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=ROOT, env=env)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                if READY in line:
-                    ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + start_timeout
-        while not ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"broker did not start:\n{self.log()}")
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        super().__init__(data_dir, data_dir.parent / f"broker-{data_dir.name}.log", args=args,
+                         start_timeout=start_timeout)
+        self.start()
 
     def rss(self) -> int:
         return rss_bytes(self.pid)
 
     def fds(self) -> int:
         return fd_count(self.pid)
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        with contextlib.suppress(Exception):
-            self._log.close()
 
 
 @contextlib.contextmanager
