@@ -1,7 +1,7 @@
 """The brokers under test and /proc readings of their processes.
 
 * :class:`Amqpq`: a fresh ``python -m amqp_server`` on a free port with a temporary data
-  directory (started per run, so its VmHWM is the run's peak).
+  directory (started per run, so its VmHWM is the run's peak; see tests/support).
 * :class:`RabbitMQ`: the reference RabbitMQ on 127.0.0.1:5672 (started with
   ``/work/shared/tools/reference-rabbitmq start`` when it is not up); its processes are the
   beam.smp running ``rabbit boot`` (not ``rabbitmqctl``'s short-lived beam.smp).
@@ -12,7 +12,6 @@ CPU seconds are utime+stime from ``/proc/<pid>/stat``; memory is VmRSS / VmHWM f
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import re
@@ -20,12 +19,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.broker_process import BrokerProcess, BrokerStartError
+
 RABBIT_TOOL = Path("/work/shared/tools/reference-rabbitmq")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -101,65 +100,42 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Amqpq:
-    """A fresh amqpq broker process per run."""
+    """A fresh amqpq broker process per run (:class:`tests.support.broker_process.BrokerProcess`
+    with a temporary data dir, removed by :meth:`stop`)."""
 
     name = "amqpq"
     fresh_per_run = True
 
     def __init__(self, python: str = sys.executable, extra_args: tuple[str, ...] = ()) -> None:
         self.python, self.extra_args = python, extra_args
-        self.proc: subprocess.Popen[str] | None = None
+        self.process: BrokerProcess | None = None
         self.port = 0
-        self.data_dir: str | None = None
-        self.output: collections.deque[str] = collections.deque(maxlen=50)
 
     @property
     def pids(self) -> list[int]:
-        return [self.proc.pid] if self.proc is not None else []
+        return [self.process.pid] if self.process is not None else []
+
+    @property
+    def output(self) -> list[str]:
+        """The last lines of the broker's stdout and stderr."""
+        return self.process.log_text(4000).splitlines()[-50:] if self.process else []
 
     def start(self) -> None:
-        self.data_dir = tempfile.mkdtemp(prefix="amqpq-bench-")
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "amqp_server", "--host", "127.0.0.1", "--port", "0",
-             "--data-dir", self.data_dir, "--log-level", "warning", "--no-management",
-             *self.extra_args],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.output.append(line.rstrip())
-            m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                threading.Thread(target=self._drain, daemon=True).start()
-                return
-        self.stop()
-        raise RuntimeError("amqpq did not start: " + " | ".join(self.output))
-
-    def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.output.append(line.rstrip())
+        self.process = BrokerProcess(python=self.python, args=self.extra_args, start_timeout=30)
+        try:
+            self.port = self.process.start().port
+        except BrokerStartError as exc:
+            self.stop()
+            raise RuntimeError(f"amqpq did not start: {exc}") from None
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.alive()
 
     def stop(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(5)
-            self.proc = None
-        if self.data_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-            self.data_dir = None
+        if self.process is not None:
+            self.process.stop(timeout=15)
+            self.process.close()
+            self.process = None
 
 
 def rabbit_pids() -> list[int]:

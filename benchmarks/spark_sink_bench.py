@@ -29,12 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,30 +39,22 @@ from typing import Any
 import pika
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a script: benchmarks/ is on sys.path, not the root
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.broker_process import BrokerProcess, BrokerStartError  # noqa: E402
+
 QUEUE = "spark-sink-bench"
 TARGET_ROWS_PER_S = 30_000
 
 
 # ------------------------------------------------------------------------------ brokers
-def start_amqpq() -> tuple[subprocess.Popen[str], str]:
-    """A fresh amqpq broker on a free port; returns (process, uri)."""
-    data_dir = tempfile.mkdtemp(prefix="amqpq-bench-")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", "0",
-         "--data-dir", data_dir, "--log-level", "warning"],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-            return proc, f"amqp://guest:guest@127.0.0.1:{m.group(1)}/%2F"
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("amqpq did not start")
+def start_amqpq() -> BrokerProcess:
+    """A fresh amqpq broker (management API on too) on a free port, with a temporary data dir."""
+    try:
+        return BrokerProcess(management=True).start()
+    except BrokerStartError as exc:
+        raise SystemExit(f"amqpq did not start: {exc}") from None
 
 
 def reachable(uri: str) -> bool:
@@ -243,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import spark_sink
 
-    proc, amqpq_uri = start_amqpq()
+    amqpq = start_amqpq()
+    amqpq_uri = amqpq.url
     brokers = [("amqpq", amqpq_uri)]
     if args.rabbit_uri != "none":
         if reachable(args.rabbit_uri):
@@ -295,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             delete_queue(uri)
         spark.stop()
     finally:
-        proc.terminate()
-        proc.wait(10)
+        amqpq.close()
 
     def rate(broker: str, method: str) -> float:  # noqa: E306
         return next((r["rows_per_s"] for r in results
