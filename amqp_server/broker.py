@@ -1,15 +1,20 @@
 """The broker's shared state: configuration, vhosts, users, live connections.
 
-Everything here runs on the event-loop thread; it holds no sockets.
+Everything here runs on the event-loop thread; it holds no sockets. What it needs from the
+world (clock, timer wakeups, a runner for blocking fsyncs, storage, resource probes) comes in
+a :class:`~amqp_server.environment.BrokerEnvironment` at construction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from amqp_server.alarms import Alarms
 from amqp_server.config import BrokerConfig
 from amqp_server.direct_reply_to import ReplyToRegistry
+from amqp_server.environment import BrokerEnvironment
+from amqp_server.persistence import TopologyStore
 from amqp_server.timers import Timers
 from queue_store.durability import Durability
 from queue_store.storage import VhostStorage, name_id
@@ -20,7 +25,6 @@ from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
 
 if TYPE_CHECKING:
-    from amqp_server.alarms import Alarms
     from amqp_server.connection import Connection
 
 
@@ -29,23 +33,44 @@ class Broker:
 
     Args:
         config: settings; the default user and vhost are created from it.
-        timers: timers on the broker clock (tests pass one with a fake clock).
-        storage: keep durable state under ``config.data_dir`` (False: all in memory).
+        env: clock, timer wakeup, blocking-work runner, storage, resource probes (default:
+            :class:`BrokerEnvironment`'s, all in memory, no alarms).
+
+    Attributes:
+        timers: deadlines on ``env.clock``; ``env.wakeup`` hears of each new earliest one.
+        durability: group commit over the message stores, fsyncs run by
+            ``env.run_blocking``.
+        topology: keeps ``definitions.json`` in ``config.data_dir`` (None without storage).
+        alarms: memory and disk alarms measured with ``env.resources`` (None without).
+        extras: vhost metadata and runtime parameters (definitions the core does not use).
+        topology_version: bumped by every change of the definitions (:meth:`mark_changed`);
+            ``topology`` saves only when it moved past the version it last wrote.
     """
 
-    def __init__(self, config: BrokerConfig | None = None, timers: Timers | None = None,
-                 storage: bool = False) -> None:
+    def __init__(self, config: BrokerConfig | None = None,
+                 env: BrokerEnvironment | None = None) -> None:
         self.config = config or BrokerConfig()
-        self.timers = timers or Timers()
-        self.durability = Durability()
+        self.env = env or BrokerEnvironment()
+        self.timers = Timers(self.env.clock, self.env.wakeup)
+        self.durability = Durability(self.env.run_blocking)
         self.durability.on_synced = self.flush_confirms
-        self.storage_enabled = storage
-        self.topology_dirty = False
+        self.storage_enabled = self.env.storage
+        self.topology: TopologyStore | None = None
+        if self.env.storage:
+            self.topology = TopologyStore(self, Path(self.config.data_dir))
+        self.topology_dirty = False  # changed during the current batch of input
+        self.topology_version = 0
         self.alarms_active = False
-        self.alarms: Alarms | None = None  # the resource monitor, when a server runs one
         self.alarm_reason = "low on memory"
-        self.on_topology_changed: Callable[[], None] | None = None
-        self.extras = DefinitionExtras()  # vhost metadata, runtime parameters
+        self.alarms: Alarms | None = None
+        if self.env.resources is not None:
+            self.alarms = Alarms(Path(self.config.data_dir), self.config.memory_high_watermark,
+                                 self.config.disk_free_limit, on_change=self._alarm_changed,
+                                 on_paging=self.set_memory_pressure,
+                                 rss=self.env.resources.rss,
+                                 disk_free=self.env.resources.disk_free)
+            self.durability.write_errors.on_change = self.alarms.write_failed
+        self.extras = DefinitionExtras()
         self.vhosts: dict[str, VirtualHost] = {}
         self.users = UserStore(self.config.loopback_users)
         self.permissions = PermissionStore()
@@ -76,6 +101,11 @@ class Broker:
             self.mark_changed()
         return vhost
 
+    def _alarm_changed(self, active: bool) -> None:
+        alarms = self.alarms
+        disk_only = alarms is not None and alarms.disk and not alarms.memory
+        self.set_alarm(active, "low on disk" if disk_only else "low on memory")
+
     def set_alarm(self, active: bool, reason: str = "low on memory") -> None:
         """A memory/disk alarm went on or off: block or unblock publishing connections."""
         self.alarms_active = active
@@ -90,16 +120,34 @@ class Broker:
                 queue.ready.set_memory_pressure(on)
 
     def mark_changed(self) -> None:
-        """Topology changed: persist definitions at the end of this batch of input."""
+        """Definitions changed: persist them at the end of this batch of input."""
         self.topology_dirty = True
+        self.topology_version += 1
 
     def after_batch(self) -> None:
-        """End of a batch of input: write records, persist changed topology."""
+        """End of a batch of input: write records, persist definitions changed by it."""
         self.durability.flush_writes()
         if self.topology_dirty:
             self.topology_dirty = False
-            if self.on_topology_changed is not None:
-                self.on_topology_changed()
+            self.save_topology()
+
+    def save_topology(self) -> bool:
+        """Save the definitions if they changed since the last successful save (a failed
+        save is logged once per run of failures and retried at the next call); False when
+        there was nothing to save, no storage, or the write failed."""
+        return self.topology is not None and self.topology.save()
+
+    def tick(self) -> None:
+        """Once a second: retry a failed definitions save, re-read memory and disk for the
+        alarms, start an fsync round if anything waits for one (and retry failed writes).
+
+        Raises:
+            whatever an alarm callback or the durability round raises (the caller logs it).
+        """
+        self.save_topology()
+        if self.alarms is not None:
+            self.alarms.check()
+        self.durability.maybe_sync()
 
     def flush_confirms(self) -> None:
         """Send the publisher confirms that became due (after an fsync round)."""

@@ -57,24 +57,65 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 class TopologyStore:
-    """Keeps ``definitions.json`` equal to the broker's durable definitions."""
+    """Keeps ``definitions.json`` equal to the broker's durable definitions.
+
+    The broker counts its definition changes (``broker.topology_version``, bumped by
+    ``mark_changed``); the store remembers the count it last wrote or loaded, so the
+    definitions are exported (a walk over every vhost, queue and binding) only when
+    something changed, and a write that failed is tried again at the next save because the
+    count still differs.
+    """
 
     def __init__(self, broker: Broker, data_dir: Path) -> None:
         self.broker = broker
         self.path = Path(data_dir) / DEFINITIONS_FILE
-        self._last: dict[str, Any] | None = None
+        self._saved_version: int | None = None  # None: nothing written or loaded yet
+        self._failing = False
+        self.exports = 0  # definitions exported to be saved (stats, tests)
 
     def snapshot(self) -> dict[str, Any]:
         return export_definitions(self.broker)
 
+    @property
+    def pending(self) -> bool:
+        """True when the definitions changed since they were last written or loaded."""
+        return self._saved_version != self.broker.topology_version
+
     def save_if_changed(self) -> bool:
-        """Rewrite the file when the durable definitions changed; True if written."""
-        current = self.snapshot()
-        if current == self._last:
+        """Rewrite the file when the definitions changed since the last save; True if
+        written.
+
+        Raises:
+            OSError: the file could not be written (the old one stays whole; the change
+                stays pending, so the next call tries again).
+        """
+        version = self.broker.topology_version
+        if version == self._saved_version:
             return False
+        current = self.snapshot()
+        self.exports += 1
         write_atomically(self.path, json.dumps(current, indent=1, default=str).encode())
-        self._last = current
+        self._saved_version = version
         return True
+
+    def save(self) -> bool:
+        """:meth:`save_if_changed`, with failures logged instead of raised: an OSError
+        (disk full, read-only) once per run of failures, then "saved again" when a later
+        call succeeds. True if written."""
+        try:
+            written = self.save_if_changed()
+        except OSError as exc:  # the old file stays whole
+            if not self._failing:
+                log.error("could not save definitions (retrying every second): %s", exc)
+            self._failing = True
+            return False
+        except Exception:
+            log.exception("could not save definitions")
+            return False
+        if self._failing:
+            log.warning("definitions saved again")
+            self._failing = False
+        return written
 
     def load(self) -> bool:
         """Import the saved definitions (False when there are none).
@@ -93,7 +134,7 @@ class TopologyStore:
         if isinstance(data, dict):
             drop_unknown_policy_keys(data)
         import_definitions(self.broker, data)
-        self._last = self.snapshot()
+        self._saved_version = self.broker.topology_version  # the file says just this
         return True
 
 

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server import tls
-from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from amqp_server.environment import BrokerEnvironment, ResourceProbes
 from amqp_server.listeners import ListenError, bind_all, format_host
 from amqp_server.management import options as management
 from amqp_server.management import stop_management
-from amqp_server.persistence import TopologyStore, recover_messages
+from amqp_server.persistence import recover_messages
 
 log = logging.getLogger("amqpq.server")
 
@@ -123,19 +123,24 @@ class AMQPProtocol(asyncio.Protocol):
 class BrokerServer:
     """Listeners and timers around one :class:`Broker`.
 
+    The broker is built with this event loop's environment: its clock (``loop.time``), one
+    loop timer armed for the earliest broker deadline, fsyncs in the default executor,
+    storage in ``config.data_dir`` and the real memory and disk probes.
+
     Args:
         config: host, port (0 picks a free port; see :attr:`port` after :meth:`start`).
+
+    Raises:
+        RuntimeError: constructed outside a running event loop.
     """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.broker = Broker(config, storage=True)
-        self.topology = TopologyStore(self.broker, Path(config.data_dir))
-        self.alarms = Alarms(Path(config.data_dir), config.memory_high_watermark,
-                             config.disk_free_limit, on_change=self._alarm_changed,
-                             on_paging=self.broker.set_memory_pressure)
-        self.broker.durability.write_errors.on_change = self.alarms.write_failed
-        self.broker.alarms = self.alarms
+        loop = asyncio.get_running_loop()
+        self.env = BrokerEnvironment(clock=loop.time, wakeup=self._arm_timers,
+                                     run_blocking=self._run_sync, storage=True,
+                                     resources=ResourceProbes())
+        self.broker = Broker(config, self.env)
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._servers: list[asyncio.base_events.Server] = []  # AMQP and AMQPS, every host
@@ -143,7 +148,6 @@ class BrokerServer:
         self._timer_handle: asyncio.TimerHandle | None = None
         self.tls_port = 0
         self._timer_when: float | None = None
-        self._topology_failing = False
 
     async def start(self) -> None:
         """Recover state from the data dir, then listen.
@@ -152,18 +156,15 @@ class BrokerServer:
             OSError: the port is taken; ValueError: the saved definitions are unreadable.
         """
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
-        loop = asyncio.get_running_loop()
-        self.broker.timers.clock = loop.time
-        self.broker.timers.wakeup = self._arm_timers
-        self.broker.durability.runner = self._run_sync
-        self.topology.load()
+        topology, alarms = self.broker.topology, self.broker.alarms
+        assert topology is not None and alarms is not None  # storage and resources are on
+        topology.load()
         counts = recover_messages(self.broker)
-        self.topology.save_if_changed()
-        self.broker.on_topology_changed = self._save_topology
+        topology.save_if_changed()
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
                  counts["messages"], counts["queues"], counts["skipped"])
         management.load_definitions(self.broker, self.config)  # --definitions FILE
-        self.alarms.check()  # an alarm already due blocks the first publishers, as RabbitMQ
+        alarms.check()  # an alarm already due blocks the first publishers, as RabbitMQ
         try:
             self.port = await self._listen(self.config.port)
             if self.config.tls.enabled:
@@ -210,26 +211,6 @@ class BrokerServer:
 
         loop.run_in_executor(None, work).add_done_callback(finished)
 
-    def _alarm_changed(self, active: bool) -> None:
-        reason = "low on disk" if self.alarms.disk and not self.alarms.memory else "low on memory"
-        self.broker.set_alarm(active, reason)
-
-    def _save_topology(self) -> None:
-        """Persist changed definitions; retried every tick, logged once per failure run."""
-        try:
-            self.topology.save_if_changed()
-        except OSError as exc:  # disk full, read-only: the old file stays whole
-            if not self._topology_failing:
-                log.error("could not save definitions (retrying every second): %s", exc)
-            self._topology_failing = True
-            return
-        except Exception:
-            log.exception("could not save definitions")
-            return
-        if self._topology_failing:
-            log.warning("definitions saved again")
-            self._topology_failing = False
-
     def _arm_timers(self, when: float) -> None:
         """Keep one loop timer armed for the broker's earliest deadline (queue TTL etc.)."""
         if self._timer_when is not None and self._timer_when <= when:
@@ -258,9 +239,7 @@ class BrokerServer:
                     proto.tick()
                 except Exception:
                     log.exception("tick failed")
-            self._save_topology()  # catches changes made outside AMQP (management API)
-            self.alarms.check()
-            self.broker.durability.maybe_sync()
+            self.broker.tick()  # retries a failed definitions save, alarms, fsync round
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
@@ -284,7 +263,7 @@ class BrokerServer:
                 proto.transport.abort()
         for server in self._servers:
             await server.wait_closed()
-        self._save_topology()
+        self.broker.save_topology()
         self.broker.durability.flush_writes()
         for vhost in self.broker.vhosts.values():
             if vhost.storage is not None:

@@ -32,17 +32,17 @@ class Timers:
 
     Args:
         clock: monotonic time source in seconds.
-
-    Attributes:
-        wakeup: called with the new earliest deadline when one is added that is earlier than
-            all others (the asyncio edge arms ``loop.call_at`` with it).
+        wakeup: called with the new earliest deadline (seconds on ``clock``) when one is
+            added that is earlier than all others (the asyncio edge arms ``loop.call_at``
+            with it); None: nobody is woken, the owner calls :meth:`run_due` itself.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 wakeup: Callable[[float], None] | None = None) -> None:
         self.clock = clock
+        self.wakeup = wakeup
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._counter = itertools.count()
-        self.wakeup: Callable[[float], None] | None = None
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback`` after ``delay`` seconds (at the next :meth:`run_due` past it)."""

@@ -27,6 +27,8 @@ import queue_store.disk_writes as disk_writes
 import queue_store.durability as durability_mod
 from amqp_server.alarms import Alarms
 from amqp_server.broker import Broker
+from amqp_server.config import BrokerConfig
+from amqp_server.environment import BrokerEnvironment, ResourceProbes
 from amqp_server.persistence import TopologyStore
 from queue_store.backing import QueuedMessage
 from queue_store.disk_writes import WriteErrors, write_buffer
@@ -68,13 +70,14 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> FullDisk:
     return fake
 
 
-def wire_alarms(broker: Broker) -> Alarms:
-    """The disk alarm as BrokerServer wires it (plenty of free space, memory never short)."""
-    alarms = Alarms(Path("."), watermark=1 << 60, disk_free_limit=0,
-                    on_change=lambda on: broker.set_alarm(on, "low on disk"),
-                    rss=lambda: 0, disk_free=lambda: 1 << 40)
-    broker.durability.write_errors.on_change = alarms.write_failed
-    return alarms
+def start_with_alarms(data_dir: Path) -> tuple[Broker, TopologyStore, Alarms]:
+    """A broker with the alarms wired as the server's are (``env.resources``): plenty of
+    free space, memory never short, so only failed writes set the disk alarm."""
+    broker, topology, _ = start(
+        data_dir, BrokerConfig(memory_high_watermark=1 << 60, disk_free_limit=0),
+        BrokerEnvironment(resources=ResourceProbes(rss=lambda: 0, disk_free=lambda: 1 << 40)))
+    assert broker.alarms is not None
+    return broker, topology, broker.alarms
 
 
 def acks(frames: list) -> list[tuple[str, int, bool]]:
@@ -157,8 +160,7 @@ def test_message_store_keeps_every_record_through_a_full_disk(
 
 def test_disk_full_blocks_publishers_and_holds_confirms_until_writes_succeed(
         tmp_path: Path, disk: FullDisk) -> None:
-    broker, topology, _ = start(tmp_path)
-    alarms = wire_alarms(broker)
+    broker, topology, alarms = start_with_alarms(tmp_path)
     c = persistent_client(broker)
     topology.save_if_changed()
     out = c.publish(1, "", "dq", b"before", PERSISTENT_PROPS)
@@ -191,8 +193,7 @@ def test_disk_full_blocks_publishers_and_holds_confirms_until_writes_succeed(
 
 def test_kill_while_disk_full_loses_only_unconfirmed_messages(
         tmp_path: Path, disk: FullDisk) -> None:
-    broker, topology, _ = start(tmp_path)
-    wire_alarms(broker)
+    broker, topology, _ = start_with_alarms(tmp_path)
     c = persistent_client(broker)
     topology.save_if_changed()
     confirmed = []
@@ -210,8 +211,7 @@ def test_kill_while_disk_full_loses_only_unconfirmed_messages(
 
 def test_failed_fsync_nacks_the_publishes_it_covered_and_keeps_them_queued(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    broker, _, _ = start(tmp_path)
-    alarms = wire_alarms(broker)
+    broker, _, alarms = start_with_alarms(tmp_path)
     c = persistent_client(broker)
     real = durability_mod.sync_fds
     failures = [OSError(errno.EIO, "fsync: I/O error")]
@@ -234,8 +234,7 @@ def test_failed_fsync_nacks_the_publishes_it_covered_and_keeps_them_queued(
 
 def test_transient_publishes_are_confirmed_while_the_disk_is_full(
         tmp_path: Path, disk: FullDisk) -> None:
-    broker, _, _ = start(tmp_path)
-    wire_alarms(broker)
+    broker, _, _ = start_with_alarms(tmp_path)
     c = persistent_client(broker)
     c.declare_queue(1, "tq")
     disk.room = 0

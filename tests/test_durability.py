@@ -16,6 +16,7 @@ from pamqp.header import ContentHeader
 import queue_store.durability as durability_mod
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
+from amqp_server.environment import BrokerEnvironment
 from amqp_server.persistence import TopologyStore, recover_messages
 from queue_store.durability import Durability, run_inline
 from queue_store.message import Message
@@ -194,8 +195,8 @@ def test_flush_writes_writes_buffers_without_fsync(
 
 def test_group_commit_many_publishes_few_fsync_rounds(
         tmp_path: Path, runner: DeferredRunner, fsynced: list[list[int]]) -> None:
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
-    broker.durability.runner = runner
+    broker = Broker(BrokerConfig(data_dir=tmp_path),
+                    BrokerEnvironment(run_blocking=runner, storage=True))
     queue = broker.vhosts["/"].declare_queue("q", durable=True)
     confirmed: list[int] = []
     n = 200
@@ -265,8 +266,8 @@ def test_compaction_during_a_sync_round_keeps_old_segment_until_copies_synced(
 
 def test_queue_deleted_and_redeclared_during_a_sync_keeps_new_journal(
         tmp_path: Path, runner: DeferredRunner) -> None:
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
-    broker.durability.runner = runner
+    broker = Broker(BrokerConfig(data_dir=tmp_path),
+                    BrokerEnvironment(run_blocking=runner, storage=True))
     topology = TopologyStore(broker, tmp_path)
     vhost = broker.vhosts["/"]
     q = vhost.declare_queue("q", durable=True)
@@ -279,7 +280,7 @@ def test_queue_deleted_and_redeclared_during_a_sync_keeps_new_journal(
     runner.finish_all()
     broker.after_batch()
     topology.save_if_changed()
-    restarted = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    restarted = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     TopologyStore(restarted, tmp_path).load()
     recover_messages(restarted)
     rq = restarted.vhosts["/"].queues["q"]
@@ -290,7 +291,7 @@ def test_queue_deleted_and_redeclared_during_a_sync_keeps_new_journal(
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
 def test_persistent_publishing_without_confirms_does_not_leak(tmp_path: Path) -> None:
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     vhost = broker.vhosts["/"]
     store = vhost.storage.store
     store.segment_size = 2000  # 16 MiB in production: same thing, 8000 times slower
@@ -317,7 +318,7 @@ def test_saved_policies_with_keys_now_refused_still_load(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """State saved by a version that accepted any policy key: the unknown keys are dropped
     with a warning, everything else (queue, the policy's known keys) comes back."""
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     broker.vhosts["/"].declare_queue("kept", durable=True)
     topology = TopologyStore(broker, tmp_path)
     topology.save_if_changed()
@@ -332,7 +333,7 @@ def test_saved_policies_with_keys_now_refused_still_load(
          "value": {"pattern": ".*", "apply-to": "queues", "priority": 0,
                    "definition": {"expires": 60000, "ha-mode": "all"}}}]
     (tmp_path / "definitions.json").write_text(json.dumps(saved))
-    restarted = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    restarted = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     with caplog.at_level("WARNING", logger="amqpq.persistence"):
         assert TopologyStore(restarted, tmp_path).load()
     vhost = restarted.vhosts["/"]

@@ -708,13 +708,13 @@ def test_the_one_node_and_its_resources(api: Callable[..., Answer],
 
 def test_alarm_flags_follow_the_broker(api: Callable[..., Answer],
                                        node: InProcessBroker) -> None:
-    node.run(lambda: node.server.alarms.write_failed(True))  # a write failed: disk alarm
+    node.run(lambda: node.server.broker.alarms.write_failed(True))  # a write failed: disk alarm
     try:
         n = api("GET", "/api/nodes").json[0]
         assert n["disk_free_alarm"] is True and n["mem_alarm"] is False
         assert api("GET", "/api/health/checks/alarms").status == 503
     finally:
-        node.run(lambda: node.server.alarms.write_failed(False))
+        node.run(lambda: node.server.broker.alarms.write_failed(False))
     assert api("GET", "/api/nodes").json[0]["disk_free_alarm"] is False
 
 

@@ -14,6 +14,7 @@ from pamqp.header import ContentHeader
 import queue_store.queue_index as queue_index_mod
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
+from amqp_server.environment import BrokerEnvironment
 from queue_store.message import Message
 from queue_store.queue_index import RECORD_SIZE, IndexEntry, QueueIndex
 
@@ -258,7 +259,7 @@ def test_journal_of_queue_with_standing_backlog_stays_bounded(tmp_path: Path,
                                                               monkeypatch) -> None:
     monkeypatch.setattr(queue_index_mod, "COMPACT_MIN_ACKS", 100)  # 10_000 in production
     persistent = ContentHeader(0, 0, commands.Basic.Properties(delivery_mode=2)).marshal()[12:]
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     vhost = broker.vhosts["/"]
     q = vhost.declare_queue("q", durable=True)
     q.publish(Message.create("", "q", persistent, b"held"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from pamqp.header import ContentHeader
 
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
+from amqp_server.environment import BrokerEnvironment
 from amqp_server.persistence import DEFINITIONS_FILE, TopologyStore, recover_messages
 from exchanges.binding import Destination
 from queue_store.message import Message
@@ -41,10 +43,15 @@ def tmsg(body: str | bytes, routing_key: str = "q") -> Message:
     return pmsg(body, routing_key, properties_raw=TRANSIENT)
 
 
-def start(data_dir: Path) -> tuple[Broker, TopologyStore, dict[str, int]]:
-    """A broker started on ``data_dir`` the way the server starts one."""
-    broker = Broker(BrokerConfig(data_dir=data_dir), storage=True)
-    topology = TopologyStore(broker, data_dir)
+def start(data_dir: Path, config: BrokerConfig | None = None,
+          env: BrokerEnvironment | None = None
+          ) -> tuple[Broker, TopologyStore, dict[str, int]]:
+    """A broker started on ``data_dir`` the way the server starts one (``config`` and
+    ``env`` default to plain ones with storage on; their data dir and storage are set)."""
+    config = replace(config or BrokerConfig(), data_dir=data_dir)
+    broker = Broker(config, replace(env or BrokerEnvironment(), storage=True))
+    topology = broker.topology
+    assert topology is not None
     topology.load()
     counts = recover_messages(broker)
     topology.save_if_changed()
@@ -523,7 +530,7 @@ def test_unchanged_topology_is_not_rewritten(tmp_path: Path, node) -> None:
 
 
 def test_missing_definitions_file_loads_nothing(tmp_path: Path) -> None:
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     assert TopologyStore(broker, tmp_path).load() is False
 
 
@@ -536,7 +543,7 @@ def test_missing_definitions_file_loads_nothing(tmp_path: Path) -> None:
 def test_corrupt_definitions_file_raises_value_error_naming_it(tmp_path: Path,
                                                                content: bytes) -> None:
     (tmp_path / DEFINITIONS_FILE).write_bytes(content)
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     with pytest.raises(ValueError) as info:
         TopologyStore(broker, tmp_path).load()
     assert str(tmp_path / DEFINITIONS_FILE) in str(info.value)
@@ -545,7 +552,7 @@ def test_corrupt_definitions_file_raises_value_error_naming_it(tmp_path: Path,
 def test_definitions_with_invalid_content_raise_value_error(tmp_path: Path) -> None:
     (tmp_path / DEFINITIONS_FILE).write_text(json.dumps(
         {"queues": [{"name": "q", "vhost": "no-such-vhost", "durable": True}]}))
-    broker = Broker(BrokerConfig(data_dir=tmp_path), storage=True)
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
     with pytest.raises(ValueError):
         TopologyStore(broker, tmp_path).load()
 

@@ -46,7 +46,7 @@ from pamqp import commands
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
-from amqp_server.timers import Timers
+from amqp_server.environment import BrokerEnvironment
 from tests.fuzz import frames as F
 
 CONNECTION_CODES = frozenset({403, 501, 502, 503, 504, 505, 506, 530, 540})
@@ -281,7 +281,7 @@ def _handshake(kw: tuple[tuple[str, Any], ...]) -> list[bytes]:
 
 def make_broker(clock: FakeClock, **config: Any) -> Broker:
     cfg = {**FUZZ_CONFIG, **config}
-    return Broker(BrokerConfig(**cfg), timers=Timers(clock))
+    return Broker(BrokerConfig(**cfg), BrokerEnvironment(clock=clock))
 
 
 @functools.cache

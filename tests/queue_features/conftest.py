@@ -8,7 +8,7 @@ import pytest
 
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
-from amqp_server.timers import Timers
+from amqp_server.environment import BrokerEnvironment
 from tests.queue_features.support import FakeClock, Wire, World
 
 
@@ -22,5 +22,5 @@ def world() -> World:
 def wired() -> tuple[Broker, FakeClock, Wire]:
     """A broker on a fake clock and a client connected to it with channel 1 open."""
     clock = FakeClock()
-    broker = Broker(BrokerConfig(), timers=Timers(clock=clock))
+    broker = Broker(BrokerConfig(), BrokerEnvironment(clock=clock))
     return broker, clock, Wire(broker, clock).open(1)

@@ -8,7 +8,7 @@ from pamqp import commands
 
 from amqp_server.broker import Broker
 from amqp_server.config import BrokerConfig
-from amqp_server.timers import Timers
+from amqp_server.environment import BrokerEnvironment
 from tests.queue_features.support import (
     FakeClock,
     Wire,
@@ -117,7 +117,7 @@ def test_queue_delete_cancels_consumers_with_basic_cancel(wired) -> None:
 
 def test_no_basic_cancel_without_the_client_capability() -> None:
     clock = FakeClock()
-    broker = Broker(BrokerConfig(), timers=Timers(clock=clock))
+    broker = Broker(BrokerConfig(), BrokerEnvironment(clock=clock))
     wire = Wire(broker, clock, capabilities={"publisher_confirms": True}).open(1)
     wire.send(1, commands.Queue.Declare(queue="q"))
     wire.send(1, commands.Basic.Consume(queue="q", consumer_tag="c1"))
