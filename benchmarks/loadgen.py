@@ -9,7 +9,7 @@ Hot paths never decode AMQP with pamqp:
 
 * publishers ``sendall`` pre-encoded batches of Publish+header+body frames;
 * consumers ``recv_into`` a 1 MiB buffer and count body-frame starts with
-  ``bytearray.count`` (see :func:`benchmarks.wire.body_frame_pattern`); manual-ack consumers
+  ``bytearray.count`` (see :func:`tests.support.wire.body_frame_pattern`); manual-ack consumers
   send one Basic.Ack per delivery (``multiple=False``, like a typical client acking every
   message in its callback), written together for all deliveries one ``recv`` brought, with
   delivery tags computed from the count (a channel's tags are 1, 2, 3, ...);
@@ -27,8 +27,8 @@ import struct
 import time
 from typing import Any
 
-from benchmarks import wire
-from benchmarks.wire import Client
+from tests.support import wire
+from tests.support.wire import Client
 
 RECV_SIZE = 1 << 20
 
@@ -380,9 +380,7 @@ class IdleConnections:
         cfg = self.cfg
         port, n = cfg["port"], int(cfg["connections"])
         sem = asyncio.Semaphore(int(cfg.get("concurrency", 100)))
-        start_ok = frame.marshal(commands.Connection.StartOk(
-            client_properties={"product": "amqpq-bench-idle"}, mechanism="PLAIN",
-            response="\0guest\0guest", locale="en_US"), 0)
+        start_ok = wire.start_ok("amqpq-bench-idle")
         conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
         async def read_method(reader: asyncio.StreamReader, buf: bytearray) -> Any:
@@ -408,11 +406,8 @@ class IdleConnections:
                 await read_method(reader, buf)  # Start
                 writer.write(start_ok)
                 tune = await read_method(reader, buf)
-                writer.write(frame.marshal(commands.Connection.TuneOk(
-                    channel_max=tune.channel_max or 2047, frame_max=tune.frame_max or 131072,
-                    heartbeat=tune.heartbeat), 0)
-                    + frame.marshal(commands.Connection.Open(virtual_host="/"), 0)
-                    + frame.marshal(commands.Channel.Open(), 1))
+                writer.write(wire.tune_ok_open(tune, tune.heartbeat)
+                             + frame.marshal(commands.Channel.Open(), 1))
                 await read_method(reader, buf)  # Connection.OpenOk
                 await read_method(reader, buf)  # Channel.OpenOk
                 conns.append((reader, writer))

@@ -23,7 +23,7 @@ import threading
 from pamqp import commands, frame
 from pamqp.exceptions import UnmarshalingException
 
-from benchmarks import wire
+from tests.support import wire
 
 
 def _send(sock: socket.socket, ch: int, m: object) -> None:

@@ -41,10 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import wire
 from benchmarks.brokers import Amqpq, RabbitMQ, mem_available_mb
 from benchmarks.loadgen import raise_nofile
 from benchmarks.scenarios import SCENARIOS, BenchError, Params, RunCtx, Scenario, mp_context
+from tests.support import wire
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BACKLOG_RABBIT_MEM_MB = 10_000  # full backlog on RabbitMQ only with this much memory free

@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.brokers import PySpy, RssSampler, cpu_seconds, status_kb
 from benchmarks.loadgen import worker_main
-from benchmarks.wire import Client
+from tests.support.wire import Client
 
 BODY = 200
 

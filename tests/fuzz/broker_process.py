@@ -10,7 +10,11 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import wire
 from tests.support.broker_process import BrokerProcess
+
+CAPABILITIES = {"authentication_failure_close": True, "publisher_confirms": True,
+                "basic.nack": True, "consumer_cancel_notify": True, "connection.blocked": True}
 
 
 def rss_bytes(pid: int) -> int:
@@ -54,22 +58,10 @@ def running(data_dir: Path, *args: str) -> Iterator[Broker]:
 def connect(port: int, timeout: float = 10.0, heartbeat: int = 0,
             frame_max: int = 131072) -> socket.socket:
     """A blocking socket past the AMQP handshake (guest/guest, vhost /), channel 1 open."""
-    from pamqp import commands
-
-    from tests.fuzz import frames as F
-
-    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    steps = F.handshake(heartbeat=heartbeat, frame_max=frame_max)
-    sock.sendall(steps[0])
-    read_until(sock, b"\x00\x0a\x00\x0a")  # Connection.Start
-    sock.sendall(steps[1])
-    read_until(sock, b"\x00\x0a\x00\x1e")  # Connection.Tune
-    sock.sendall(steps[2])
-    read_until(sock, b"\x00\x0a\x00\x29")  # Connection.OpenOk
-    sock.sendall(F.method(1, commands.Channel.Open))
-    read_until(sock, b"\x00\x14\x00\x0b")  # Channel.OpenOk
-    return sock
+    client = wire.Client(port, timeout=timeout, heartbeat=heartbeat, frame_max=frame_max,
+                         capabilities=CAPABILITIES)
+    client.channel(1)
+    return client.sock
 
 
 def read_until(sock: socket.socket, marker: bytes, limit: int = 1 << 20) -> bytes:

@@ -1,14 +1,19 @@
-"""AMQP 0-9-1 wire helpers for the benchmark load generator.
+"""AMQP 0-9-1 client-side wire helpers, encoded with pamqp, for the tools that speak the
+protocol on a raw socket instead of through a client library: the benchmark load generator and
+null sink (benchmarks/), the fuzz suite's raw-socket clients (tests/fuzz/broker_process.py).
 
 Two halves:
 
 * :class:`Client`, a small blocking client (one socket, pamqp to decode) for set-up and
   admin work: handshake, declares, binds, deletes, passive declares. Never on a hot path.
+  :func:`start_ok` and :func:`tune_ok_open` are its handshake frames, for other clients
+  (the benchmark's asyncio idle connections).
 * pre-encoders (:func:`publish_bytes`, :func:`ack_frame`, ...) and stream counters that
   the hot loops use: publishers write pre-encoded batches, consumers count frames by a
   fixed byte pattern with ``bytearray.count`` (C speed) instead of decoding.
 
-Everything talks to 127.0.0.1 only (the caller passes the port).
+Everything talks to 127.0.0.1 only (the caller passes the port). Deliberately invalid frames
+(what pamqp refuses to encode) are tests/fuzz/frames.py's job.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ def publish_head(exchange: str, routing_key: str, body_size: int, channel: int =
 
 
 def body_frame(body: bytes, channel: int = 1) -> bytes:
+    """One content body frame carrying ``body``."""
     return _FRAME_HDR.pack(3, channel, len(body)) + body + b"\xce"
 
 
@@ -71,6 +77,7 @@ def deliver_bytes(ctag: str, tag: int, routing_key: str, body: bytes, channel: i
 
 
 def ack_frame(tag: int, channel: int = 1, multiple: bool = False) -> bytes:
+    """One Basic.Ack frame."""
     return _ACK.pack(1, channel, 13, 60, 80, tag, 1 if multiple else 0, FRAME_END)
 
 
@@ -150,27 +157,46 @@ class ConfirmTracker:
         self.buf = buf[pos:]
 
 
+CAPABILITIES = {"publisher_confirms": True, "consumer_cancel_notify": True}
+
+
+def start_ok(product: str = "amqpq-bench", user: str = "guest", password: str = "guest",
+             capabilities: dict[str, bool] | None = None) -> bytes:
+    """The Connection.StartOk frame: PLAIN login, ``capabilities`` (default
+    :data:`CAPABILITIES`) in the client properties."""
+    return frame.marshal(commands.Connection.StartOk(
+        client_properties={"product": product, "platform": "Python",
+                           "capabilities": CAPABILITIES if capabilities is None
+                           else capabilities},
+        mechanism="PLAIN", response=f"\0{user}\0{password}", locale="en_US"), 0)
+
+
+def tune_ok_open(tune: commands.Connection.Tune, heartbeat: int, frame_max: int = 131072,
+                 vhost: str = "/") -> bytes:
+    """Connection.TuneOk (the broker's channel_max, ``frame_max`` capped by the broker's)
+    followed by Connection.Open of ``vhost``."""
+    return (frame.marshal(commands.Connection.TuneOk(
+        channel_max=tune.channel_max or 2047,
+        frame_max=min(tune.frame_max or frame_max, frame_max), heartbeat=heartbeat), 0)
+        + frame.marshal(commands.Connection.Open(virtual_host=vhost), 0))
+
+
 class Client:
     """A blocking AMQP client for set-up and admin; ``sock`` is there for hot loops."""
 
     def __init__(self, port: int, host: str = HOST, timeout: float = 30.0, heartbeat: int = 0,
-                 vhost: str = "/", user: str = "guest", password: str = "guest") -> None:
+                 vhost: str = "/", user: str = "guest", password: str = "guest",
+                 frame_max: int = 131072, capabilities: dict[str, bool] | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.timeout = timeout
         self.sock.sendall(PROTOCOL_HEADER)
         self.expect(0, commands.Connection.Start)
-        self.send(0, commands.Connection.StartOk(
-            client_properties={"product": "amqpq-bench", "platform": "Python",
-                               "capabilities": {"publisher_confirms": True,
-                                                "consumer_cancel_notify": True}},
-            mechanism="PLAIN", response=f"\0{user}\0{password}", locale="en_US"))
+        self.sock.sendall(start_ok("amqpq-bench", user, password, capabilities))
         tune = self.expect(0, commands.Connection.Tune)
-        self.frame_max = min(tune.frame_max or 131072, 131072)
-        self.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max or 2047,
-                                                frame_max=self.frame_max, heartbeat=heartbeat))
-        self.send(0, commands.Connection.Open(virtual_host=vhost))
+        self.frame_max = min(tune.frame_max or frame_max, frame_max)
+        self.sock.sendall(tune_ok_open(tune, heartbeat, frame_max, vhost))
         self.expect(0, commands.Connection.OpenOk)
 
     # -- frames
