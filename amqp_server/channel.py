@@ -47,9 +47,10 @@ from amqp_server.errors import (
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.queue import ACCEPTED_UNSYNCED, REJECTED, Consumer, Queue, QueuedMessage
+from queue_store.outcomes import NEEDS_SYNC, REJECTED
+from queue_store.queue import Consumer, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
-from queue_store.sender_selected import extra_routing_keys, without_bcc
+from queue_store.sender_selected import without_bcc
 from vhosts.permissions import Perm
 from vhosts.vhost import check_server_named_allowed, server_generated_name
 
@@ -201,48 +202,33 @@ class Channel:
             self._route(x, msg, mandatory)
 
     def _route(self, x: Exchange | None, msg: Message, mandatory: bool) -> None:
-        vhost = self.vhost
+        """Publish through the vhost's one pipeline, then answer the publisher: a mandatory
+        return when unroutable, a confirm (after the fsync for NEEDS_SYNC) or a nack."""
         if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
             self._publish_reply(msg, mandatory)
             return
-        if x is None:
-            queues = vhost.route_default(msg.routing_key)
-        else:
-            x.published += 1
-            queues = vhost.route(x, msg.routing_key, msg)
-        extra = extra_routing_keys(msg)
-        if extra:  # sender-selected distribution (CC/BCC headers)
-            found = {id(q): q for q in queues}
-            for key in extra:
-                more = vhost.route_default(key) if x is None else vhost.route(x, key, msg)
-                found.update((id(q), q) for q in more)
-            queues = list(found.values())
-            msg = without_bcc(msg)
-        rejected = unsynced = False
-        for q in queues:
-            result = q.publish(msg)
-            if result == REJECTED:
-                rejected = True  # x-overflow reject-publish: the publisher gets a nack
-            elif result == ACCEPTED_UNSYNCED:
-                unsynced = True
-        if not queues and mandatory:
-            conn = self.connection
-            conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
-            conn.send_frames(
-                framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
-            )
+        result = self.vhost.publish(x, msg)
+        if not result and mandatory:
+            self._return_unroutable(without_bcc(msg))
         confirms = self.confirms
         if confirms is not None:
-            if rejected:
+            if result & REJECTED:
                 confirms.reject(confirms.next_seq(pending=True))
-            elif unsynced:
+            elif result & NEEDS_SYNC:
                 seq = confirms.next_seq(pending=True)
                 self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq))
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
-        elif unsynced and self.tx is not None:
+        elif result & NEEDS_SYNC and self.tx is not None:
             self._tx_unsynced = True
+
+    def _return_unroutable(self, msg: Message) -> None:
+        """Basic.Return 312 NO_ROUTE with the message (mandatory, no queue reached)."""
+        conn = self.connection
+        conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
+        conn.send_frames(
+            framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max))
 
     def _after_sync(self, callback: Callable[[], None],
                     on_error: Callable[[], None] | None = None) -> None:
@@ -266,11 +252,7 @@ class Channel:
         if target is not None:
             target.deliver_reply(msg)
         elif mandatory:
-            conn = self.connection
-            conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
-            conn.send_frames(
-                framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
-            )
+            self._return_unroutable(msg)
         if self.confirms is not None:
             self.confirms.next_seq()
             self.connection.confirms_dirty.add(self)

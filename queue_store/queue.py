@@ -42,19 +42,17 @@ from amqp_server.errors import ResourceLocked, rs
 from amqp_server.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import FLAG_EXPIRATION, Message
+from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED
 from queue_store.properties import Long, with_header
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
 
-__all__ = ["Consumer", "Queue", "QueueOwner", "QueuedMessage"]
+__all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Queue", "QueueOwner",
+           "QueuedMessage"]
 
 log = logging.getLogger("amqpq.queue")
 
-# Queue.publish results
-REJECTED = 0  # x-overflow reject-publish: nack the publisher
-ACCEPTED = 1
-ACCEPTED_UNSYNCED = 2  # persistent on a durable queue: confirm after the next fsync
 
 
 class ConsumerChannel(Protocol):
@@ -203,11 +201,11 @@ class Queue:
     def publish(self, message: Message) -> int:
         """Append a routed message and deliver it if a consumer can take it.
 
-        Returns :data:`REJECTED` (0) when ``x-overflow`` ``reject-publish``/
-        ``reject-publish-dlx`` refused it (the queue is full: nack the publisher),
-        :data:`ACCEPTED_UNSYNCED` when it was written to disk (a persistent message on a
-        durable queue, or any message on a quorum queue: confirm after the next fsync), else
-        :data:`ACCEPTED`.
+        Returns :data:`~queue_store.outcomes.PublishResult` bits as a plain int:
+        ``REJECTED`` when ``x-overflow`` ``reject-publish``/``reject-publish-dlx`` refused it
+        (the queue is full: nack the publisher), ``ACCEPTED_UNSYNCED`` (ROUTED|NEEDS_SYNC)
+        when it was written to disk (a persistent message on a durable queue, or any message
+        on a quorum queue: confirm after the next fsync), else ``ACCEPTED`` (ROUTED).
 
         Raises:
             ValueError: the message's ``expiration`` property is not a non-negative integer.

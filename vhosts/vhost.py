@@ -31,6 +31,7 @@ from exchanges.binding import Binding, Destination
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
 from queue_store.message import Message
+from queue_store.outcomes import ROUTED, UNROUTABLE
 from queue_store.queue import Queue
 from queue_store.queue_args import (
     QueueSettings,
@@ -38,6 +39,7 @@ from queue_store.queue_args import (
     resolve_settings,
     validate_queue_arguments,
 )
+from queue_store.sender_selected import extra_routing_keys, without_bcc
 from queue_store.storage import VhostStorage
 from vhosts.equivalence import assert_args_equivalent, inequivalent
 from vhosts.limits import Limits
@@ -367,14 +369,7 @@ class VirtualHost:
             return
         out, keys = dead_letter_message(message, reason, queue.name, dlx,
                                         s.dead_letter_routing_key)
-        targets: dict[str, Queue] = {}
-        for key in keys:
-            found = self.route_default(key) if x is None else self.route(x, key, out)
-            for q in found:
-                targets[q.name] = q
-        for q in targets.values():
-            if not is_cycle(out, q.name):
-                q.publish(out)
+        self.publish(x, out, keys, accept=lambda q: not is_cycle(out, q.name))
 
     # ---- policies ------------------------------------------------------------------------
 
@@ -519,6 +514,60 @@ class VirtualHost:
         return [b for x in self.exchanges.values() for b in x.bindings.values()]
 
     # ---- routing -------------------------------------------------------------------------
+
+    def publish(self, exchange: Exchange | None, message: Message,
+                routing_keys: list[str] | None = None,
+                accept: Callable[[Queue], bool] | None = None) -> int:
+        """Route ``message`` and enqueue it: the one entry point of every producer (AMQP
+        Basic.Publish, the HTTP API's publish, dead lettering).
+
+        Args:
+            exchange: None for the default exchange (the caller checked permissions and
+                the exchange's ``internal`` flag).
+            routing_keys: the keys to route with; None: the message's routing key plus its
+                ``CC``/``BCC`` headers (sender-selected distribution; ``BCC`` is removed
+                before the message is stored).
+            accept: a filter on the queues reached (dead lettering's cycle check).
+
+        Returns:
+            :class:`~queue_store.outcomes.PublishResult` bits as a plain int: ``ROUTED``
+            when a queue was reached, ``REJECTED`` when one refused it (reject-publish),
+            ``NEEDS_SYNC`` when one wrote it to disk; 0 when unroutable.
+        """
+        if routing_keys is None:
+            rk = message.routing_key
+            if exchange is None:
+                q = self.queues.get(rk)
+                queues = [q] if q is not None else []
+            else:
+                exchange.published += 1
+                queues = self.route(exchange, rk, message)
+            extra = extra_routing_keys(message)
+            if extra:
+                queues = self._route_keys(exchange, extra, message, queues)
+                message = without_bcc(message)
+        else:
+            if exchange is not None:
+                exchange.published += 1
+            queues = self._route_keys(exchange, routing_keys, message, [])
+        if accept is not None:
+            queues = [q for q in queues if accept(q)]
+        if not queues:
+            return UNROUTABLE
+        result = ROUTED
+        for q in queues:
+            result |= q.publish(message)
+        return result
+
+    def _route_keys(self, exchange: Exchange | None, keys: list[str], message: Message,
+                    found: list[Queue]) -> list[Queue]:
+        """``found`` plus the queues each of ``keys`` reaches, each queue once."""
+        by_id = {id(q): q for q in found}
+        for key in keys:
+            more = self.route_default(key) if exchange is None \
+                else self.route(exchange, key, message)
+            by_id.update((id(q), q) for q in more)
+        return list(by_id.values())
 
     def route(self, exchange: Exchange, routing_key: str, message: Message) -> list[Queue]:
         """The queues a message published to ``exchange`` reaches, each once.

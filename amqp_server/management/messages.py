@@ -28,6 +28,7 @@ from pamqp.header import ContentHeader
 from amqp_server.errors import AccessRefused, AMQPError, PreconditionFailed, rs
 from amqp_server.management.errors import ApiError, bad_request, key_missing
 from queue_store.message import Message
+from queue_store.outcomes import REJECTED, ROUTED
 from queue_store.queue import Queue, QueuedMessage
 from vhosts.definitions import jsonable
 from vhosts.vhost import VirtualHost
@@ -113,12 +114,15 @@ def decode_payload(payload: Any, encoding: Any) -> bytes:
 
 def publish(vhost: VirtualHost, exchange: str, body: dict[str, Any], user: str,
             check_topic: Any = None) -> bool:
-    """Publish as Basic.Publish would (``exchange`` ``""`` is the default exchange); True
-    when the message reached at least one queue.
+    """Publish as Basic.Publish would, through the vhost's one publish pipeline
+    (:meth:`~vhosts.vhost.VirtualHost.publish`: CC/BCC, alternate exchanges, queue limits);
+    ``exchange`` ``""`` is the default exchange. True when a queue was reached.
 
     Raises:
         ApiError: 400 with RabbitMQ's ``"404 NOT_FOUND - no exchange ..."`` style reason for
-            a broker refusal, or a body error.
+            a broker refusal, ``"rejected Unable to publish message. Check queue limits."``
+            when a queue refused it (x-overflow reject-publish; RabbitMQ's
+            ``rabbit_mgmt_wm_exchange_publish`` answers its nack so), or a body error.
     """
     require_keys(body, ("properties", "routing_key", "payload", "payload_encoding"))
     routing_key = body["routing_key"]
@@ -134,22 +138,20 @@ def publish(vhost: VirtualHost, exchange: str, body: dict[str, Any], user: str,
             except ValueError as exc:
                 raise PreconditionFailed(
                     f"invalid expiration '{message.expiration}': {exc}") from None
-        if exchange == "":
-            queues = vhost.route_default(routing_key)
-        else:
+        x = None
+        if exchange != "":
             x = vhost.exchange(exchange)
             if x.internal:
                 raise AccessRefused(
                     f"cannot publish to internal {rs('exchange', exchange, vhost.name)}")
             if check_topic is not None and x.type_name == "topic":
                 check_topic(exchange, routing_key)
-            x.published += 1
-            queues = vhost.route(x, routing_key, message)
     except AMQPError as exc:
         raise bad_request(f"{int(exc.code)} {exc.reply_text}") from None
-    for q in queues:
-        q.publish(message)
-    return bool(queues)
+    result = vhost.publish(x, message)
+    if result & REJECTED:
+        raise bad_request("rejected Unable to publish message. Check queue limits.")
+    return bool(result & ROUTED)
 
 
 def parse_get(body: dict[str, Any]) -> tuple[int, str, str, int | None]:

@@ -1,0 +1,37 @@
+"""What a publish did, as bits every producer of messages reads the same way.
+
+:meth:`vhosts.vhost.VirtualHost.publish` is the one entry point for producers (an AMQP
+channel's Basic.Publish, the HTTP API's publish, dead lettering): it routes, enqueues, and
+answers with a :class:`PublishResult`; :meth:`queue_store.queue.Queue.publish` answers one
+queue's part with the same bits. The channel turns them into a mandatory return
+(not ``ROUTED``), a publisher confirm nack (``REJECTED``) or a confirm after the next fsync
+(``NEEDS_SYNC``); the HTTP API into ``{"routed": ...}`` or RabbitMQ's "rejected" 400.
+
+The hot path uses the plain ``int`` constants below (IntFlag arithmetic costs microseconds);
+``PublishResult(value)`` names them where speed does not matter.
+
+Source: https://www.rabbitmq.com/docs/confirms#when-publishes-are-confirmed,
+https://www.rabbitmq.com/docs/maxlength#overflow-behaviour.
+"""
+
+from __future__ import annotations
+
+from enum import IntFlag
+
+
+class PublishResult(IntFlag):
+    """Bits of a publish's outcome; ``UNROUTABLE`` (0) when no queue was reached."""
+
+    UNROUTABLE = 0
+    ROUTED = 1  # at least one queue was reached (a mandatory publish is not returned)
+    REJECTED = 2  # a queue refused it (x-overflow reject-publish): nack the publisher
+    NEEDS_SYNC = 4  # written to disk: confirm only after the next fsync
+
+
+UNROUTABLE = 0
+ROUTED = 1
+REJECTED = 2
+NEEDS_SYNC = 4
+#: Queue.publish's answers: taken; refused; taken and written to disk.
+ACCEPTED = ROUTED
+ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC
