@@ -122,6 +122,9 @@ def preflight(config: SinkConfig) -> None:
             try:
                 publisher.check_queue(config.routing_key)
             except PublishError as exc:
+                if "404" not in str(exc):  # e.g. no permission to look: the tasks will tell
+                    log.info("amqpq sink: could not check queue %r: %s", config.routing_key, exc)
+                    return
                 vhost = publisher.address.vhost if publisher.address else "?"
                 option = "path" if config.path is not None else "routingKey"
                 raise AmqpqOptionError(option, f"targets queue {config.routing_key!r}, which "
