@@ -575,7 +575,11 @@ def test_example_csv_to_queue(spark: Any, amqpq_proc: BrokerProcess, tmp_path: P
 
     path = csv_to_queue.make_sample_csv(str(tmp_path / "orders.csv"), rows=300)
     csv_to_queue.prepare_queue(amqpq_proc.uri, "sink-orders")
+    started = time.monotonic()
     summary = csv_to_queue.publish_csv(spark, path, amqpq_proc.uri, "sink-orders")
-    assert summary["rows"] == 300
+    assert (summary["published"], summary["confirmed"], summary["unroutable"]) == (300, 300, 0)
+    line = csv_to_queue.describe(summary, time.monotonic() - started, path)
+    assert re.search(r"300 rows from .* published, 300 confirmed, 0 unroutable, in [\d.]+ s "
+                     r"\([\d,]+ rows/s; publishing alone [\d,]+ rows/s\)", line), line
     assert csv_to_queue.count_messages(amqpq_proc.uri, "sink-orders", expected=300,
                                        idle_seconds=1.0) == 300
