@@ -9,91 +9,50 @@ collect this module itself.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 
+from tests.support.broker_process import BrokerProcess as SharedBrokerProcess
+from tests.support.broker_process import free_port
+
+__all__ = ["BrokerProcess", "start_broker", "amqpq_proc", "drain", "free_port", "spark", "_df"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BROKER_START_TIMEOUT = 20.0
+
 
 # ====================================================================== broker processes
-@dataclass
-class BrokerProcess:
-    """An ``python -m amqp_server`` child process on a free port."""
-
-    proc: subprocess.Popen[str]
-    port: int
-    data_dir: str
-    management_port: int | None = None
+class BrokerProcess(SharedBrokerProcess):
+    """A broker subprocess (tests/support/broker_process.py) with the Spark tests' short-hands:
+    ``uri`` and ``channel()``."""
 
     @property
     def uri(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        """``amqp://guest:guest@127.0.0.1:PORT/%2F``."""
+        return self.url
 
     def channel(self) -> Any:
+        """A pika channel on a new connection to the broker."""
         conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", self.port))
         return conn.channel()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+def start_broker(*args: str, management_port: int | None = None) -> BrokerProcess:
+    """A started broker on free ports, on a temporary data dir (:meth:`close` removes it).
 
-
-def start_broker(*extra: str, management_port: int | None = None) -> BrokerProcess:
-    """Start the broker on port 0 (it picks a free one) and wait for its 'listening' line.
-
-    ``extra``: more command-line options (e.g. ``--ssl-*``); ``management_port``: serve the
-    management HTTP API there.
+    ``args``: more command-line options (e.g. ``--ssl-*``: then ``tls_port`` is set);
+    ``management_port``: serve the management HTTP API there (default: none).
     """
-    data_dir = tempfile.mkdtemp(prefix="amqpq-spark-test-")
-    if management_port is not None:
-        extra = (*extra, "--management-port", str(management_port))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "amqp_server", "--host", "127.0.0.1", "--port", "0",
-         "--data-dir", data_dir, "--log-level", "warning", *extra],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    found: list[int] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"listening on amqp://[^:]+:(\d+)", line)
-            if m and not found:
-                found.append(int(m.group(1)))
-        # keep draining so the child never blocks on a full pipe
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + BROKER_START_TIMEOUT
-    while not found and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    if not found:
-        proc.kill()
-        pytest.fail("amqpq broker did not start")
-    return BrokerProcess(proc, found[0], data_dir, management_port)
+    broker = BrokerProcess(args=args, management=False if management_port is None
+                           else management_port)
+    broker.start()
+    return broker
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +60,7 @@ def amqpq_proc() -> Iterator[BrokerProcess]:
     """One broker process shared by this module's tests (names are unique per test)."""
     b = start_broker()
     yield b
-    b.stop()
+    b.close()
 
 
 def drain(port: int, queue: str, expected: int, timeout: float = 20.0) -> list[tuple[Any, bytes]]:
@@ -122,12 +81,6 @@ def drain(port: int, queue: str, expected: int, timeout: float = 20.0) -> list[t
     conn.close()
     assert extra == 0, f"{extra} more messages than expected in {queue}"
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _java_available() -> bool:

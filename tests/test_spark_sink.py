@@ -523,7 +523,7 @@ def test_spark_broker_lost_mid_write_fails_the_job(spark: Any, tmp_path: Path) -
         assert not summary_file.exists() or json.loads(summary_file.read_text())[
             "status"] == "aborted"
     finally:
-        victim.stop()
+        victim.close()
 
 
 def test_spark_streaming_rate_source_delivers_every_batch(spark: Any,

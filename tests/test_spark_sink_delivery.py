@@ -48,31 +48,27 @@ def broker() -> Iterator[BrokerProcess]:
     """One amqpq broker with its management API (names are unique per test)."""
     b = start_broker(management_port=free_port())
     yield b
-    b.stop()
+    b.close()
 
 
 # ================================================================================ helpers
-def http(base: str, method: str, path: str) -> Any:
-    """One management API call as guest; the decoded JSON body (None when empty)."""
-    req = urllib.request.Request(base + path, method=method)
+def http(base: str, method: str, path: str, body: Any = None) -> Any:
+    """One management API call as guest (``body`` sent as JSON); the decoded JSON reply
+    (None when empty)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, method=method, data=data)
     req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(req, timeout=10) as resp:
         body = resp.read()
     return json.loads(body) if body else None
 
 
-def close_sink_connections(base: str, wait: float = 0.0) -> list[str]:
-    """Close (DELETE /api/connections/{name}) every connection of the sink; their names.
-    ``wait``: seconds to keep looking while the API lists none yet (RabbitMQ lists new
-    connections with a delay)."""
-    deadline = time.monotonic() + wait
-    while True:
-        names = [c["name"] for c in http(base, "GET", "/api/connections")
-                 if str(c.get("client_properties", {}).get("connection_name", "")).startswith(
-                     SINK_CLIENT)]
-        if names or time.monotonic() >= deadline:
-            break
-        time.sleep(0.1)
+def close_sink_connections(base: str) -> list[str]:
+    """Close (DELETE /api/connections/{name}) every connection of the sink; their names."""
+    names = [c["name"] for c in http(base, "GET", "/api/connections")
+             if str(c.get("client_properties", {}).get("connection_name", "")).startswith(
+                 SINK_CLIENT)]
     for name in names:
         http(base, "DELETE", "/api/connections/" + quote(name, safe=""))
     return names
@@ -254,19 +250,11 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Broke
 
     d = tmp_path_factory.mktemp("spark-tls")
     _make_certs(d)
-    tls_port = free_port()
-    b = start_broker("--ssl-port", str(tls_port), "--ssl-cert", str(d / "server.pem"),
+    b = start_broker("--ssl-port", "0", "--ssl-cert", str(d / "server.pem"),
                      "--ssl-key", str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"),
-                     "--ssl-verify-peer")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the TLS listener may open just after the plain one
-        try:
-            socket.create_connection(("127.0.0.1", tls_port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield b, tls_port, d
-    b.stop()
+                     "--ssl-verify-peer")  # waits for the amqps:// listener too
+    yield b, b.tls_port, d
+    b.close()
 
 
 def test_spark_amqps_write_delivers_every_row(spark: Any,
@@ -328,13 +316,12 @@ def _reference_up() -> bool:
         return False
 
 
-@pytest.mark.reference
-def test_spark_sink_against_reference_rabbitmq(spark: Any) -> None:
-    """The same behaviour against RabbitMQ: save(queue), an unroutable row failing the job,
-    onUnroutable=drop counting, and (with its management API) a force-closed connection."""
+@pytest.fixture
+def reference_queue() -> Iterator[tuple[str, str, Any]]:
+    """A fresh queue and direct exchange on the reference RabbitMQ (deleted afterwards):
+    (queue, exchange, pika channel); skips when RabbitMQ is not running."""
     if not _reference_up():
         pytest.skip("reference RabbitMQ not reachable at 127.0.0.1:5672")
-    uri = "amqp://guest:guest@127.0.0.1:5672/%2F"
     tag = uuid.uuid4().hex[:8]
     queue, exchange = f"sink-ref-{tag}", f"sink-ref-ex-{tag}"
     conn = pika.BlockingConnection(pika.ConnectionParameters(*REFERENCE))
@@ -342,44 +329,79 @@ def test_spark_sink_against_reference_rabbitmq(spark: Any) -> None:
     ch.queue_declare(queue)
     ch.exchange_declare(exchange, "direct")
     try:
-        _df(spark, 60).write.format("amqpq").option("uri", uri).mode("append").save(queue)
-        assert len(drain(REFERENCE[1], queue, 60)) == 60
-
-        with pytest.raises(Exception) as err:
-            _df(spark, 30).write.format("amqpq").option("uri", uri) \
-                .option("exchange", exchange).option("routingKey", "nobody") \
-                .mode("append").save()
-        assert f"exchange '{exchange}' has no binding for routing key 'nobody'" in \
-            first_line_with(str(err.value), "unroutable row")
-
-        ch.queue_bind(queue, exchange, "FR")
-        summary = spark_sink.write(_df(spark, 300), uri=uri, exchange=exchange,
-                                   routingKeyColumn="country", onUnroutable="drop")
-        assert (summary["published"], summary["confirmed"], summary["unroutable"]) == (
-            300, 100, 200)
-        assert len(drain(REFERENCE[1], queue, 100)) == 100
-
-        try:
-            http(REFERENCE_HTTP, "GET", "/api/overview")
-        except OSError:
-            return  # no management API: the connection check needs it
-        # RabbitMQ lists a new connection only with its next stats (up to 5 s): act early,
-        # on slower rows (6 s per task)
-        thread, closed = when_queue_reaches(REFERENCE[1], queue, 1,
-                                            lambda: close_sink_connections(REFERENCE_HTTP, 5.5))
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-        try:
-            summary = spark_sink.write(slow_df(spark, 2400, 5), uri=uri, routingKey=queue,
-                                       confirmBatchSize="25", timeout="10")
-        finally:
-            spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-        thread.join(5)
-        if not closed or closed == ["(none)"]:
-            pytest.skip("RabbitMQ's management API did not list the sink's connections in time")
-        assert summary["reconnects"] >= 1 and summary["confirmed"] == 2400
-        ids = {json.loads(b)["id"] for _, b in consume_all(*REFERENCE, queue)}
-        assert ids == set(range(2400))
+        yield queue, exchange, ch
     finally:
         ch.queue_delete(queue)
         ch.exchange_delete(exchange)
         conn.close()
+
+
+REFERENCE_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
+
+
+@pytest.mark.reference
+def test_spark_sink_against_reference_rabbitmq(spark: Any,
+                                               reference_queue: tuple[str, str, Any]) -> None:
+    """The same behaviour against RabbitMQ: save(queue), an unroutable row failing the job,
+    onUnroutable=drop counting."""
+    queue, exchange, ch = reference_queue
+    uri = REFERENCE_URI
+    _df(spark, 60).write.format("amqpq").option("uri", uri).mode("append").save(queue)
+    assert len(drain(REFERENCE[1], queue, 60)) == 60
+
+    with pytest.raises(Exception) as err:
+        _df(spark, 30).write.format("amqpq").option("uri", uri) \
+            .option("exchange", exchange).option("routingKey", "nobody") \
+            .mode("append").save()
+    assert f"exchange '{exchange}' has no binding for routing key 'nobody'" in \
+        first_line_with(str(err.value), "unroutable row")
+
+    ch.queue_bind(queue, exchange, "FR")
+    summary = spark_sink.write(_df(spark, 300), uri=uri, exchange=exchange,
+                               routingKeyColumn="country", onUnroutable="drop")
+    assert (summary["published"], summary["confirmed"], summary["unroutable"]) == (
+        300, 100, 200)
+    assert len(drain(REFERENCE[1], queue, 100)) == 100
+
+
+@pytest.mark.reference
+def test_spark_reconnects_to_reference_rabbitmq(spark: Any,
+                                                reference_queue: tuple[str, str, Any]) -> None:
+    """RabbitMQ force-closes the sink's connections mid-write (its management API deletes the
+    sink's user: 320 CONNECTION_FORCED; the user comes back at once, so the first reconnection
+    attempts may be refused): each task reconnects and every row arrives."""
+    queue, _, _ = reference_queue
+    user = f"sink-ref-{uuid.uuid4().hex[:8]}"
+    try:
+        make_user(REFERENCE_HTTP, user)
+    except OSError:
+        pytest.skip(f"RabbitMQ management API not reachable at {REFERENCE_HTTP}")
+
+    def drop_connections() -> list[str]:
+        http(REFERENCE_HTTP, "DELETE", f"/api/users/{user}")  # closes its connections
+        make_user(REFERENCE_HTTP, user)
+        return [user]
+
+    thread, closed = when_queue_reaches(REFERENCE[1], queue, 300, drop_connections)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        summary = spark_sink.write(slow_df(spark, 2400, 1), uri=REFERENCE_URI, username=user,
+                                   password="sink-pw", routingKey=queue,
+                                   confirmBatchSize="25", timeout="10")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        thread.join(5)
+        http(REFERENCE_HTTP, "DELETE", f"/api/users/{user}")
+    assert closed == [user], "the sink's connections were not closed"
+    assert summary["reconnects"] >= 1 and summary["confirmed"] == 2400
+    assert all(p["attempt"] == 0 for p in summary["per_partition"])
+    ids = [json.loads(b)["id"] for _, b in consume_all(*REFERENCE, queue)]
+    assert set(ids) == set(range(2400))
+    assert len(ids) - 2400 <= summary["republished"]
+
+
+def make_user(base: str, user: str) -> None:
+    """Create ``user`` (password ``sink-pw``) with every permission on vhost /."""
+    http(base, "PUT", f"/api/users/{user}", {"password": "sink-pw", "tags": ""})
+    http(base, "PUT", f"/api/permissions/%2F/{user}",
+         {"configure": ".*", "write": ".*", "read": ".*"})
