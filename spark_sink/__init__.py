@@ -71,7 +71,7 @@ jobId                       first part of the automatic message ids (default: ra
                             batch write; the query id for streaming)
 summaryPath                 file the driver writes the JSON summary to (streaming: one line
                             per micro-batch)
-preflight                   ``false`` skips the driver's connect + exchange check
+preflight                   ``false`` skips the driver's connect + exchange/queue check
 api                         ``arrow`` (default) or ``row`` (Row-based writer; slower)
 =========================== ==============================================================
 

@@ -122,6 +122,24 @@ def first_line_with(text: str, needle: str) -> str:
     return next((line for line in text.splitlines() if needle in line), "")
 
 
+# ===================================================================== unit: the summary
+def test_summary_line_never_claims_rows_no_queue_took() -> None:
+    base = {"status": "committed", "published": 10, "confirmed": 10, "unroutable": 0,
+            "republished": 0, "reconnects": 0, "partitions": 2, "failed_partitions": 0}
+    assert summary_line(_config("amqp://h", routingKey="q"), base) == (
+        "amqpq sink: job (stream): 10 rows published, 10 confirmed, 0 unroutable, from 2 "
+        "partitions to the default exchange")
+    blind = summary_line(_config("amqp://h", mandatory="false"), {**base, "unroutable": None})
+    assert "unroutable rows not detected (mandatory=false)" in blind
+    retried = summary_line(_config("amqp://h", exchange="ex"),
+                           {**base, "reconnects": 2, "republished": 7})
+    assert "2 reconnects, 7 rows republished (at-least-once: duplicates possible)" in retried
+    aborted = summary_line(_config("amqp://h"), {**base, "status": "aborted",
+                                                  "failed_partitions": 1, "confirmed": 4})
+    assert "ABORTED: 1 of 2 partitions failed" in aborted
+    assert all("all confirmed" not in x for x in (blind, retried, aborted))
+
+
 # ==================================================================== publisher: reconnect
 def test_publisher_republishes_unconfirmed_messages_after_a_forced_close(
         broker: BrokerProcess) -> None:
