@@ -136,7 +136,8 @@ class CommandAssembler:
             SyntaxError_ (502), CommandInvalid (503): undecodable or unknown method.
             AMQPError: whatever the sink raises for the command.
         """
-        self.expect_method()
+        if self._fields is not None:
+            self.expect_method()  # raises
         index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if index == framing.BASIC_PUBLISH:
             self._fields = _parse_publish(payload)

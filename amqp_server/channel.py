@@ -47,19 +47,21 @@ from amqp_server.errors import (
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED
-from queue_store.queue import Consumer, Queue, QueuedMessage
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
+from queue_store.queue import Consumer, Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
 from vhosts.permissions import Perm
 from vhosts.vhost import check_server_named_allowed, server_generated_name
+
+ACK, REQUEUE, REJECT_MESSAGE = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
 
 if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
 SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the smallest frame_max
 
-Unacked = tuple[QueuedMessage, Queue, Consumer | None]
+Unacked = Delivery  # (message, queue, consumer or None for Basic.Get)
 
 
 class Channel:
@@ -167,6 +169,8 @@ class Channel:
             PreconditionFailed (406): user_id not the connection's user, a bad expiration.
         """
         exchange, rk, ex_rk_raw, mandatory, immediate = fields
+        if not self.connection.has_published:
+            self.connection.first_publish()
         if immediate:
             raise NotImplemented_("immediate=true")
         if exchange not in self._write_ok:
@@ -515,7 +519,7 @@ class Channel:
     def _basic_get(self, m: Any) -> None:
         self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
-        qm = q.get()
+        qm = q.get(m.no_ack)
         if qm is None:
             self.send(commands.Basic.GetEmpty())
             return
@@ -523,15 +527,12 @@ class Channel:
         self.next_tag = tag + 1
         if not m.no_ack:
             self.unacked[tag] = (qm, q, None)
-            q.unacked_count += 1
         msg = qm.message
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(0, framing.get_ok_frame(self.number, tag, qm.redelivered, msg.ex_rk_raw,
                                            q.message_count))
         conn.send_frames(out)
-        if m.no_ack:
-            q.ack(qm)
 
     # ---- basic class: acknowledgements ---------------------------------------------------
 
@@ -563,6 +564,14 @@ class Channel:
 
     def ack(self, tag: int, multiple: bool) -> None:
         """Basic.Ack (spec 1.8.3.13). Raises PreconditionFailed (406) for an unknown tag."""
+        if not multiple and self.tx is None:  # the common ack: one delivery, no transaction
+            entry = self.unacked.pop(tag, None)
+            if entry is None:
+                raise PreconditionFailed(f"unknown delivery tag {tag}")
+            entry[1].settle((entry,), ACK)
+            if self.global_prefetch:
+                self._dispatch_consumers()
+            return
         taken = self._take_unacked(tag, multiple)
         if self.tx is not None:
             self.tx.append(("ack", (taken, None)))
@@ -577,35 +586,17 @@ class Channel:
         self._apply_settle([entry for _, entry in taken], requeue=requeue)
 
     def _apply_settle(self, entries: list[Unacked], requeue: bool | None) -> None:
-        """Settle taken deliveries: ack (requeue None), requeue (True) or drop (False)."""
+        """End taken deliveries through their queues' :meth:`~Queue.settle`: ack (requeue
+        None), requeue (True) or reject (False)."""
+        outcome = ACK if requeue is None else (REQUEUE if requeue else REJECT_MESSAGE)
         if len(entries) == 1:
-            qm, q, consumer = entries[0]
-            q.settled(consumer)
-            if requeue:
-                q.requeue([qm])
-            else:
-                if requeue is False:
-                    q.reject(qm)
-                else:
-                    q.ack(qm)
-                q.dispatch()
-            if self.global_prefetch:
-                self._dispatch_consumers()
-            return
-        by_queue: dict[Queue, list[QueuedMessage]] = {}
-        for qm, q, consumer in entries:
-            q.settled(consumer)
-            by_queue.setdefault(q, []).append(qm)
-        for q, qms in by_queue.items():
-            if requeue:
-                q.requeue(qms)
-            else:
-                for qm in qms:
-                    if requeue is False:
-                        q.reject(qm)
-                    else:
-                        q.ack(qm)
-                q.dispatch()
+            entries[0][1].settle(entries, outcome)
+        else:
+            by_queue: dict[Queue, list[Unacked]] = {}
+            for entry in entries:
+                by_queue.setdefault(entry[1], []).append(entry)
+            for q, group in by_queue.items():
+                q.settle(group, outcome)
         if self.global_prefetch:
             self._dispatch_consumers()
 

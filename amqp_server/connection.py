@@ -328,8 +328,6 @@ class Connection:
             raise CommandInvalid("channel method before connection.open")
         ch = self.channels.get(number)
         if ch is not None and not ch.closing:
-            if not self.has_published and payload[:4] == framing.PUBLISH_PREFIX:
-                self._first_publish()
             ch.assembler.method_frame(payload)
             return
         method = decode_method(payload)
@@ -357,9 +355,9 @@ class Connection:
         ch = self.channels[number] = Channel(self, number)
         ch.send(commands.Channel.OpenOk())
 
-    def _first_publish(self) -> None:
-        """Publishers are blocked by an alarm from their first publish on (RabbitMQ blocks
-        a connection once it publishes, not before)."""
+    def first_publish(self) -> None:
+        """The connection's first publish (the channel tells): publishers are blocked by an
+        alarm from then on (RabbitMQ blocks a connection once it publishes, not before)."""
         self.has_published = True
         if self.broker.alarms_active:
             self.set_blocked(True, self.broker.alarm_reason)

@@ -16,7 +16,7 @@ https://www.rabbitmq.com/docs/maxlength#overflow-behaviour.
 
 from __future__ import annotations
 
-from enum import IntFlag
+from enum import IntEnum, IntFlag
 
 
 class PublishResult(IntFlag):
@@ -35,3 +35,11 @@ NEEDS_SYNC = 4
 #: Queue.publish's answers: taken; refused; taken and written to disk.
 ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC
+
+
+class Settlement(IntEnum):
+    """How an outstanding delivery ends (:meth:`queue_store.queue.Queue.settle`)."""
+
+    ACK = 0  # Basic.Ack: gone
+    REQUEUE = 1  # Basic.Reject/Nack requeue=true, Basic.Recover, channel closed: back in place
+    REJECT = 2  # Basic.Reject/Nack requeue=false: dead-lettered (reason rejected) or dropped

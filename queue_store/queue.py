@@ -35,23 +35,28 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from amqp_server.errors import ResourceLocked, rs
 from amqp_server.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import FLAG_EXPIRATION, Message
-from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED
+from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.properties import Long, with_header
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
 
-__all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Queue", "QueueOwner",
-           "QueuedMessage"]
+__all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", "Queue",
+           "QueueOwner", "QueuedMessage", "Settlement"]
 
 log = logging.getLogger("amqpq.queue")
+
+_REQUEUE, _REJECT = Settlement.REQUEUE, Settlement.REJECT
+
+#: An outstanding delivery: (message, its queue, the consumer or None for Basic.Get).
+Delivery = tuple[QueuedMessage, "Queue", "Consumer | None"]
 
 
 
@@ -380,8 +385,12 @@ class Queue:
         if self._has_ttl:
             self._arm_ttl_timer()
 
-    def get(self) -> QueuedMessage | None:
-        """Take the head message for Basic.Get (None when empty); counts as use (x-expires)."""
+    def get(self, no_ack: bool = False) -> QueuedMessage | None:
+        """Take the head message for Basic.Get (None when empty); counts as use (x-expires).
+
+        With ``no_ack`` the message is gone at once; otherwise it is an outstanding delivery
+        until :meth:`settle` ends it.
+        """
         self.touch()
         if self._has_ttl:
             self._expire_head()
@@ -390,29 +399,56 @@ class Queue:
             self.delivered += 1
             if self.quorum:
                 self._stamp_delivery_count(qm)
-            self._log_delivery(qm)
+            if no_ack:
+                self._forget(qm)
+            else:
+                self.unacked_count += 1
+                self._log_delivery(qm)
             if self._has_ttl:
                 self._expire_head()  # GetOk's message_count must not count expired ones
         return qm
 
     # ---- settlement ----------------------------------------------------------------------
 
-    def settled(self, consumer: Consumer | None, count: int = 1) -> None:
-        """``count`` unacknowledged deliveries (to ``consumer``, None for Basic.Get) were acked,
-        rejected or are being requeued."""
-        self.unacked_count -= count
-        if consumer is not None:
-            consumer.unacked -= count
-            if consumer is self._sac_previous and consumer.unacked <= 0:
-                self._sac_previous = None
+    def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
+        """End outstanding deliveries of this queue: the one place that changes its
+        delivery counters (``unacked_count``, each consumer's ``unacked``, the single active
+        consumer hand-over), then acks, requeues or rejects them and dispatches.
 
-    def ack(self, qm: QueuedMessage) -> None:
-        """An unacknowledged delivery was acked (or taken with no-ack by Basic.Get): gone."""
-        self._forget(qm)
+        Args:
+            deliveries: ``(message, this queue, consumer or None for Basic.Get)`` each, as
+                :meth:`dispatch` and :meth:`get` handed them out.
+            outcome: ACK (gone), REQUEUE (back at its original place, flagged redelivered;
+                a quorum queue counts the return), REJECT (dead-lettered, reason
+                ``rejected``, or dropped).
+        """
+        self.unacked_count -= len(deliveries)
+        if outcome == _REQUEUE:
+            for _, _, consumer in deliveries:
+                if consumer is not None:
+                    self._consumer_settled(consumer)
+            self._requeue([d[0] for d in deliveries])
+            return
+        reject = outcome == _REJECT and self.host is not None and not self.deleted
+        for qm, _, consumer in deliveries:
+            if consumer is not None:
+                consumer.unacked -= 1
+                if consumer is self._sac_previous:
+                    self._consumer_settled(consumer, 0)
+            if reject:
+                self.host.dead_letter(self, qm.message, "rejected")  # type: ignore[union-attr]
+            self._forget(qm)
+        self.dispatch()
 
-    def requeue(self, messages: Iterable[QueuedMessage]) -> None:
-        """Put unacknowledged messages back at their original positions, flagged redelivered
-        (the caller has called :meth:`settled` for them)."""
+    def _consumer_settled(self, consumer: Consumer, count: int = 1) -> None:
+        """One fewer outstanding delivery for ``consumer`` (``count`` 0: already counted);
+        a cancelled single active consumer with none left hands over."""
+        consumer.unacked -= count
+        if consumer is self._sac_previous and consumer.unacked <= 0:
+            self._sac_previous = None
+
+    def _requeue(self, messages: list[QueuedMessage]) -> None:
+        """Put messages back at their original positions, flagged redelivered."""
         if self.deleted:
             return
         back = sorted(messages)
@@ -457,12 +493,6 @@ class Queue:
                           message.body)
         stamped.store_id = message.store_id
         qm.message = stamped
-
-    def reject(self, qm: QueuedMessage) -> None:
-        """A delivery rejected/nacked without requeue: dead-lettered (reason ``rejected``)."""
-        if self.host is not None and not self.deleted:
-            self.host.dead_letter(self, qm.message, "rejected")
-        self._forget(qm)
 
     def purge(self) -> int:
         """Drop every ready message (not dead-lettered); returns how many (messages)."""

@@ -21,7 +21,7 @@ from amqp_server.persistence import DEFINITIONS_FILE, TopologyStore, recover_mes
 from exchanges.binding import Destination
 from queue_store.message import Message
 from queue_store.msg_store import HEAD_SIZE
-from queue_store.queue import ACCEPTED, ACCEPTED_UNSYNCED, Queue
+from queue_store.queue import ACCEPTED, ACCEPTED_UNSYNCED, Queue, Settlement
 
 
 def props_raw(**kw) -> bytes:
@@ -85,8 +85,7 @@ def drain(queue: Queue, ack: bool = True) -> list[tuple[bytes, bool]]:
     while (qm := queue.get()) is not None:
         out.append((qm.message.body, qm.redelivered))
         if ack:
-            queue.settled(None)
-            queue.ack(qm)
+            queue.settle([(qm, queue, None)], Settlement.ACK)
     return out
 
 
@@ -179,8 +178,7 @@ def test_acked_message_does_not_come_back(tmp_path: Path, node) -> None:
         q.publish(pmsg(f"m{i}"))
     for _ in range(3):
         qm = q.get()
-        q.settled(None)
-        q.ack(qm)
+        q.settle([(qm, q, None)], Settlement.ACK)
     broker, topology, _ = restart(tmp_path, broker, topology)
     assert drain(broker.vhosts["/"].queues["q"]) == [(b"m3", False), (b"m4", False),
                                                      (b"m5", False)]
@@ -192,8 +190,7 @@ def test_delivered_unacked_comes_back_redelivered_in_order(tmp_path: Path, node)
     for i in range(8):
         q.publish(pmsg(f"m{i}"))
     taken = [q.get() for _ in range(4)]  # m0..m3 delivered
-    q.settled(None)
-    q.ack(taken[1])  # m1 acked; m0, m2, m3 delivered and unacked
+    q.settle([(taken[1], q, None)], Settlement.ACK)  # m1 acked; m0, m2, m3 delivered and unacked
     broker, topology, counts = restart(tmp_path, broker, topology)
     assert counts["messages"] == 7
     assert drain(broker.vhosts["/"].queues["q"]) == [
@@ -207,8 +204,7 @@ def test_requeued_message_comes_back_redelivered(tmp_path: Path, node) -> None:
     q.publish(pmsg("a"))
     q.publish(pmsg("b"))
     qm = q.get()
-    q.settled(None)
-    q.requeue([qm])
+    q.settle([(qm, q, None)], Settlement.REQUEUE)
     broker, topology, _ = restart(tmp_path, broker, topology)
     assert drain(broker.vhosts["/"].queues["q"]) == [(b"a", True), (b"b", False)]
 
@@ -233,8 +229,7 @@ def test_many_restarts_keep_order_and_state(tmp_path: Path, node) -> None:
             if k % 3 == 0:  # delivered, never acked: back after the restart, flagged
                 unacked.append((want[0], True))
             else:
-                q.settled(None)
-                q.ack(qm)
+                q.settle([(qm, q, None)], Settlement.ACK)
         model = sorted(model + unacked)  # back at their original positions
         broker, topology, counts = restart(tmp_path, broker, topology, clean=round_ % 2 == 0)
         assert counts["messages"] == len(model)
@@ -256,8 +251,7 @@ def test_message_in_two_durable_queues(tmp_path: Path, node) -> None:
     assert len(v.storage.store.index) == 1  # stored once
     qa = v.queues["a"]
     qm = qa.get()
-    qa.settled(None)
-    qa.ack(qm)  # gone from a, still in b
+    qa.settle([(qm, qa, None)], Settlement.ACK)  # gone from a, still in b
     broker, topology, _ = restart(tmp_path, broker, topology)
     v = broker.vhosts["/"]
     assert v.queues["a"].message_count == 0
@@ -385,8 +379,7 @@ def test_recovery_compacts_the_index_and_drops_dead_records(tmp_path: Path, node
         q.publish(pmsg(f"m{i}"))
     for _ in range(45):
         qm = q.get()
-        q.settled(None)
-        q.ack(qm)
+        q.settle([(qm, q, None)], Settlement.ACK)
     broker, topology, _ = restart(tmp_path, broker, topology)
     v = broker.vhosts["/"]
     idx = v.storage.index_path("q")
@@ -444,8 +437,7 @@ def test_dead_lettered_persistent_message_survives(tmp_path: Path, node) -> None
     q = v.declare_queue("q", durable=True, arguments={"x-dead-letter-exchange": "dlx"})
     q.publish(pmsg("to be rejected"))
     qm = q.get()
-    q.settled(None)
-    q.reject(qm)
+    q.settle([(qm, q, None)], Settlement.REJECT)
     broker, topology, _ = restart(tmp_path, broker, topology)
     v = broker.vhosts["/"]
     assert v.queues["q"].message_count == 0
@@ -574,14 +566,12 @@ def test_quorum_delivery_count_survives_a_crash(tmp_path: Path, node) -> None:
     q.publish(pmsg("poison"))
     for _ in range(2):  # two returns
         qm = q.get()
-        q.settled(None)
-        q.requeue([qm])
+        q.settle([(qm, q, None)], Settlement.REQUEUE)
     broker2, topology2, _ = restart(tmp_path, broker, topology)
     q2 = broker2.vhosts["/"].queues["qq"]
     qm = q2.get()
     assert qm.message.headers["x-delivery-count"] == 2
-    q2.settled(None)
-    q2.requeue([qm])  # the third return is past the limit of 2: dropped
+    q2.settle([(qm, q2, None)], Settlement.REQUEUE)  # the third return is past the limit of 2: dropped
     assert q2.message_count == 0
     broker3, _, counts = restart(tmp_path, broker2, topology2)
     assert broker3.vhosts["/"].queues["qq"].message_count == 0 and counts["messages"] == 0

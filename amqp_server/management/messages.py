@@ -28,8 +28,8 @@ from pamqp.header import ContentHeader
 from amqp_server.errors import AccessRefused, AMQPError, PreconditionFailed, rs
 from amqp_server.management.errors import ApiError, bad_request, key_missing
 from queue_store.message import Message
-from queue_store.outcomes import REJECTED, ROUTED
-from queue_store.queue import Queue, QueuedMessage
+from queue_store.outcomes import REJECTED, ROUTED, Settlement
+from queue_store.queue import Delivery, Queue, QueuedMessage
 from vhosts.definitions import jsonable
 from vhosts.vhost import VirtualHost
 
@@ -217,27 +217,19 @@ def get_messages(q: Queue, count: int, ackmode: str, encoding: str,
                  truncate: int | None) -> list[dict[str, Any]]:
     """Take up to ``count`` messages from ``q`` as Basic.Get would, then settle them by
     ``ackmode`` (requeued ones go back to their places, flagged redelivered)."""
-    taken: list[QueuedMessage] = []
+    no_ack = ackmode == "ack_requeue_false"
+    taken: list[Delivery] = []
     out: list[dict[str, Any]] = []
     for _ in range(max(count, 0)):
-        qm = q.get()
+        qm = q.get(no_ack)
         if qm is None:
             break
         out.append(_message_json(qm, q.message_count, encoding, truncate))
-        if ackmode == "ack_requeue_false":
-            ack = getattr(q, "ack", None)
-            if callable(ack):
-                ack(qm)
-        else:
-            q.unacked_count += 1
-            taken.append(qm)
+        if not no_ack:
+            taken.append((qm, q, None))
     if taken:
-        q.settled(None, len(taken))
-        if ackmode == "reject_requeue_false":
-            for qm in taken:
-                q.reject(qm)
-        else:
-            q.requeue(taken)
+        q.settle(taken, Settlement.REJECT if ackmode == "reject_requeue_false"
+                 else Settlement.REQUEUE)
     return out
 
 

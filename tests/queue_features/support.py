@@ -27,6 +27,7 @@ from amqp_server.connection import Connection
 from amqp_server.timers import Timers
 from exchanges.binding import Destination
 from queue_store.message import Message
+from queue_store.outcomes import Settlement
 from queue_store.queue import Consumer, Queue, QueuedMessage
 from vhosts.vhost import VirtualHost
 
@@ -114,12 +115,8 @@ class World:
 
     def get(self, name: str) -> Message | None:
         """Basic.Get with no-ack: the head message (or None)."""
-        q = self.queue(name)
-        qm = q.get()
-        if qm is None:
-            return None
-        q.ack(qm)
-        return qm.message
+        qm = self.queue(name).get(no_ack=True)
+        return None if qm is None else qm.message
 
     def drain(self, name: str) -> list[Message]:
         out = []
@@ -142,15 +139,9 @@ class World:
                channel: FakeChannel | None = None) -> None:
         """Ack (None), requeue (True) or reject (False) the ``index``-th delivery."""
         consumer, qm, q = (channel or self.channel).deliveries[index]
-        q.settled(consumer)
-        if requeue:
-            q.requeue([qm])
-        elif requeue is False:
-            q.reject(qm)
-            q.dispatch()
-        else:
-            q.ack(qm)
-            q.dispatch()
+        outcome = Settlement.ACK if requeue is None else (
+            Settlement.REQUEUE if requeue else Settlement.REJECT)
+        q.settle([(qm, q, consumer)], outcome)
 
 
 def x_death(message: Message) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from pamqp import commands
 
 from queue_store.dead_letter import dead_letter_message
 from queue_store.message import Message
+from queue_store.outcomes import Settlement
 from tests.queue_features.support import (
     World,
     contents,
@@ -108,7 +109,7 @@ def reject_head(world: World, queue: str) -> Message:
     q = world.queue(queue)
     qm = q.get()
     assert qm is not None
-    q.reject(qm)
+    q.settle([(qm, q, None)], Settlement.REJECT)
     return qm.message
 
 

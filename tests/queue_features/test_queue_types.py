@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from amqp_server.errors import PreconditionFailed
+from queue_store.outcomes import Settlement
 from queue_store.queue_args import validate_consumer_arguments
 from tests.queue_features.support import (
     World,
@@ -52,8 +53,7 @@ def test_quorum_queue_returns_count_on_channel_close_too(world: World) -> None:
         qm = q.get()
         assert qm is not None
         assert qm.message.headers["x-delivery-count"] == expected
-        q.settled(None)
-        q.requeue([qm])  # what a channel closing with the delivery unacked does
+        q.settle([(qm, q, None)], Settlement.REQUEUE)  # a channel closing unacked does this
     assert q.message_count == 0  # two returns > delivery-limit 1: dropped (no DLX)
 
 
@@ -63,8 +63,7 @@ def test_delivery_limit_from_a_policy(world: World) -> None:
     assert q.settings.delivery_limit == 0
     world.publish("qq", b"m")
     qm = q.get()
-    q.settled(None)
-    q.requeue([qm])
+    q.settle([(qm, q, None)], Settlement.REQUEUE)
     assert q.message_count == 0
 
 
