@@ -21,6 +21,7 @@ run: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: install lint
 	$(PY) -m pytest -q

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from pamqp import commands
 
-from amqp_server import framing
-from amqp_server.errors import (
+from amqp_common import framing
+from amqp_common.errors import (
     AMQPError,
     CommandInvalid,
     FrameError,
@@ -41,8 +41,8 @@ from amqp_server.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
-from amqp_server.method_tables import TABLE_METHODS, check_method_tables, with_wire_types
-from queue_store.properties import check_properties
+from amqp_common.method_tables import TABLE_METHODS, check_method_tables, with_wire_types
+from amqp_common.properties import check_properties
 
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's max_message_size default (bytes)
 

@@ -11,7 +11,7 @@ Deliveries get channel-scoped delivery tags 1, 2, 3...; a delivery that needs an
 ``unacked`` (tag -> (queued message, queue, consumer)) until Basic.Ack/Reject/Nack, or until
 the channel closes, when every unacked message goes back to its queue, flagged redelivered.
 
-Every error is raised as an :class:`~amqp_server.errors.AMQPError`; the connection turns it
+Every error is raised as an :class:`~amqp_common.errors.AMQPError`; the connection turns it
 into Channel.Close (soft) or Connection.Close (hard). A channel closed by the broker ignores
 every frame but Channel.Close/CloseOk until the client's CloseOk (spec 2.2.4).
 
@@ -31,10 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
-from amqp_server import direct_reply_to, framing
-from amqp_server.assembler import CommandAssembler, PublishFields
-from amqp_server.confirms import Confirms
-from amqp_server.errors import (
+from amqp_common import framing
+from amqp_common.errors import (
     AccessRefused,
     ChannelError,
     CommandInvalid,
@@ -44,6 +42,9 @@ from amqp_server.errors import (
     PreconditionFailed,
     rs,
 )
+from amqp_server.assembler import CommandAssembler, PublishFields
+from amqp_server.confirms import Confirms
+from broker import direct_reply_to
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message

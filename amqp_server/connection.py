@@ -39,11 +39,8 @@ from typing import Any
 
 from pamqp import commands, decode
 
-from amqp_server import framing
-from amqp_server.assembler import decode_method
-from amqp_server.broker import Broker
-from amqp_server.channel import Channel
-from amqp_server.errors import (
+from amqp_common import framing
+from amqp_common.errors import (
     AMQPError,
     ChannelError,
     CommandInvalid,
@@ -54,6 +51,9 @@ from amqp_server.errors import (
     PreconditionFailed,
     UnexpectedFrame,
 )
+from amqp_server.assembler import decode_method
+from amqp_server.channel import Channel
+from broker.broker import Broker
 from queue_store.queue import Queue
 
 log = logging.getLogger("amqpq.connection")

@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server import tls
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
-from amqp_server.environment import BrokerEnvironment, ResourceProbes
-from amqp_server.listeners import ListenError, bind_all, format_host
-from amqp_server.management import options as management
-from amqp_server.management import stop_management
-from amqp_server.persistence import recover_messages
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment, ResourceProbes
+from broker.listeners import ListenError, bind_all, format_host
+from broker.persistence import recover_messages
+from management import options as management
+from management import stop_management
 
 log = logging.getLogger("amqpq.server")
 

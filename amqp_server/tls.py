@@ -15,24 +15,9 @@ from __future__ import annotations
 
 import argparse
 import ssl
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass
-class TLSConfig:
-    """Settings of the TLS listener (all paths to PEM files)."""
-
-    port: int = 5671
-    certfile: str | None = None
-    keyfile: str | None = None
-    cacertfile: str | None = None
-    verify_peer: bool = False
-    fail_if_no_peer_cert: bool = False
-
-    @property
-    def enabled(self) -> bool:
-        return self.certfile is not None
+from broker.config import TLSConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

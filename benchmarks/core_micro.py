@@ -18,9 +18,9 @@ import time
 from pamqp import commands, frame, header
 from pamqp.body import ContentBody
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from broker.broker import Broker
+from broker.config import BrokerConfig
 
 
 def _client(broker: Broker) -> Connection:

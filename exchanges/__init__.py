@@ -6,7 +6,7 @@ Source: AMQP 0-9-1 spec 3.1.3 (the four standard exchange types) and RabbitMQ's
 
 from __future__ import annotations
 
-from amqp_server.errors import CommandInvalid
+from amqp_common.errors import CommandInvalid
 from exchanges.base import ExchangeType
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange

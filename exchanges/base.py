@@ -23,7 +23,7 @@ class ExchangeType(Protocol):
     * ``route(routing_key, headers) -> set[Destination]``: each destination at most once.
     * ``needs_headers``: True only when ``route`` reads message headers (headers exchange),
       so the caller decodes them lazily.
-    * ``validate_binding(b)`` raises an :class:`~amqp_server.errors.AMQPError` where RabbitMQ
+    * ``validate_binding(b)`` raises an :class:`~amqp_common.errors.AMQPError` where RabbitMQ
       refuses the binding (``rabbit_exchange_type:validate_binding/2``).
     """
 

@@ -22,10 +22,10 @@ import decimal
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from amqp_server.errors import PreconditionFailed
+from amqp_common.errors import PreconditionFailed
+from amqp_common.properties import amqp_type_name
 from exchanges.base import BaseExchangeType
 from exchanges.binding import Binding, Destination
-from vhosts.equivalence import amqp_type_name
 
 MATCH_KINDS = ("all", "any", "all-with-x", "any-with-x")
 _VOID = object()  # binding value that means "key present"

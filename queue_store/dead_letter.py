@@ -21,8 +21,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from queue_store.message import Message
-from queue_store.properties import (
+from amqp_common.properties import (
     Long,
     encode_value,
     join_properties,
@@ -30,6 +29,7 @@ from queue_store.properties import (
     split_properties,
     split_table,
 )
+from queue_store.message import Message
 
 
 def _routing_keys(message: Message) -> list[str]:
@@ -51,7 +51,7 @@ def dead_letter_message(
     with (``[dlrk]`` when set, else the original routing key and CC headers).
 
     Only the death headers and ``expiration`` change; every other property and header entry
-    is copied byte for byte (see :mod:`queue_store.properties`).
+    is copied byte for byte (see :mod:`amqp_common.properties`).
 
     Args:
         reason: ``"rejected"``, ``"expired"`` or ``"maxlen"``.

@@ -84,7 +84,7 @@ class Message:
             try:
                 header.unmarshal(_EMPTY_CONTENT_PREFIX + self.properties_raw)
             except UnicodeDecodeError:  # a shortstr that is not UTF-8: read it as Latin-1
-                from queue_store.properties import utf8_safe_properties
+                from amqp_common.properties import utf8_safe_properties
 
                 header = ContentHeader()
                 header.unmarshal(_EMPTY_CONTENT_PREFIX

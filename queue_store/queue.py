@@ -38,12 +38,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from amqp_server.errors import ResourceLocked, rs
-from amqp_server.timers import TimerHandle, Timers
+from amqp_common.errors import ResourceLocked, rs
+from amqp_common.properties import Long, with_header
+from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
-from queue_store.properties import Long, with_header
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage

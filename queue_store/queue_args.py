@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from amqp_server.errors import PreconditionFailed
-from vhosts.equivalence import amqp_type_name
+from amqp_common.errors import PreconditionFailed
+from amqp_common.properties import amqp_type_name
 
 MAX_PRIORITY = 255
 MAX_EXPIRY_MS = 315_360_000_000  # RabbitMQ's check_expiry upper bound (10 years, ms)

@@ -9,8 +9,8 @@ Source: https://www.rabbitmq.com/docs/sender-selected
 
 from __future__ import annotations
 
+from amqp_common.properties import join_properties, join_table, split_properties, split_table
 from queue_store.message import FLAG_HEADERS, Message
-from queue_store.properties import join_properties, join_table, split_properties, split_table
 
 
 def extra_routing_keys(message: Message) -> list[str]:

@@ -19,9 +19,9 @@ from pamqp import frame as pamqp_frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
+from broker.broker import Broker
+from broker.config import BrokerConfig
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 LOCALHOST = ("127.0.0.1", 5000)

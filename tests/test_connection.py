@@ -23,8 +23,8 @@ from pamqp import commands, heartbeat
 from pamqp import frame as pamqp_frame
 from pamqp.header import ProtocolHeader
 
-from amqp_server.broker import Broker
 from amqp_server.connection import State
+from broker.broker import Broker
 
 MakeClient = Callable[..., Client]
 LOGIN_REFUSED = (

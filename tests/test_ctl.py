@@ -75,7 +75,7 @@ def run(node: Node, *args: str, check: bool = True) -> Result:
     """``amqpqctl ARGS`` in-process (click's CliRunner)."""
     from click.testing import CliRunner
 
-    from amqp_server.ctl.cli import cli
+    from amqpqctl.cli import cli
 
     res = CliRunner().invoke(cli, ["--port", str(node.http_port), *args])
     out = Result(res.exit_code, res.stdout, res.stderr)
@@ -265,7 +265,7 @@ def test_import_definitions_and_status(node: Node, tmp_path: Path) -> None:
 
 
 def test_module_entry_point_runs() -> None:
-    res = subprocess.run([sys.executable, "-m", "amqp_server.ctl", "--help"],
+    res = subprocess.run([sys.executable, "-m", "amqpqctl", "--help"],
                          capture_output=True, text=True, timeout=30, cwd=REPO)
     assert res.returncode == 0 and "list_queues" in res.stdout
     assert shutil.which(str(CTL))

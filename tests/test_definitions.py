@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
+from broker.broker import Broker
+from broker.config import BrokerConfig
 from exchanges.binding import Destination
 from vhosts.definitions import (
     DefinitionsError,

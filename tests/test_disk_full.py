@@ -25,11 +25,11 @@ from test_recovery import PERSISTENT, crash, pmsg, start
 
 import queue_store.disk_writes as disk_writes
 import queue_store.durability as durability_mod
-from amqp_server.alarms import Alarms
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
-from amqp_server.environment import BrokerEnvironment, ResourceProbes
-from amqp_server.persistence import TopologyStore
+from broker.alarms import Alarms
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment, ResourceProbes
+from broker.persistence import TopologyStore
 from queue_store.backing import QueuedMessage
 from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import MessageStore

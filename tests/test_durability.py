@@ -14,10 +14,10 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 import queue_store.durability as durability_mod
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
-from amqp_server.environment import BrokerEnvironment
-from amqp_server.persistence import TopologyStore, recover_messages
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
+from broker.persistence import TopologyStore, recover_messages
 from queue_store.durability import Durability, run_inline
 from queue_store.message import Message
 from queue_store.msg_store import MessageStore

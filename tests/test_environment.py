@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import amqp_server.persistence as persistence
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig, ManagementOptions
-from amqp_server.environment import BrokerEnvironment, ResourceProbes
-from amqp_server.persistence import DEFINITIONS_FILE
+import broker.persistence as persistence
 from amqp_server.server import parse_args
+from broker.broker import Broker
+from broker.config import BrokerConfig, ManagementOptions
+from broker.environment import BrokerEnvironment, ResourceProbes
+from broker.persistence import DEFINITIONS_FILE
 from queue_store.durability import run_inline
 from vhosts.definitions import export_definitions, import_definitions
 

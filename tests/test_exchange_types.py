@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from amqp_server.errors import CommandInvalid, PreconditionFailed, ReplyCode
+from amqp_common.errors import CommandInvalid, PreconditionFailed, ReplyCode
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from exchanges.direct import DirectExchange

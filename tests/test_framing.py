@@ -18,9 +18,9 @@ from pamqp import frame as pamqp_frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server import framing
-from amqp_server.errors import FrameError, ReplyCode
-from amqp_server.method_tables import TABLE_METHODS, check_method_tables
+from amqp_common import framing
+from amqp_common.errors import FrameError, ReplyCode
+from amqp_common.method_tables import TABLE_METHODS, check_method_tables
 
 MakeClient = Callable[..., Client]
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from amqp_server import framing
-from amqp_server.errors import FrameError
+from amqp_common import framing
+from amqp_common.errors import FrameError
 from tests.fuzz import frames as F
 from tests.fuzz import harness as H
 from tests.fuzz import strategies as S

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from queue_store.properties import MAX_TABLE_DEPTH
+from amqp_common.properties import MAX_TABLE_DEPTH
 from tests.fuzz import broker_process as BP
 from tests.fuzz import frames as F
 from tests.fuzz import harness as H

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
+from broker.broker import Broker
+from broker.config import BrokerConfig
 from tests.conftest import Client, FakeClock, channel_close, connection_close, deliveries
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from amqp_server.config import BrokerConfig
-from amqp_server.listeners import ListenError, bind_all
-from amqp_server.management.app import management_port
 from amqp_server.server import BrokerServer, parse_args
+from broker.config import BrokerConfig
+from broker.listeners import ListenError, bind_all
+from management.app import management_port
 from tests.support.broker_process import broker_command
 
 

@@ -27,9 +27,9 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from amqp_server.config import BrokerConfig
-from amqp_server.management import management_port, start_management, stop_management
 from amqp_server.server import BrokerServer
+from broker.config import BrokerConfig
+from management import management_port, start_management, stop_management
 
 T = TypeVar("T")
 REFERENCE = "http://127.0.0.1:15672"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_server.management.errors import ApiError
-from amqp_server.management.listing import apply_list_query
+from management.errors import ApiError
+from management.listing import apply_list_query
 
 ITEMS = [
     {"name": "pg.q2", "messages": 5, "message_stats": {"publish": 7}},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amqp_server.management.rates import Rates
+from management.rates import Rates
 
 
 class Clock:

@@ -13,7 +13,7 @@ import pytest
 from conftest import Client, bodies, channel_close, deliveries, only
 from pamqp import commands
 
-from amqp_server.broker import Broker
+from broker.broker import Broker
 
 MakeClient = Callable[..., Client]
 LOCKED = (

@@ -12,9 +12,9 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 import queue_store.queue_index as queue_index_mod
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
-from amqp_server.environment import BrokerEnvironment
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
 from queue_store.message import Message
 from queue_store.queue_index import RECORD_SIZE, IndexEntry, QueueIndex
 

@@ -1,4 +1,4 @@
-"""Recovery at broker start (amqp_server.persistence + queue_store): what a restart on the
+"""Recovery at broker start (broker.persistence + queue_store): what a restart on the
 same data dir brings back -- persistent messages on durable queues, in order, with the
 redelivered flag for delivered-unacked ones; durable topology from definitions.json -- and
 what it does not (transient messages, non-durable queues, acked messages)."""
@@ -14,10 +14,10 @@ import pytest
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
-from amqp_server.environment import BrokerEnvironment
-from amqp_server.persistence import DEFINITIONS_FILE, TopologyStore, recover_messages
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
+from broker.persistence import DEFINITIONS_FILE, TopologyStore, recover_messages
 from exchanges.binding import Destination
 from queue_store.message import Message
 from queue_store.msg_store import HEAD_SIZE

@@ -9,7 +9,7 @@ Two views are exported:
 
 * the default, *durable* view: durable non-exclusive queues, durable exchanges (not the default
   or ``amq.*`` ones) and the bindings between durable ends -- what survives a restart, which
-  is what :mod:`amqp_server.persistence` keeps on disk;
+  is what :mod:`broker.persistence` keeps on disk;
 * ``include_transient=True``: what RabbitMQ 3.10's ``GET /api/definitions`` returns (checked
   against 3.10.8): every non-exclusive queue and every exchange, durable or not.
 
@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from amqp_server.errors import AMQPError
+from amqp_common.errors import AMQPError
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from queue_store.queue_args import validate_queue_arguments
@@ -53,7 +53,7 @@ from vhosts.users import HASHING_ALGORITHM, hash_password
 from vhosts.vhost import DEFAULT_EXCHANGES
 
 if TYPE_CHECKING:
-    from amqp_server.broker import Broker
+    from broker.broker import Broker
 
 log = logging.getLogger("amqpq.definitions")
 

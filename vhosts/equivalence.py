@@ -6,12 +6,11 @@ Source: RabbitMQ ``rabbit_misc:assert_field_equivalence/4`` and
 
 from __future__ import annotations
 
-import datetime
-import decimal
 from collections.abc import Iterable
 from typing import Any
 
-from amqp_server.errors import PreconditionFailed
+from amqp_common.errors import PreconditionFailed
+from amqp_common.properties import amqp_type_name
 
 
 def inequivalent(field: str, what: str, received: str, current: str) -> PreconditionFailed:
@@ -20,34 +19,6 @@ def inequivalent(field: str, what: str, received: str, current: str) -> Precondi
     return PreconditionFailed(
         f"inequivalent arg '{field}' for {what}: received '{received}' but current is '{current}'"
     )
-
-
-def amqp_type_name(value: Any) -> str:
-    """RabbitMQ's name for a field-table value's type: the wire type when the value carries it
-    (``amqp_type``, see :mod:`amqp_server.method_tables`), otherwise as most clients encode
-    such a Python value."""
-    wire = getattr(value, "amqp_type", None)
-    if wire is not None:
-        return str(wire)
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -(2**31) <= value < 2**31 else "long"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, decimal.Decimal):
-        return "decimal"
-    if isinstance(value, bytearray):
-        return "binary"
-    if isinstance(value, datetime.datetime):
-        return "timestamp"
-    if isinstance(value, str | bytes):
-        return "longstr"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    return "void" if value is None else type(value).__name__
 
 
 def _describe(value: Any) -> str:

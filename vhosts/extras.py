@@ -3,7 +3,7 @@
 A RabbitMQ definitions document carries a description and tags per vhost, runtime
 ``parameters`` (other than operator policies and vhost limits, which the broker enforces)
 and ``global_parameters``. amqpq serves them back over the HTTP API and exports them again,
-so they live on the broker (:attr:`Broker.extras <amqp_server.broker.Broker.extras>`) and
+so they live on the broker (:attr:`Broker.extras <broker.broker.Broker.extras>`) and
 are saved with the rest of the definitions.
 
 Source: https://www.rabbitmq.com/docs/definitions, /docs/vhosts#metadata,

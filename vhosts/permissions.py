@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from amqp_server.errors import AccessRefused, rs
+from amqp_common.errors import AccessRefused, rs
 
 Perm = Literal["configure", "write", "read"]
 

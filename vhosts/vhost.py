@@ -24,8 +24,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from amqp_server.errors import AccessRefused, NotFound, PreconditionFailed, rs
-from amqp_server.timers import Timers
+from amqp_common.errors import AccessRefused, NotFound, PreconditionFailed, rs
+from amqp_common.timers import Timers
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from exchanges.exchange import Exchange

@@ -43,10 +43,10 @@ from typing import Any
 
 from pamqp import commands
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
 from amqp_server.connection import Connection
-from amqp_server.environment import BrokerEnvironment
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
 from tests.fuzz import frames as F
 
 CONNECTION_CODES = frozenset({403, 501, 502, 503, 504, 505, 506, 530, 540})

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_server.broker import Broker
-from amqp_server.config import BrokerConfig
-from amqp_server.environment import BrokerEnvironment
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
 from tests.queue_features.support import FakeClock, Wire, World
 
 

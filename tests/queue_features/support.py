@@ -1,7 +1,7 @@
 """Shared helpers of the queue feature tests (``tests/queue_features/test_*.py``).
 
 Most tests drive a :class:`~vhosts.vhost.VirtualHost` and its :class:`~queue_store.queue.Queue`
-objects directly, with a fake clock behind the broker's :class:`~amqp_server.timers.Timers`
+objects directly, with a fake clock behind the broker's :class:`~amqp_common.timers.Timers`
 (time moves only when a test calls :meth:`World.advance`). What a client observes on the wire
 (publisher nacks, Channel.Close texts, GetOk counts, header types) goes through a sans-IO
 :class:`~amqp_server.connection.Connection` fed with pamqp-marshalled frames (:class:`Wire`).
@@ -22,9 +22,9 @@ from pamqp import frame as pamqp_frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
-from amqp_server.broker import Broker
+from amqp_common.timers import Timers
 from amqp_server.connection import Connection
-from amqp_server.timers import Timers
+from broker.broker import Broker
 from exchanges.binding import Destination
 from queue_store.message import Message
 from queue_store.outcomes import Settlement

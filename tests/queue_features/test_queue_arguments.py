@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from amqp_server.errors import PreconditionFailed
+from amqp_common.errors import PreconditionFailed
 from tests.queue_features.support import (
     World,
     methods,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from amqp_server.errors import PreconditionFailed
+from amqp_common.errors import PreconditionFailed
 from queue_store.outcomes import Settlement
 from queue_store.queue_args import validate_consumer_arguments
 from tests.queue_features.support import (

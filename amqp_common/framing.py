@@ -1,0 +1,266 @@
+"""Frame layer: split inbound bytes into frames, build outbound frames.
+
+Inbound, :class:`FrameReader` splits a byte stream into ``(frame_type, channel, payload)``
+tuples without raising on partial input; method payloads are decoded with pamqp by the
+caller, except the two hot methods (Basic.Publish, Basic.Ack) which :func:`parse_publish`
+and :func:`parse_ack` read by hand.
+
+Outbound, method frames go through ``pamqp.frame.marshal``; the delivery path
+(Basic.Deliver / GetOk / Return, content header, body) is packed by hand and forwards the
+content header's property bytes exactly as the publisher sent them (never re-encoded:
+re-encoding through pamqp costs ~7 us and can change field-table type tags). The
+hand-packed encoders are checked byte for byte against pamqp in tests/test_framing.py.
+
+Source: AMQP 0-9-1 spec 2.3.5 (frame format), 4.2.3 (general frame format), 4.2.6
+(content framing).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import frame as pamqp_frame
+
+from amqp_common.errors import FrameError
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_END_BYTE = b"\xce"
+FRAME_OVERHEAD = 8  # 7-byte header + frame-end octet
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# headers answered as 0-9-1 (RabbitMQ also speaks the 0-9 framing this way)
+ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+_frame_head = struct.Struct(">BHI")
+_FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT))
+_method_ids = struct.Struct(">HH")
+_content_head = struct.Struct(">HHQ")
+_u64_bit = struct.Struct(">QB")
+
+BASIC_CLASS = 60
+# (class_id << 16 | method_id) of hand-parsed methods
+BASIC_PUBLISH = 0x003C0028
+BASIC_ACK = 0x003C0050
+PUBLISH_PREFIX = b"\x00\x3c\x00\x28"  # class 60, method 40
+
+
+class FrameReader:
+    """Sans-IO splitter of an AMQP frame stream.
+
+    ``feed(data)`` returns complete frames as ``(frame_type, channel, payload_bytes)``; a partial
+    frame stays buffered. ``frame_max`` (bytes, whole frame including its 8 bytes of overhead)
+    bounds accepted frames; 0 means "not negotiated yet" and uses the 131072-byte default.
+
+    Raises:
+        FrameError (501): a frame payload larger than ``frame_max`` (RabbitMQ allows the
+            8 bytes of overhead on top), a missing frame-end octet, or an unknown frame type.
+    """
+
+    __slots__ = ("_buf", "frame_max")
+
+    def __init__(self, frame_max: int = 131072) -> None:
+        self._buf = bytearray()
+        self.frame_max = frame_max
+
+    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
+        buf = self._buf
+        if buf:  # a partial frame from before: join once, then parse from immutable bytes
+            buf += data
+            data = bytes(buf)
+            buf.clear()
+        frames: list[tuple[int, int, bytes]] = []
+        append = frames.append
+        unpack = _frame_head.unpack_from
+        pos = 0
+        end = len(data)
+        limit = self.frame_max or 131072
+        while end - pos >= 7:
+            ftype, channel, size = unpack(data, pos)
+            # RabbitMQ tolerates 8 bytes over frame_max (FRAME_SIZE_FUDGE): clients get it wrong
+            if size > limit:
+                raise FrameError(f"type {ftype}, all octets = <<>>: "
+                                 f"{{frame_too_large,{size},{limit - FRAME_OVERHEAD}}}")
+            stop = pos + size + FRAME_OVERHEAD
+            if stop > end:
+                break
+            if data[stop - 1] != FRAME_END:
+                raise FrameError(f"invalid frame end octet on channel {channel}")
+            if ftype not in _FRAME_TYPES:
+                raise FrameError(f"type {ftype}, all octets = <<>>: unknown_frame")
+            append((ftype, channel, data[pos + 7:stop - 1]))
+            pos = stop
+        if pos < end:
+            buf += data[pos:]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return len(self._buf)
+
+
+def _shortstr(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return bytes((len(raw),)) + raw
+
+
+def read_shortstr(payload: bytes, pos: int) -> tuple[str, int]:
+    """Read an AMQP shortstr at ``pos``; returns (value, next position).
+
+    Raises:
+        ValueError: the string runs past the payload or is not UTF-8.
+    """
+    n = payload[pos]
+    end = pos + 1 + n
+    if end > len(payload):
+        raise ValueError("short string runs past the end of the frame")
+    return payload[pos + 1 : end].decode("utf-8"), end
+
+
+_PUBLISH_NAMES_MAX = 16_384  # cached exchange/routing-key pairs
+_publish_names: dict[bytes, tuple[str, str]] = {}
+
+
+def parse_publish(payload: bytes) -> tuple[str, str, bytes, bool, bool]:
+    """Decode a Basic.Publish method payload (class/method ids included) by hand.
+
+    Returns ``(exchange, routing_key, exchange_and_key_raw, mandatory, immediate)`` where
+    ``exchange_and_key_raw`` is the two shortstrs as received, forwarded verbatim in
+    Basic.Deliver/GetOk/Return. pamqp's ``Basic.Publish`` is the reference (tests).
+
+    Publishers reuse a few exchange/routing-key pairs: their decoded form is cached by the raw
+    bytes (up to ``_PUBLISH_NAMES_MAX`` pairs), which saves two UTF-8 decodes per message.
+
+    Raises:
+        ValueError, IndexError: truncated or non-UTF-8 payload (the caller maps them to 502
+            SYNTAX_ERROR).
+    """
+    n = payload[6]
+    end = 8 + n + payload[7 + n]  # past the routing key: 6 + (1 + n) + (1 + its length)
+    bits = payload[end]  # IndexError when the payload stops before the flags
+    raw = payload[6:end]
+    names = _publish_names.get(raw)
+    if names is None:
+        exchange, pos = read_shortstr(payload, 6)
+        routing_key, _ = read_shortstr(payload, pos)
+        if len(_publish_names) >= _PUBLISH_NAMES_MAX:
+            _publish_names.clear()
+        names = _publish_names[raw] = (exchange, routing_key)
+    return names[0], names[1], raw, bool(bits & 1), bool(bits & 2)
+
+
+def parse_ack(payload: bytes) -> tuple[int, bool]:
+    """Decode a Basic.Ack payload by hand: ``(delivery_tag, multiple)``.
+
+    Raises:
+        struct.error: truncated payload.
+    """
+    tag, bits = _u64_bit.unpack_from(payload, 4)
+    return tag, bool(bits & 1)
+
+
+def method_frame(channel: int, method: Any) -> bytes:
+    """Encode a pamqp method object as one method frame."""
+    return pamqp_frame.marshal(method, channel)
+
+
+def content_frames(
+    channel: int, properties_raw: bytes, body: bytes, frame_max: int, class_id: int = 60
+) -> list[bytes]:
+    """Content header frame (with the publisher's raw property bytes) plus body frames, each
+    body frame at most ``frame_max`` bytes long (spec 4.2.6.2)."""
+    head = _content_head.pack(class_id, 0, len(body)) + properties_raw
+    out = [_frame_head.pack(FRAME_HEADER, channel, len(head)), head, FRAME_END_BYTE]
+    chunk = (frame_max or 131072) - FRAME_OVERHEAD
+    size = len(body)
+    if size <= chunk:
+        if size:
+            out += (_frame_head.pack(FRAME_BODY, channel, size), body, FRAME_END_BYTE)
+        return out
+    view = memoryview(body)
+    for start in range(0, size, chunk):
+        part = view[start : start + chunk]
+        out += (_frame_head.pack(FRAME_BODY, channel, len(part)), part.tobytes(), FRAME_END_BYTE)
+    return out
+
+
+_deliver_head = struct.Struct(">HH")
+_tag_bit = struct.Struct(">QB")
+
+
+def deliver_frame(
+    channel: int, consumer_tag_raw: bytes, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes
+) -> bytes:
+    """Hand-packed Basic.Deliver method frame (spec 1.8.3.9).
+
+    ``consumer_tag_raw`` is the consumer tag as an encoded shortstr, ``ex_rk_raw`` the exchange
+    and routing key shortstrs as received in Basic.Publish.
+    """
+    payload = b"".join(
+        (
+            b"\x00\x3c\x00\x3c",
+            consumer_tag_raw,
+            _tag_bit.pack(delivery_tag, 1 if redelivered else 0),
+            ex_rk_raw,
+        )
+    )
+    return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def deliver_bytes(
+    channel: int, consumer_tag_raw: bytes, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes,
+    properties_raw: bytes, body: bytes, frame_max: int,
+) -> bytes:
+    """Basic.Deliver + content header + body as one bytes object, for a body that fits one
+    frame (the caller checks ``len(body) <= frame_max - 8``); one allocation per delivery."""
+    method = b"".join((b"\x00\x3c\x00\x3c", consumer_tag_raw,
+                       _tag_bit.pack(delivery_tag, 1 if redelivered else 0), ex_rk_raw))
+    head_len = 12 + len(properties_raw)
+    size = len(body)
+    return b"".join((
+        _frame_head.pack(FRAME_METHOD, channel, len(method)), method, FRAME_END_BYTE,
+        _frame_head.pack(FRAME_HEADER, channel, head_len),
+        _content_head.pack(60, 0, size), properties_raw, FRAME_END_BYTE,
+        _frame_head.pack(FRAME_BODY, channel, size) if size else b"", body,
+        FRAME_END_BYTE if size else b"",
+    ))
+
+
+def declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:
+    """Hand-packed Queue.DeclareOk (spec 1.7.2.2): any UTF-8 queue name, as RabbitMQ allows."""
+    payload = b"".join((b"\x00\x32\x00\x0b", _shortstr(queue),
+                        struct.pack(">II", message_count, consumer_count)))
+    return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def get_ok_frame(
+    channel: int, delivery_tag: int, redelivered: bool, ex_rk_raw: bytes, message_count: int
+) -> bytes:
+    """Hand-packed Basic.GetOk method frame (spec 1.8.3.11)."""
+    payload = b"".join(
+        (
+            b"\x00\x3c\x00\x47",
+            _tag_bit.pack(delivery_tag, 1 if redelivered else 0),
+            ex_rk_raw,
+            struct.pack(">I", message_count),
+        )
+    )
+    return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def return_frame(channel: int, reply_code: int, reply_text: str, ex_rk_raw: bytes) -> bytes:
+    """Hand-packed Basic.Return method frame (spec 1.8.3.8)."""
+    payload = b"".join(
+        (b"\x00\x3c\x00\x32", struct.pack(">H", reply_code), _shortstr(reply_text), ex_rk_raw)
+    )
+    return _frame_head.pack(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
+
+
+def encode_shortstr(value: str) -> bytes:
+    """An AMQP shortstr: one length octet and up to 255 bytes of UTF-8."""
+    return _shortstr(value)

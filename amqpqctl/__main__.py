@@ -1,0 +1,5 @@
+"""``python -m amqpqctl`` runs ``amqpqctl``."""
+
+from amqpqctl.cli import main
+
+main()

@@ -1,0 +1,107 @@
+"""Broker settings, with RabbitMQ's defaults.
+
+Source: https://www.rabbitmq.com/docs/configure (frame_max, channel_max, heartbeat,
+default_user, default_vhost, loopback_users), https://www.rabbitmq.com/docs/management
+(management listener, ``load_definitions``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ManagementOptions:
+    """The management HTTP API (``--management-port``, ``--no-management``,
+    ``--definitions``; :mod:`management.options` parses and acts on them).
+
+    Attributes:
+        enabled: serve the API (off for a config made in code; the command line turns it
+            on unless ``--no-management``).
+        port: TCP port; None: 15672, or 0 (a free one) when the AMQP port is 0.
+        definitions: a definitions JSON file imported at every start (None: none).
+    """
+
+    enabled: bool = False
+    port: int | None = None
+    definitions: Path | None = None
+
+
+# Both loopbacks: the listen addresses when no --host is given (broker.listeners).
+DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
+@dataclass
+class TLSConfig:
+    """Settings of the TLS listener (all paths to PEM files)."""
+
+    port: int = 5671
+    certfile: str | None = None
+    keyfile: str | None = None
+    cacertfile: str | None = None
+    verify_peer: bool = False
+    fail_if_no_peer_cert: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+@dataclass
+class BrokerConfig:
+    """Settings of one broker process.
+
+    Attributes:
+        hosts: listen addresses (IPv4 or IPv6); None: both loopbacks, 127.0.0.1 and ::1
+            (::1 skipped with a warning where the machine has no IPv6).
+        port: TCP port (5672) on every listen address.
+        data_dir: where the broker keeps its state.
+        frame_max: largest frame offered in Connection.Tune (bytes, 131072).
+        channel_max: highest channel number offered (2047).
+        heartbeat: heartbeat interval offered (seconds, 60; 0 disables).
+        default_user, default_pass, default_vhost: created at start (guest/guest, "/").
+        loopback_users: users that may log in only from loopback (guest).
+        consumer_timeout: ms an unacknowledged delivery may wait before its channel is
+            closed with 406 (RabbitMQ's consumer_timeout; 0 = never).
+        max_connections: open connections allowed (0 = no limit; beyond: 530 at open).
+        memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
+        disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
+        tls: the AMQPS listener (off unless a certificate is set).
+        management: the management HTTP API (off unless enabled).
+        product, version: reported in Connection.Start server properties.
+    """
+
+    hosts: tuple[str, ...] | None = None
+    port: int = 5672
+    data_dir: Path = field(default_factory=lambda: Path("var"))
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat: int = 60
+    default_user: str = "guest"
+    default_pass: str = "guest"
+    default_vhost: str = "/"
+    loopback_users: tuple[str, ...] = ("guest",)
+    consumer_timeout: int = 1_800_000
+    max_connections: int = 0
+    memory_high_watermark: float = 0.4
+    disk_free_limit: int = 50_000_000
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    management: ManagementOptions = field(default_factory=ManagementOptions)
+    product: str = "amqpq"
+    version: str = "0.1.0"
+
+    @property
+    def listen_hosts(self) -> tuple[str, ...]:
+        """The addresses to listen on: the given ones or both loopbacks."""
+        return self.hosts or DEFAULT_HOSTS
+
+    @property
+    def optional_hosts(self) -> tuple[str, ...]:
+        """Addresses whose bind may fail with a warning: ::1 when defaulted."""
+        return () if self.hosts else DEFAULT_HOSTS[1:]
+
+    @property
+    def host(self) -> str:
+        """The first listen address, for URLs and connection names."""
+        return self.listen_hosts[0]

@@ -1,0 +1,133 @@
+"""The management HTTP API as an aiohttp application, run in the broker's event loop.
+
+:func:`start_management` serves :func:`build_app` on ``host:port`` (RabbitMQ's 15672 by
+default; 0 picks a free port, see ``runner.addresses``) and returns the runner that
+:func:`stop_management` stops. Handlers touch the broker directly: they run on the loop
+thread, between two AMQP frames, like any channel does.
+
+Every response to a failure is JSON as RabbitMQ's management plugin writes it
+(:mod:`management.errors`). After each request that may change something
+(anything but GET/HEAD) the broker is told, so changed definitions are persisted and
+persistent messages published over HTTP are written, as after a batch of AMQP frames.
+
+Source: https://www.rabbitmq.com/docs/management#http-api.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from amqp_common.errors import AMQPError
+from broker.listeners import bind_all
+from management import metrics
+from management.auth import Handler, auth_middleware
+from management.errors import ApiError, from_amqp, not_found
+from management.listing import list_query_middleware
+from management.routes import all_routes
+from management.state import STATE_KEY, ManagementState
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("amqpq.management")
+
+DEFAULT_PORT = 15672
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn ApiError/AMQPError/unknown paths into RabbitMQ-shaped JSON errors."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except AMQPError as exc:
+        return from_amqp(exc).response()
+    except web.HTTPNotFound:
+        return not_found().response()
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("management request %s %s failed", request.method, request.path)
+        return ApiError(500, "internal_error", "see the broker log").response()
+
+
+@web.middleware
+async def persist_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """After a request that may change state, let the broker persist what changed."""
+    try:
+        return await handler(request)
+    finally:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            broker = request.app[STATE_KEY].broker
+            for hook in ("mark_changed", "after_batch"):
+                fn = getattr(broker, hook, None)
+                if callable(fn):
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("broker.%s failed after %s %s", hook, request.method,
+                                      request.path)
+
+
+def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 5672
+              ) -> web.Application:
+    """The management application for ``broker`` (AMQP listener address for connection
+    names)."""
+    app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware,
+                                       list_query_middleware],
+                          client_max_size=64 * 1024 * 1024)
+    app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
+    for table in all_routes():
+        app.add_routes(table)
+    app.add_routes(metrics.routes)
+    return app
+
+
+async def start_management(broker: Broker, host: str | Sequence[str],
+                           port: int = DEFAULT_PORT, amqp_port: int | None = None,
+                           optional: Sequence[str] = ()) -> web.AppRunner:
+    """Serve the management API on ``port`` of every address in ``host`` in the running loop.
+
+    Args:
+        host: one address or several (the AMQP listener's); port 0 picks a free port on
+            the first and binds the others to it.
+        optional: addresses whose failure is logged and skipped (defaulted ::1).
+
+    Raises:
+        ListenError (an OSError): an address cannot be bound.
+    """
+    hosts = [host] if isinstance(host, str) else list(host)
+    app = build_app(broker, hosts[0],
+                    amqp_port if amqp_port is not None else broker.config.port)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+
+    async def bind(one: str, port: int) -> int:
+        site = web.TCPSite(runner, one, port, reuse_address=True)
+        await site.start()
+        return management_port(runner)
+
+    try:
+        bound = await bind_all(bind, hosts, port, optional)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    app[STATE_KEY].http_port = bound
+    log.info("management API listening on %s port %d", ", ".join(hosts), bound)
+    return runner
+
+
+def management_port(runner: web.AppRunner) -> int:
+    """The TCP port the runner listens on."""
+    return int(runner.addresses[0][1])
+
+
+async def stop_management(runner: web.AppRunner | None) -> None:
+    """Stop serving (idempotent; None is accepted)."""
+    if runner is not None:
+        await runner.cleanup()

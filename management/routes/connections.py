@@ -1,0 +1,117 @@
+"""``/api/connections``, ``/api/channels``, ``/api/consumers``: what clients are connected
+and consuming. ``DELETE /api/connections/{name}`` closes a connection with 320
+CONNECTION_FORCED ``Closed via management plugin`` (or the ``X-Reason`` header's text).
+
+Monitoring and administrator users see every connection, other users their own.
+Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/connections.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from management.auth import principal, visible_vhosts
+from management.errors import not_found
+from management.routes.common import no_content, ok, readable_vhost
+from management.serializers import (
+    channel_json,
+    channel_name,
+    connection_json,
+    connection_name,
+    consumer_json,
+    open_channels,
+)
+from management.state import state
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from amqp_server.connection import Connection
+
+routes = web.RouteTableDef()
+
+
+def _visible(request: web.Request, user: str | None) -> bool:
+    who = principal(request)
+    return who.is_monitor or user == who.name
+
+
+def _connections(request: web.Request) -> list[Connection]:
+    st = state(request)
+    found = [c for c in st.broker.connections if c.vhost_name and _visible(request, c.user)]
+    return sorted(found, key=lambda c: connection_name(c, st))
+
+
+@routes.get("/api/connections")
+async def list_connections(request: web.Request) -> web.Response:
+    st = state(request)
+    return ok([connection_json(c, st) for c in _connections(request)])
+
+
+def _connection(request: web.Request) -> Connection:
+    st = state(request)
+    name = request.match_info["name"]
+    for c in _connections(request):
+        if connection_name(c, st) == name:
+            return c
+    raise not_found()
+
+
+@routes.get("/api/connections/{name}")
+async def get_connection(request: web.Request) -> web.Response:
+    return ok(connection_json(_connection(request), state(request)))
+
+
+@routes.delete("/api/connections/{name}")
+async def close_connection(request: web.Request) -> web.Response:
+    conn = _connection(request)
+    reason = request.headers.get("X-Reason", "Closed via management plugin")
+    conn.close(320, f"CONNECTION_FORCED - {reason}")
+    return no_content()
+
+
+@routes.get("/api/connections/{name}/channels")
+async def connection_channels(request: web.Request) -> web.Response:
+    conn = _connection(request)
+    st = state(request)
+    return ok([channel_json(ch, st) for _, ch in sorted(conn.channels.items())])
+
+
+def _channels(request: web.Request) -> list[Channel]:
+    st = state(request)
+    found = [ch for ch in open_channels(st.broker) if _visible(request, ch.connection.user)]
+    return sorted(found, key=lambda ch: channel_name(ch, st))
+
+
+@routes.get("/api/channels")
+async def list_channels(request: web.Request) -> web.Response:
+    st = state(request)
+    return ok([channel_json(ch, st) for ch in _channels(request)])
+
+
+@routes.get("/api/channels/{name}")
+async def get_channel(request: web.Request) -> web.Response:
+    st = state(request)
+    for ch in _channels(request):
+        if channel_name(ch, st) == request.match_info["name"]:
+            return ok(channel_json(ch, st))
+    raise not_found()
+
+
+def _consumers(request: web.Request, vhosts: set[str]) -> list[dict[str, object]]:
+    st = state(request)
+    return [consumer_json(c, st) for ch in _channels(request)
+            for c in ch.consumers.values()
+            if c.queue.vhost in vhosts]
+
+
+@routes.get("/api/consumers")
+async def list_consumers(request: web.Request) -> web.Response:
+    return ok(_consumers(request, set(visible_vhosts(request))))
+
+
+@routes.get("/api/consumers/{vhost}")
+async def list_vhost_consumers(request: web.Request) -> web.Response:
+    vhost = readable_vhost(request)
+    return ok(_consumers(request, {vhost.name}))

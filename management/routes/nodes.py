@@ -1,0 +1,90 @@
+"""``/api/nodes`` and ``/api/nodes/{name}``: the one node, its resources and alarms.
+
+amqpq is a single node. The fields are RabbitMQ's (``rabbit_mgmt_wm_nodes``); the ones that
+describe the Erlang VM (processes, run queue, GC, mnesia) have their nearest meaning or a
+neutral value: ``proc_used`` is this process's threads, ``run_queue`` 0. Memory is the RSS
+(``mem_calculation_strategy`` "rss"), the disk figures are the data dir's file system, and
+the alarm flags are the broker's (a failed write turns ``disk_free_alarm`` on at once).
+
+Source: https://www.rabbitmq.com/docs/management#http-api (GET /api/nodes).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+from broker.alarms import DEFAULT_WATERMARK, process_rss, total_memory
+from management.auth import require_monitor
+from management.errors import not_found
+from management.routes.common import ok
+from management.serializers import details
+from management.state import ManagementState, state
+
+routes = web.RouteTableDef()
+
+
+def _fds_used() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def node_json(st: ManagementState) -> dict[str, Any]:
+    """The node as RabbitMQ's management API shows it (sizes in bytes, uptime in ms)."""
+    broker = st.broker
+    config = broker.config
+    alarms = broker.alarms
+    watermark = config.memory_high_watermark or DEFAULT_WATERMARK
+    mem_limit = alarms.limit if alarms is not None else (
+        int(watermark * total_memory()) if watermark <= 1.0 else int(watermark))
+    try:
+        disk_free = shutil.disk_usage(config.data_dir).free
+    except OSError:
+        disk_free = 0
+    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return {
+        "name": st.node, "type": "disc", "running": True, "being_drained": False,
+        "os_pid": str(os.getpid()), "uptime": int((time.time() - st.started_at) * 1000),
+        "processors": os.cpu_count() or 1, "rates_mode": "basic", "partitions": [],
+        "mem_calculation_strategy": "rss", "mem_limit": mem_limit,
+        "mem_alarm": bool(alarms is not None and alarms.memory),
+        "disk_free_limit": config.disk_free_limit,
+        "disk_free_alarm": bool(alarms is not None and alarms.disk),
+        "fd_total": fd_total,
+        "sockets_total": config.max_connections or fd_total,
+        "proc_total": 1_048_576, "run_queue": 0, "net_ticktime": 60,
+        "enabled_plugins": ["rabbitmq_management"], "config_files": [],
+        "log_files": ["<stdout>"], "db_dir": str(config.data_dir),
+        "auth_mechanisms": [{"name": m, "description": "", "enabled": True}
+                            for m in ("PLAIN", "AMQPLAIN", "EXTERNAL")],
+        "applications": [{"name": "amqpq", "description": config.product,
+                          "version": config.version}],
+        **details(st.rates, ("node",), mem_used=process_rss(), disk_free=disk_free, fd_used=_fds_used(),
+                  sockets_used=len(broker.connections),
+                  proc_used=threading.active_count()),
+    }
+
+
+@routes.get("/api/nodes")
+async def list_nodes(request: web.Request) -> web.Response:
+    """The one node (401 unless monitoring or administrator)."""
+    require_monitor(request)
+    return ok([node_json(state(request))])
+
+
+@routes.get("/api/nodes/{name}")
+async def get_node(request: web.Request) -> web.Response:
+    """The node by name (404 for any other name)."""
+    require_monitor(request)
+    st = state(request)
+    if request.match_info["name"] != st.node:
+        raise not_found()
+    return ok(node_json(st))

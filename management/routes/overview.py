@@ -1,0 +1,99 @@
+"""``/api/overview``, ``/api/whoami``, health checks and ``/api/aliveness-test/{vhost}``.
+
+Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/monitoring#health-checks
+(``/api/health/checks/alarms``; ``/api/healthchecks/alarms`` is kept as an alias).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from exchanges import EXCHANGE_TYPES
+from management.auth import check_permission, principal
+from management.messages import get_messages, publish
+from management.routes.common import ok, readable_vhost
+from management.serializers import details, open_channels
+from management.state import RABBITMQ_VERSION, state
+
+routes = web.RouteTableDef()
+
+_TYPE_DESCRIPTIONS = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+}
+
+
+@routes.get("/api/overview")
+async def overview(request: web.Request) -> web.Response:
+    st = state(request)
+    broker = st.broker
+    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    ready = sum(q.message_count for q in queues)
+    unacked = sum(q.unacked_count for q in queues)
+    channels = list(open_channels(broker))
+    return ok({
+        "management_version": RABBITMQ_VERSION, "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
+                                      "basic": [600, 3600], "detailed": [600]},
+        "exchange_types": [{"name": n, "description": _TYPE_DESCRIPTIONS.get(n, n),
+                            "enabled": True} for n in sorted(EXCHANGE_TYPES)],
+        "product_version": broker.config.version, "product_name": broker.config.product,
+        "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": st.node, "node": st.node,
+        "disable_stats": False, "enable_queue_totals": False,
+        "statistics_db_event_queue": 0,
+        "message_stats": details(st.rates, ("overview",),
+                                 publish=sum(q.published for q in queues),
+                                 deliver_get=sum(q.delivered for q in queues)),
+        "queue_totals": details(st.rates, ("overview",),
+                                messages=ready + unacked, messages_ready=ready,
+                                messages_unacknowledged=unacked),
+        "object_totals": {
+            "channels": len(channels), "connections": len(broker.connections),
+            "consumers": sum(len(ch.consumers) for ch in channels),
+            "exchanges": sum(len(v.exchanges) + 1 for v in broker.vhosts.values()),
+            "queues": len(queues)},
+        "listeners": [
+            {"node": st.node, "protocol": "amqp", "ip_address": st.amqp_host,
+             "port": st.amqp_port, "socket_opts": {}},
+            {"node": st.node, "protocol": "http", "ip_address": st.amqp_host,
+             "port": st.http_port, "socket_opts": {}}],
+        "contexts": [{"node": st.node, "description": "amqpq management", "path": "/",
+                      "port": str(st.http_port), "ssl_opts": []}],
+    })
+
+
+@routes.get("/api/whoami")
+async def whoami(request: web.Request) -> web.Response:
+    who = principal(request)
+    return ok({"name": who.name, "tags": list(who.tags)})
+
+
+@routes.get("/api/health/checks/alarms")
+@routes.get("/api/healthchecks/alarms")
+async def alarms(request: web.Request) -> web.Response:
+    """``{"status": "ok"}``, or 503 with the alarm in effect (memory or disk)."""
+    st = state(request)
+    if not getattr(st.broker, "alarms_active", False):
+        return ok({"status": "ok"})
+    reason = str(getattr(st.broker, "alarm_reason", "low on memory"))
+    resource = "disk" if "disk" in reason else "memory"
+    return web.json_response(
+        {"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
+         "alarms": [{"node": st.node, "resource": resource}]}, status=503)
+
+
+@routes.get("/api/aliveness-test/{vhost}")
+async def aliveness(request: web.Request) -> web.Response:
+    """Declare queue ``aliveness-test``, publish a message to it and get it back."""
+    vhost = readable_vhost(request)
+    check_permission(request, vhost.name, "configure", "queue", "aliveness-test")
+    q = vhost.declare_queue("aliveness-test")
+    publish(vhost, "", {"properties": {}, "routing_key": "aliveness-test",
+                        "payload": "test_message", "payload_encoding": "string"},
+            principal(request).name)
+    got = get_messages(q, 1, "ack_requeue_false", "auto", None)
+    if not got or got[0]["payload"] != "test_message":
+        return web.json_response({"status": "failed", "reason": "message lost"}, status=500)
+    return ok({"status": "ok"})

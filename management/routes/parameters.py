@@ -1,0 +1,129 @@
+"""``/api/parameters`` and ``/api/global-parameters``: runtime parameters.
+
+amqpq has no plugin components (federation, shovel...): the parameters it lists are the ones
+a definitions import brought (kept verbatim, exported again) and, as RabbitMQ 3.10 lists
+them, each vhost's limits as component ``vhost-limits``, name ``limits``. Setting a
+parameter of any other component is 400 ``component X not found``, as RabbitMQ without the
+plugin answers; ``vhost-limits`` parameters set the vhost's limits. Statuses and reasons
+checked with curl against RabbitMQ 3.10.8.
+
+Source: https://www.rabbitmq.com/docs/parameters, /docs/management#http-api.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from management.auth import require_admin, require_policymaker, visible_vhosts
+from management.errors import bad_request, not_found
+from management.routes.common import no_content, ok, read_json, readable_vhost
+from management.state import state
+from vhosts.limits import LimitsError, validate_limits
+
+routes = web.RouteTableDef()
+
+LIMITS_COMPONENT = "vhost-limits"
+
+
+def _all(request: web.Request) -> list[dict[str, Any]]:
+    """Every parameter in the vhosts the user can see."""
+    broker = state(request).broker
+    seen = set(visible_vhosts(request))
+    out = [dict(p) for p in broker.extras.parameters if p.get("vhost") in seen]
+    out += [{"value": dict(limits), "vhost": vhost, "component": LIMITS_COMPONENT,
+             "name": "limits"}
+            for vhost, limits in sorted(broker.limits.vhosts.items()) if vhost in seen]
+    return out
+
+
+@routes.get("/api/parameters")
+async def list_parameters(request: web.Request) -> web.Response:
+    """Every runtime parameter (policymaker)."""
+    require_policymaker(request)
+    return ok(_all(request))
+
+
+@routes.get("/api/parameters/{component}")
+async def list_component(request: web.Request) -> web.Response:
+    require_policymaker(request)
+    component = request.match_info["component"]
+    return ok([p for p in _all(request) if p["component"] == component])
+
+
+@routes.get("/api/parameters/{component}/{vhost}")
+async def list_component_vhost(request: web.Request) -> web.Response:
+    require_policymaker(request)
+    vhost = readable_vhost(request)
+    component = request.match_info["component"]
+    return ok([p for p in _all(request)
+               if p["component"] == component and p["vhost"] == vhost.name])
+
+
+@routes.get("/api/parameters/{component}/{vhost}/{name}")
+async def get_parameter(request: web.Request) -> web.Response:
+    """One parameter; 404 when there is none."""
+    require_policymaker(request)
+    vhost = readable_vhost(request)
+    key = (request.match_info["component"], vhost.name, request.match_info["name"])
+    for p in _all(request):
+        if (p["component"], p["vhost"], p["name"]) == key:
+            return ok(p)
+    raise not_found()
+
+
+@routes.put("/api/parameters/{component}/{vhost}/{name}")
+async def put_parameter(request: web.Request) -> web.Response:
+    """Only ``vhost-limits`` (name ``limits``) can be set: 204; else 400 component not
+    found."""
+    require_admin(request)
+    vhost = readable_vhost(request)
+    component = request.match_info["component"]
+    if component != LIMITS_COMPONENT:
+        raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
+    try:
+        limits = validate_limits("vhost", (await read_json(request)).get("value"))
+    except LimitsError as exc:
+        raise bad_request(f"Validation failed\n\n{exc}\n") from None
+    broker = state(request).broker
+    broker.limits.clear("vhost", vhost.name)  # the parameter is the whole set of limits
+    broker.limits.set("vhost", vhost.name, limits)
+    return no_content()
+
+
+@routes.delete("/api/parameters/{component}/{vhost}/{name}")
+async def delete_parameter(request: web.Request) -> web.Response:
+    """204, or 404 when there is no such parameter."""
+    require_admin(request)
+    vhost = readable_vhost(request)
+    component, name = request.match_info["component"], request.match_info["name"]
+    broker = state(request).broker
+    if component == LIMITS_COMPONENT:
+        if not broker.limits.clear("vhost", vhost.name):
+            raise not_found()
+        return no_content()
+    kept = broker.extras.parameters
+    for i, p in enumerate(kept):
+        if (p.get("component"), p.get("vhost"), p.get("name")) == (component, vhost.name,
+                                                                      name):
+            del kept[i]
+            return no_content()
+    raise not_found()
+
+
+@routes.get("/api/global-parameters")
+async def list_global_parameters(request: web.Request) -> web.Response:
+    """Global parameters a definitions import brought (administrator)."""
+    require_admin(request)
+    return ok([dict(p) for p in state(request).broker.extras.global_parameters])
+
+
+@routes.get("/api/global-parameters/{name}")
+async def get_global_parameter(request: web.Request) -> web.Response:
+    require_admin(request)
+    name = request.match_info["name"]
+    for p in state(request).broker.extras.global_parameters:
+        if p.get("name") == name:
+            return ok(dict(p))
+    raise not_found()

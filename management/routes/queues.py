@@ -1,0 +1,143 @@
+"""``/api/queues``: list, declare (``PUT`` with ``durable``, ``auto_delete``, ``arguments``;
+durable defaults to false as in RabbitMQ 3.10.8), delete (``?if-unused=true&if-empty=true``),
+purge (``DELETE .../contents``), get messages (``POST .../get``) and the queue's bindings.
+
+Declaring and deleting need the configure permission on the queue, purging and getting the
+read permission, as over AMQP. Another connection's exclusive queue cannot be deleted,
+purged or read (400, RabbitMQ's RESOURCE_LOCKED text).
+Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/queues.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from amqp_common.errors import AMQPError
+from management.auth import check_permission, visible_vhosts
+from management.errors import ApiError, from_amqp, not_found
+from management.messages import get_messages, parse_get
+from management.routes.common import (
+    created,
+    flag,
+    no_content,
+    ok,
+    query_flag,
+    read_json,
+    readable_vhost,
+    table,
+    vhost_of,
+)
+from management.serializers import (
+    UnackedTotals,
+    binding_json,
+    default_binding_json,
+    queue_json,
+)
+from management.state import state
+from queue_store.queue import Queue
+from vhosts.vhost import VirtualHost
+
+routes = web.RouteTableDef()
+
+
+def _queue(request: web.Request, vhost: VirtualHost) -> Queue:
+    q = vhost.queues.get(request.match_info["name"])
+    if q is None:
+        raise not_found()
+    return q
+
+
+def _unlocked(q: Queue) -> None:
+    """400 for another connection's exclusive queue (the API has no connection)."""
+    try:
+        q.check_exclusive_access(None)
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
+
+
+@routes.get("/api/queues")
+async def list_all(request: web.Request) -> web.Response:
+    st = state(request)
+    unacked = UnackedTotals.collect(st.broker)
+    return ok([queue_json(q, st, unacked) for n in visible_vhosts(request)
+               for _, q in sorted(st.broker.vhosts[n].queues.items())])
+
+
+@routes.get("/api/queues/{vhost}")
+async def list_vhost(request: web.Request) -> web.Response:
+    vhost = readable_vhost(request)
+    st = state(request)
+    unacked = UnackedTotals.collect(st.broker)
+    return ok([queue_json(q, st, unacked) for _, q in sorted(vhost.queues.items())])
+
+
+@routes.get("/api/queues/{vhost}/{name}")
+async def get_queue(request: web.Request) -> web.Response:
+    vhost = readable_vhost(request)
+    st = state(request)
+    return ok(queue_json(_queue(request, vhost), st, UnackedTotals.collect(st.broker),
+                         full=True))
+
+
+@routes.put("/api/queues/{vhost}/{name}")
+async def put_queue(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    name = request.match_info["name"]
+    body = await read_json(request)
+    check_permission(request, vhost.name, "configure", "queue", name)
+    was_new = name not in vhost.queues
+    try:
+        vhost.declare_queue(name, durable=flag(body, "durable"),
+                            auto_delete=flag(body, "auto_delete"),
+                            arguments=dict(table(body, "arguments")))
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
+    return created(was_new)
+
+
+@routes.delete("/api/queues/{vhost}/{name}")
+async def delete_queue(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    q = _queue(request, vhost)
+    check_permission(request, vhost.name, "configure", "queue", q.name)
+    _unlocked(q)
+    try:
+        vhost.delete_queue(q.name, if_unused=query_flag(request, "if-unused"),
+                           if_empty=query_flag(request, "if-empty"))
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
+    return no_content()
+
+
+@routes.delete("/api/queues/{vhost}/{name}/contents")
+async def purge_queue(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    q = _queue(request, vhost)
+    check_permission(request, vhost.name, "read", "queue", q.name)
+    _unlocked(q)
+    q.purge()
+    return no_content()
+
+
+@routes.post("/api/queues/{vhost}/{name}/get")
+async def get_from_queue(request: web.Request) -> web.Response:
+    vhost = vhost_of(request)
+    body = await read_json(request)
+    count, ackmode, encoding, truncate = parse_get(body)
+    name = request.match_info["name"]
+    check_permission(request, vhost.name, "read", "queue", name)
+    q = vhost.queues.get(name)
+    if q is None:  # RabbitMQ answers from the AMQP channel here, code prefix included
+        raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{name}' in vhost "
+                                         f"'{vhost.name}'")
+    _unlocked(q)
+    return ok(get_messages(q, count, ackmode, encoding, truncate))
+
+
+@routes.get("/api/queues/{vhost}/{name}/bindings")
+async def queue_bindings(request: web.Request) -> web.Response:
+    vhost = readable_vhost(request)
+    q = _queue(request, vhost)
+    found = [binding_json(vhost.name, b) for b in vhost.bindings()
+             if b.destination.kind == "queue" and b.destination.name == q.name]
+    return ok([default_binding_json(vhost.name, q.name), *found])
