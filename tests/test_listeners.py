@@ -35,30 +35,29 @@ def _ipv6_loopback() -> bool:
 needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
 
 
-def _speaks_amqp(host: str, port: int) -> bool:
-    """True when ``host:port`` answers a protocol header with Connection.Start."""
+def _first_bytes(host: str, port: int, request: bytes, size: int) -> bytes:
+    """What ``host:port`` answers to ``request`` (first ``size`` bytes; b"" when it cannot
+    be reached)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(3)
             s.connect((host, port))
-            s.sendall(b"AMQP\x00\x00\x09\x01")
-            frame = s.recv(7)
+            s.sendall(request)
+            return s.recv(size)
     except OSError:
-        return False
-    return frame[:1] == b"\x01" and frame[1:3] == b"\x00\x00"  # method frame, channel 0
+        return b""
+
+
+def _speaks_amqp(host: str, port: int) -> bool:
+    """True when ``host:port`` answers a protocol header with Connection.Start."""
+    frame = _first_bytes(host, port, b"AMQP\x00\x00\x09\x01", 7)
+    return frame[:3] == b"\x01\x00\x00"  # a method frame on channel 0
 
 
 def _http_ok(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.settimeout(3)
-            s.connect((host, port))
-            s.sendall(b"GET /api/overview HTTP/1.0\r\n\r\n")
-            return s.recv(12).startswith(b"HTTP/1.")
-    except OSError:
-        return False
+    return _first_bytes(host, port, b"GET /api/overview HTTP/1.0\r\n\r\n", 12).startswith(
+        b"HTTP/1.")
 
 
 def _serve(config: BrokerConfig, check: object) -> None:
