@@ -111,10 +111,6 @@ class PreconditionFailed(SoftError):
     code = ReplyCode.PRECONDITION_FAILED
 
 
-class ConnectionForced(HardError):
-    code = ReplyCode.CONNECTION_FORCED
-
-
 class FrameError(HardError):
     code = ReplyCode.FRAME_ERROR
 
@@ -133,10 +129,6 @@ class ChannelError(HardError):
 
 class UnexpectedFrame(HardError):
     code = ReplyCode.UNEXPECTED_FRAME
-
-
-class ResourceError(HardError):
-    code = ReplyCode.RESOURCE_ERROR
 
 
 class NotAllowed(HardError):

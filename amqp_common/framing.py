@@ -42,7 +42,6 @@ _method_ids = struct.Struct(">HH")
 _content_head = struct.Struct(">HHQ")
 _u64_bit = struct.Struct(">QB")
 
-BASIC_CLASS = 60
 # (class_id << 16 | method_id) of hand-parsed methods
 BASIC_PUBLISH = 0x003C0028
 BASIC_ACK = 0x003C0050

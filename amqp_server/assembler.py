@@ -107,11 +107,6 @@ class CommandAssembler:
         self._body: list[bytes] = []
         self._got = 0  # body bytes received (bytes)
 
-    @property
-    def content_due(self) -> bool:
-        """True between a Basic.Publish method frame and the end of its body."""
-        return self._fields is not None
-
     def reset(self) -> None:
         """Forget a partial command (the channel closed)."""
         self._fields = None

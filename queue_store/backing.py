@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from queue_store.message import Message
@@ -191,7 +191,3 @@ def make_backing_queue(max_priority: int | None,
     if max_priority:
         return PriorityBackingQueue(max_priority, factory)
     return factory(0) if factory is not None else MemoryBackingQueue()
-
-
-def sorted_by_seq(qms: Iterable[QueuedMessage]) -> list[QueuedMessage]:
-    return sorted(qms)

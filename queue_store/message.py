@@ -163,13 +163,3 @@ class Message:
         if value > MAX_EXPIRY_MS:
             raise ValueError(f"{{value_too_large,{value}}}")
         return value
-
-
-def check_properties(properties_raw: bytes) -> None:
-    """Validate content-header property bytes by decoding them once.
-
-    Raises:
-        ValueError: truncated or malformed property list.
-    """
-    header = ContentHeader()
-    header.unmarshal(_EMPTY_CONTENT_PREFIX + properties_raw)

@@ -61,8 +61,6 @@ log = logging.getLogger("amqpq.definitions")
 RABBITMQ_COMPAT_VERSION = "3.10.8"
 
 OPERATOR_POLICY = "operator_policy"  # the runtime-parameter component of operator policies
-SECTIONS = ("users", "vhosts", "permissions", "topic_permissions", "parameters",
-            "global_parameters", "policies", "queues", "exchanges", "bindings")
 
 
 class DefinitionsError(ValueError):

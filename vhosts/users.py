@@ -87,10 +87,6 @@ class UserStore:
         """Raises KeyError for an unknown user."""
         self.users[name].password_hash = hash_password(password)
 
-    def set_tags(self, name: str, tags: list[str]) -> None:
-        """Raises KeyError for an unknown user."""
-        self.users[name].tags = list(tags)
-
     def authenticate_external(self, name: str, peer_host: str | None) -> User | None:
         """EXTERNAL (TLS client certificate) login: the user must exist; no password."""
         user = self.users.get(name)
