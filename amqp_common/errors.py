@@ -2,8 +2,11 @@
 
 Raise an :class:`AMQPError` subclass anywhere in the broker; the connection turns it into
 ``Channel.Close`` (a :class:`SoftError`) or ``Connection.Close`` (a :class:`HardError`) in one
-place (:func:`close_for`). Reply code 504 is named CHANNEL_ERROR but is a *connection* error,
-so the scopes are called soft/hard, as pamqp and the spec's constants table do.
+place (``amqp_server.connection.Connection._fail``). The scope is the class's, not the
+code's: reply code 504 is named CHANNEL_ERROR but is a *connection* error, and 403
+ACCESS_REFUSED is soft on a channel (:class:`AccessRefused`) but hard when a login is
+refused (:class:`ConnectionAccessRefused`); so the scopes are called soft/hard, as pamqp and
+the spec's constants table do.
 
 Source: AMQP 0-9-1 spec section 1.3 (constants) and RabbitMQ's
 ``rabbit_binary_generator:map_exception/3``.
@@ -38,21 +41,6 @@ class ReplyCode(IntEnum):
     INTERNAL_ERROR = 541
 
 
-#: Codes that close only the channel (spec: "soft errors"); every other error code closes the
-#: connection.
-SOFT_CODES = frozenset(
-    {
-        ReplyCode.CONTENT_TOO_LARGE,
-        ReplyCode.NO_ROUTE,
-        ReplyCode.NO_CONSUMERS,
-        ReplyCode.ACCESS_REFUSED,
-        ReplyCode.NOT_FOUND,
-        ReplyCode.RESOURCE_LOCKED,
-        ReplyCode.PRECONDITION_FAILED,
-    }
-)
-
-
 class AMQPError(Exception):
     """An error that closes a channel or a connection with a reply code.
 
@@ -66,17 +54,14 @@ class AMQPError(Exception):
     """
 
     code: ReplyCode = ReplyCode.INTERNAL_ERROR
+    #: True when the error closes only the channel (a :class:`SoftError`).
+    is_soft: bool = False
 
     def __init__(self, explanation: str, class_id: int = 0, method_id: int = 0) -> None:
         super().__init__(explanation)
         self.explanation = explanation
         self.class_id = class_id
         self.method_id = method_id
-
-    @property
-    def is_soft(self) -> bool:
-        """True when the error closes only the channel."""
-        return self.code in SOFT_CODES
 
     @property
     def reply_text(self) -> str:
@@ -88,11 +73,15 @@ class AMQPError(Exception):
 
 
 class SoftError(AMQPError):
-    """Base of the errors that close a channel (spec: soft errors)."""
+    """Base of the errors that close a channel (spec: soft errors, codes 311-313 and
+    403-406)."""
+
+    is_soft = True
 
 
 class HardError(AMQPError):
-    """Base of the errors that close the connection (spec: hard errors)."""
+    """Base of the errors that close the connection (spec: hard errors, codes 320, 402,
+    501-506, 530, 540, 541; and 403 for a refused login)."""
 
 
 class AccessRefused(SoftError):
@@ -144,8 +133,10 @@ class InternalError(HardError):
 
 
 class ConnectionAccessRefused(HardError):
-    """403 ACCESS_REFUSED on the connection (login refused), which is hard, unlike its soft
-    use on channels."""
+    """403 ACCESS_REFUSED on the connection (login refused): a hard error, unlike 403 on a
+    channel (:class:`AccessRefused`). The connection closes with reply class/method 0, or
+    closes the socket without a Connection.Close when the client did not announce the
+    ``authentication_failure_close`` capability (RabbitMQ's behaviour)."""
 
     code = ReplyCode.ACCESS_REFUSED
 

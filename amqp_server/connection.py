@@ -514,7 +514,7 @@ class Connection:
         elif not class_id and len(payload) >= 4 and not isinstance(exc, FrameError):
             class_id, method_id = struct.unpack_from(">HH", payload)
         ch = self.channels.get(channel) if channel else None
-        if exc.is_soft and ch is not None and not isinstance(exc, ConnectionAccessRefused):
+        if exc.is_soft and ch is not None:
             log.info("closing channel %d: %s", channel, exc.reply_text)
             ch.release()
             ch.send(commands.Channel.Close(
