@@ -488,11 +488,11 @@ class Channel:
         self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         if q.quorum and self.global_prefetch:  # RabbitMQ 3.x: a connection error
-            raise NotImplemented_(f"{rs('queue', q.name, q.vhost)} does not support global qos")
+            raise NotImplemented_(f"{rs('queue', q.name, q.vhost_name)} does not support global qos")
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
-            raise AccessRefused(f"{rs('queue', q.name, q.vhost)} in exclusive use")
+            raise AccessRefused(f"{rs('queue', q.name, q.vhost_name)} in exclusive use")
         arguments = m.arguments or {}
-        priority = validate_consumer_arguments(arguments, q.kind, rs("queue", q.name, q.vhost))
+        priority = validate_consumer_arguments(arguments, q.kind, rs("queue", q.name, q.vhost_name))
         consumer = Consumer(
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
             self.prefetch_count, priority, arguments,

@@ -211,7 +211,7 @@ def consumer_json(c: Consumer, st: ManagementState) -> dict[str, Any]:
         "consumer_tag": c.tag, "exclusive": c.exclusive, "ack_required": not c.no_ack,
         "prefetch_count": c.prefetch, "active": True, "activity_status": "up",
         "arguments": jsonable(c.arguments),
-        "queue": {"name": c.queue.name, "vhost": c.queue.vhost},
+        "queue": {"name": c.queue.name, "vhost": c.queue.vhost_name},
         "channel_details": {"name": channel_name(ch, st), "number": ch.number,
                             "connection_name": connection_name(conn, st),
                             "peer_host": peer_host, "peer_port": peer_port,
@@ -248,7 +248,7 @@ class UnackedTotals:
 
 def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
                full: bool = False) -> dict[str, Any]:
-    vhost = st.broker.vhosts.get(q.vhost)
+    vhost = st.broker.vhosts.get(q.vhost_name)
     policy, operator = q.settings.policy, q.settings.operator_policy
     definition = merge_operator_definition(
         vhost.policies[policy].definition
@@ -262,7 +262,7 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
     exclusive_tag = next((c.tag for c in consumers if c.exclusive), None)
     sac = consumers[0].tag if consumers and q.settings.single_active_consumer else None
     out: dict[str, Any] = {
-        "name": q.name, "vhost": q.vhost, "durable": q.durable, "auto_delete": q.auto_delete,
+        "name": q.name, "vhost": q.vhost_name, "durable": q.durable, "auto_delete": q.auto_delete,
         "exclusive": q.exclusive, "arguments": jsonable(q.arguments), "node": st.node,
         "type": q.kind, "state": "running", "policy": policy,
         "operator_policy": q.settings.operator_policy,
@@ -273,19 +273,19 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "consumer_utilisation": 1.0 if consumers else 0,
         "memory": ready_bytes + unacked_bytes, "head_message_timestamp": None,
         "recoverable_slaves": None,
-        **details(st.rates, ("queue", q.vhost, q.name), messages=ready + unacked_n,
+        **details(st.rates, ("queue", q.vhost_name, q.name), messages=ready + unacked_n,
                   messages_ready=ready, messages_unacknowledged=unacked_n),
         "messages_ram": ready + unacked_n, "messages_ready_ram": ready,
         "messages_unacknowledged_ram": unacked_n, "messages_paged_out": 0,
         "message_bytes": ready_bytes + unacked_bytes, "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
         "message_bytes_ram": ready_bytes + unacked_bytes, "message_bytes_paged_out": 0,
-        "message_stats": details(st.rates, ("queue", q.vhost, q.name),
+        "message_stats": details(st.rates, ("queue", q.vhost_name, q.name),
                                  publish=q.published, deliver_get=q.delivered),
     }
     if q.quorum:  # one node: it leads and is the only member
         out.update(leader=st.node, members=[st.node], online=[st.node])
-    owner = q.owner if q.exclusive else None
+    owner = q.exclusive_owner if q.exclusive else None
     if owner is not None and owner in st.broker.connections:
         peer_host, peer_port = owner.peer or ("127.0.0.1", 0)
         out["owner_pid_details"] = {"name": connection_name(owner, st),

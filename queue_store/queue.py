@@ -49,7 +49,7 @@ from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
 
 __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", "Queue",
-           "QueueOwner", "QueuedMessage", "Settlement"]
+           "QueueHost", "QueuedMessage", "Settlement"]
 
 log = logging.getLogger("amqpq.queue")
 
@@ -70,8 +70,8 @@ class ConsumerChannel(Protocol):
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None: ...
 
 
-class QueueOwner(Protocol):
-    """What a queue needs from its vhost."""
+class QueueHost(Protocol):
+    """What a queue needs from the vhost it lives in (:class:`vhosts.vhost.VirtualHost`)."""
 
     timers: Timers
     storage: VhostStorage | None
@@ -121,30 +121,33 @@ class Queue:
     """One AMQP queue in a vhost.
 
     Args:
-        name, vhost: the queue's name and its vhost's name.
+        name, vhost_name: the queue's name and its vhost's name (``rs()`` texts, stats).
         durable, exclusive, auto_delete: Queue.Declare flags.
-        owner: the connection object of an exclusive queue (None otherwise).
+        exclusive_owner: the connection that declared an exclusive queue (None otherwise).
         arguments: Queue.Declare arguments (``x-...``), already validated.
         settings: effective settings (arguments resolved with policies).
-        host: the vhost (timers, dead lettering, deletion callbacks).
+        vhost: the vhost object, as a :class:`QueueHost` (timers, storage, dead lettering,
+            deletion callbacks); None for a queue outside any vhost (nothing expires or is
+            dead-lettered).
     """
 
-    def __init__(self, name: str, vhost: str, durable: bool = False, exclusive: bool = False,
-                 auto_delete: bool = False, owner: object | None = None,
+    def __init__(self, name: str, vhost_name: str, durable: bool = False,
+                 exclusive: bool = False, auto_delete: bool = False,
+                 exclusive_owner: object | None = None,
                  arguments: dict[str, Any] | None = None,
-                 settings: QueueSettings | None = None, host: QueueOwner | None = None) -> None:
+                 settings: QueueSettings | None = None, vhost: QueueHost | None = None) -> None:
         self.name = name
-        self.vhost = vhost
+        self.vhost_name = vhost_name
         self.durable = durable
         self.exclusive = exclusive
         self.auto_delete = auto_delete
-        self.owner = owner
+        self.exclusive_owner = exclusive_owner
         self.arguments = arguments or {}
         self.kind = queue_type_of(self.arguments)  # "classic" or "quorum"
         self.quorum = self.kind == "quorum"
-        self.host = host
+        self.vhost = vhost
         self.settings = settings or QueueSettings()
-        self.storage = host.storage if host is not None else None
+        self.storage = vhost.storage if vhost is not None else None
         factory = self.storage.backing_queue_factory(name) if self.storage is not None else None
         self.ready: BackingQueue = make_backing_queue(self.settings.max_priority, factory)
         # consumers by priority level, highest first; round-robin inside a level
@@ -169,7 +172,7 @@ class Queue:
         self.touch()
 
     def __repr__(self) -> str:
-        return f"<Queue {self.name!r} vhost={self.vhost!r} ready={len(self.ready)}>"
+        return f"<Queue {self.name!r} vhost={self.vhost_name!r} ready={len(self.ready)}>"
 
     # ---- settings and access -------------------------------------------------------------
 
@@ -188,18 +191,18 @@ class Queue:
 
     def check_exclusive_access(self, connection: object) -> None:
         """Raises ResourceLocked (405) when an exclusive queue is used by another connection."""
-        if self.exclusive and self.owner is not connection:
+        if self.exclusive and self.exclusive_owner is not connection:
             raise self.locked_error()
 
     def locked_error(self) -> ResourceLocked:
         """RabbitMQ's 405 for a queue another connection owns or whose exclusivity differs."""
         return ResourceLocked(
-            f"cannot obtain exclusive access to locked {rs('queue', self.name, self.vhost)}."
+            f"cannot obtain exclusive access to locked {rs('queue', self.name, self.vhost_name)}."
             " It could be originally declared on another connection or the exclusive"
             " property value does not match that of the original declaration.")
 
     def _now(self) -> float:
-        return self.host.timers.clock() if self.host is not None else 0.0
+        return self.vhost.timers.clock() if self.vhost is not None else 0.0
 
     # ---- publish and dispatch ------------------------------------------------------------
 
@@ -226,8 +229,8 @@ class Queue:
             return ACCEPTED
         s = self.settings
         if s.limited and s.overflow != "drop-head" and self._would_overflow(message):
-            if s.overflow == "reject-publish-dlx" and self.host is not None:
-                self.host.dead_letter(self, message, "maxlen")
+            if s.overflow == "reject-publish-dlx" and self.vhost is not None:
+                self.vhost.dead_letter(self, message, "maxlen")
             return REJECTED
         self._seq += 1
         self.published += 1
@@ -299,8 +302,8 @@ class Queue:
         ):
             qm = ready.popleft()
             if qm is not None:
-                if self.host is not None:
-                    self.host.dead_letter(self, qm.message, "maxlen")
+                if self.vhost is not None:
+                    self.vhost.dead_letter(self, qm.message, "maxlen")
                 self._forget(qm)
         self._arm_ttl_timer()
 
@@ -314,13 +317,13 @@ class Queue:
             if head is None or head.expires_at is None or head.expires_at > now:
                 break
             ready.popleft()
-            if self.host is not None:
-                self.host.dead_letter(self, head.message, "expired")
+            if self.vhost is not None:
+                self.vhost.dead_letter(self, head.message, "expired")
             self._forget(head)
         self._arm_ttl_timer()
 
     def _arm_ttl_timer(self) -> None:
-        if not self._has_ttl or self.host is None or self.deleted:
+        if not self._has_ttl or self.vhost is None or self.deleted:
             return
         head = self.ready.peek()
         when = head.expires_at if head is not None else None
@@ -331,7 +334,7 @@ class Queue:
             timer.cancel()
         self._ttl_timer = None
         if when is not None:
-            self._ttl_timer = self.host.timers.call_later(when - self._now(), self._expire_head)
+            self._ttl_timer = self.vhost.timers.call_later(when - self._now(), self._expire_head)
 
     def _next_consumer(self) -> Consumer | None:
         if self.settings.single_active_consumer:
@@ -364,8 +367,8 @@ class Queue:
                 assert qm is not None
                 # strictly past: TTL 0 still reaches a consumer that can take it at once
                 if has_ttl and qm.expires_at is not None and qm.expires_at < now:
-                    if self.host is not None:
-                        self.host.dead_letter(self, qm.message, "expired")
+                    if self.vhost is not None:
+                        self.vhost.dead_letter(self, qm.message, "expired")
                     self._forget(qm)
                     continue
                 self.delivered += 1
@@ -429,14 +432,14 @@ class Queue:
                     self._consumer_settled(consumer)
             self._requeue([d[0] for d in deliveries])
             return
-        reject = outcome == _REJECT and self.host is not None and not self.deleted
+        reject = outcome == _REJECT and self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:
                 consumer.unacked -= 1
                 if consumer is self._sac_previous:
                     self._consumer_settled(consumer, 0)
             if reject:
-                self.host.dead_letter(self, qm.message, "rejected")  # type: ignore[union-attr]
+                self.vhost.dead_letter(self, qm.message, "rejected")  # type: ignore[union-attr]
             self._forget(qm)
         self.dispatch()
 
@@ -475,8 +478,8 @@ class Queue:
                 self.index.returned(qm.seq, qm.returns)
                 self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
             if limit is not None and qm.returns > limit:
-                if self.host is not None:
-                    self.host.dead_letter(self, qm.message, "delivery_limit")
+                if self.vhost is not None:
+                    self.vhost.dead_letter(self, qm.message, "delivery_limit")
                 self._forget(qm)
             else:
                 kept.append(qm)
@@ -577,8 +580,8 @@ class Queue:
                     del self._levels[i]
                 break
         if not self._consumer_order:
-            if self.auto_delete and self._had_consumer and self.host is not None:
-                self.host.queue_unused(self)
+            if self.auto_delete and self._had_consumer and self.vhost is not None:
+                self.vhost.queue_unused(self)
                 return
             self.touch()
         elif self.settings.single_active_consumer:
@@ -590,11 +593,11 @@ class Queue:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
-        if expires is None or self.host is None or self.deleted or self._consumer_order:
+        if expires is None or self.vhost is None or self.deleted or self._consumer_order:
             return
-        host = self.host
-        self._expiry_timer = host.timers.call_later(expires / 1000.0,
-                                                    lambda: host.queue_expired(self))
+        vhost = self.vhost
+        self._expiry_timer = vhost.timers.call_later(expires / 1000.0,
+                                                     lambda: vhost.queue_expired(self))
 
     @property
     def message_count(self) -> int:

@@ -252,7 +252,7 @@ class VirtualHost:
         """
         if passive:
             q = self.queue(name)
-            if q.exclusive and q.owner is not connection:
+            if q.exclusive and q.exclusive_owner is not connection:
                 q.check_exclusive_access(connection)
             q.touch()
             return q
@@ -282,16 +282,16 @@ class VirtualHost:
                 durable=durable,
                 exclusive=exclusive,
                 auto_delete=auto_delete,
-                owner=connection if exclusive else None,
+                exclusive_owner=connection if exclusive else None,
                 arguments=arguments,
                 settings=self._queue_settings(name, arguments),
-                host=self,
+                vhost=self,
             )
             self.queues[name] = q
             self.changed()
             return q
         # strict exclusive check: the requested owner must be the current one
-        if q.owner is not (connection if exclusive else None):
+        if q.exclusive_owner is not (connection if exclusive else None):
             raise q.locked_error()
         for field, want, have in (
             ("durable", durable, q.durable),
@@ -343,7 +343,7 @@ class VirtualHost:
                 self._drop_binding(source, binding)
         return count
 
-    # ---- callbacks from queues (QueueOwner) ----------------------------------------------
+    # ---- callbacks from queues (QueueHost) -----------------------------------------------
 
     def queue_unused(self, queue: Queue) -> None:
         """An auto-delete queue lost its last consumer: delete it."""

@@ -103,7 +103,7 @@ def _consumers(request: web.Request, vhosts: set[str]) -> list[dict[str, object]
     st = state(request)
     return [consumer_json(c, st) for ch in _channels(request)
             for c in ch.consumers.values()
-            if c.queue.vhost in vhosts]
+            if c.queue.vhost_name in vhosts]
 
 
 @routes.get("/api/consumers")

@@ -464,7 +464,7 @@ def leaks(broker: Broker, conn: Connection) -> list[str]:
         found.append(f"connection still has channels {sorted(conn.channels)}")
     for vhost in broker.vhosts.values():
         for q in vhost.queues.values():
-            if q.exclusive and q.owner is conn:
+            if q.exclusive and q.exclusive_owner is conn:
                 found.append(f"exclusive queue {q.name} of the closed connection survives")
             for c in q.consumers:
                 if getattr(c.channel, "connection", None) is conn:
