@@ -2,10 +2,12 @@
 
 Theory of operation
 -------------------
-The connection hands the channel decoded methods (:meth:`Channel.handle_method`), and content
-header/body frames (:meth:`Channel.handle_content`). A Basic.Publish is assembled from its
-method, content header and body frames, then routed by the vhost and appended to each target
-queue; property bytes are never decoded on the way.
+The connection passes the channel's frames to its :class:`~amqp_server.assembler.CommandAssembler`
+(``Channel.assembler``), which calls the channel back with whole commands only: a decoded
+method (:meth:`Channel.handle_method`), a Basic.Ack (:meth:`Channel.ack`, hand-parsed), or a
+Basic.Publish with its properties and body (:meth:`Channel.publish`). A publish is checked
+here, then routed by the vhost (:meth:`vhosts.vhost.VirtualHost.publish`) and appended to each
+target queue; property bytes are never decoded on the way.
 
 Deliveries get channel-scoped delivery tags 1, 2, 3...; a delivery that needs an ack is kept in
 ``unacked`` (tag -> (queued message, queue, consumer)) until Basic.Ack/Reject/Nack, or until

@@ -1,8 +1,11 @@
 """asyncio edge of the broker: listeners, transports, timers, shutdown, ``main()``.
 
-The only module of ``amqp_server`` that touches sockets. Each TCP connection gets an
-:class:`AMQPProtocol` that feeds a sans-IO :class:`~amqp_server.connection.Connection` and
-writes its output once per event-loop turn (``loop.call_soon``), however many frames were
+The AMQP side's event loop lives here: this module opens the AMQP and AMQPS listeners (on
+the addresses :func:`broker.listeners.bind_all` picks) and owns their transports; the
+connection, assembler and channel below it are sans-IO. (``tls.py`` builds the SSL context
+and reads a transport's peer certificate; ``management/app.py`` opens the HTTP listeners,
+started from here.) Each TCP connection gets an :class:`AMQPProtocol` that feeds a sans-IO
+:class:`~amqp_server.connection.Connection` and writes its output once per event-loop turn (``loop.call_soon``), however many frames were
 queued in between. Transport back-pressure (``pause_writing``) stops deliveries to that
 connection until its buffer drains.
 

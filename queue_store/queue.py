@@ -22,7 +22,7 @@ timer armed for the head's deadline), as RabbitMQ's classic queues do, and dead-
 reason ``expired``. Length limits (``x-max-length``, ``x-max-length-bytes``) count ready
 messages; ``drop-head`` drops (dead-letters, reason ``maxlen``) from the head after an append,
 ``reject-publish``/``reject-publish-dlx`` refuse the new message (:meth:`Queue.publish` returns
-False so the channel can nack it). ``x-expires`` deletes a queue left without consumers,
+the ``REJECTED`` bit, so the channel nacks it under confirms). ``x-expires`` deletes a queue left without consumers,
 Basic.Get or redeclare for that long.
 
 Source: AMQP 0-9-1 spec 3.1.4, 1.7.2; RabbitMQ ``rabbit_amqqueue_process``;
