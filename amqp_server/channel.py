@@ -54,8 +54,8 @@ from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
 from queue_store.queue import Consumer, Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
+from vhosts.names import check_server_named_allowed, server_generated_name
 from vhosts.permissions import Perm
-from vhosts.vhost import check_server_named_allowed, server_generated_name
 
 ACK, REQUEUE, REJECT_MESSAGE = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
 

@@ -42,6 +42,7 @@ from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from queue_store.queue_args import validate_queue_arguments
 from vhosts.limits import LimitsError, validate_limits
+from vhosts.names import DEFAULT_EXCHANGES
 from vhosts.policies import (
     Policy,
     PolicyError,
@@ -50,7 +51,6 @@ from vhosts.policies import (
     validate_policy,
 )
 from vhosts.users import HASHING_ALGORITHM, hash_password
-from vhosts.vhost import DEFAULT_EXCHANGES
 
 if TYPE_CHECKING:
     from broker.broker import Broker

@@ -12,6 +12,23 @@ from typing import Any
 from amqp_common.errors import PreconditionFailed
 from amqp_common.properties import amqp_type_name
 
+#: Queue arguments RabbitMQ compares on redeclare (rabbit_amqqueue:declare_args/0).
+QUEUE_EQUIVALENCE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-queue-type",
+    "x-single-active-consumer",
+)
+
 
 def inequivalent(field: str, what: str, received: str, current: str) -> PreconditionFailed:
     """``inequivalent arg 'durable' for queue 'q' in vhost '/': received 'true' but current is

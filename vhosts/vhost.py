@@ -18,9 +18,7 @@ Source: AMQP 0-9-1 spec 1.6-1.7; https://www.rabbitmq.com/docs/vhosts, /docs/e2e
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -41,8 +39,15 @@ from queue_store.queue_args import (
 )
 from queue_store.sender_selected import extra_routing_keys, without_bcc
 from queue_store.storage import VhostStorage
-from vhosts.equivalence import assert_args_equivalent, inequivalent
+from vhosts.equivalence import QUEUE_EQUIVALENCE_ARGS, assert_args_equivalent, inequivalent
 from vhosts.limits import Limits
+from vhosts.names import (
+    DEFAULT_EXCHANGES,
+    check_name,
+    check_not_default_exchange,
+    check_server_named_allowed,
+    server_generated_name,
+)
 from vhosts.policies import (
     Policy,
     matching_policy,
@@ -51,58 +56,6 @@ from vhosts.policies import (
 )
 
 log = logging.getLogger("amqpq.vhost")
-
-# Predeclared exchanges of every vhost (RabbitMQ's rabbit_exchange:declare_default/1).
-DEFAULT_EXCHANGES = {
-    "amq.direct": "direct",
-    "amq.fanout": "fanout",
-    "amq.topic": "topic",
-    "amq.headers": "headers",
-    "amq.match": "headers",
-}
-
-# Queue arguments RabbitMQ compares on redeclare (rabbit_amqqueue:declare_args/0).
-QUEUE_EQUIVALENCE_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-in-memory-length",
-    "x-max-in-memory-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-queue-mode",
-    "x-queue-type",
-    "x-single-active-consumer",
-)
-
-
-def server_generated_name(prefix: str) -> str:
-    """``amq.gen-<22 chars>``/``amq.ctag-<22 chars>``: 16 random bytes, URL-safe base64."""
-    return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
-
-
-def check_server_named_allowed(arguments: dict[str, Any]) -> None:
-    """Raises PreconditionFailed (406) for a server-named quorum queue (RabbitMQ refuses
-    them: a quorum queue outlives its connection)."""
-    if queue_type_of(arguments) == "quorum":
-        raise PreconditionFailed(
-            "Cannot declare a server-named queue for type rabbit_quorum_queue")
-
-
-def check_not_default_exchange(name: str) -> None:
-    """Raises AccessRefused (403) for the default exchange ``""``."""
-    if name == "":
-        raise AccessRefused("operation not permitted on the default exchange")
-
-
-def check_name(kind: str, name: str) -> None:
-    """Raises AccessRefused (403) for a name with the reserved ``amq.`` prefix."""
-    if name.startswith("amq."):
-        raise AccessRefused(f"{kind} name '{name}' contains reserved prefix 'amq.*'")
-
 
 class VirtualHost:
     """One vhost's topology (exchanges, queues, bindings) and router.
