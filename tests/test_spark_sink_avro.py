@@ -1,0 +1,143 @@
+"""Avro bodies of the Spark sink (``format=avro``): pinned bytes and the schema mapping.
+
+``GOLDEN`` holds the single-object-encoded bodies the sink wrote for ``ROWS`` before its
+Avro encoder moved to fastavro (commit history: the hand-written encoder in
+spark_sink/avro.py); the bytes must not change, so consumers keyed on the schema
+fingerprint keep decoding what the sink publishes.
+
+Sources: Apache Avro 1.11 specification, https://avro.apache.org/docs/1.11.1/specification/
+(single-object encoding, parsing canonical form, fingerprints).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark not installed (pip install '.[spark]')")
+pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install '.[spark]')")
+
+from pyspark.sql import types as T  # noqa: E402
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
+
+from spark_sink import avro  # noqa: E402
+
+D = decimal.Decimal
+
+# Every Spark type the sink maps, nullable and not, nested two levels.
+SCHEMA = T.StructType([
+    T.StructField("flag", T.BooleanType()),
+    T.StructField("tiny", T.ByteType(), False),
+    T.StructField("small", T.ShortType()),
+    T.StructField("n", T.IntegerType()),
+    T.StructField("id", T.LongType(), False),
+    T.StructField("f32", T.FloatType()),
+    T.StructField("f64", T.DoubleType()),
+    T.StructField("s", T.StringType()),
+    T.StructField("raw", T.BinaryType()),
+    T.StructField("day", T.DateType()),
+    T.StructField("ts", T.TimestampType()),
+    T.StructField("ntz", T.TimestampNTZType()),
+    T.StructField("price", T.DecimalType(10, 2)),
+    T.StructField("big", T.DecimalType(38, 0)),
+    T.StructField("nums", T.ArrayType(T.IntegerType(), True)),
+    T.StructField("attrs", T.MapType(T.StringType(), T.DoubleType(), True)),
+    T.StructField("st", T.StructType([
+        T.StructField("x", T.LongType()),
+        T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+        T.StructField("inner", T.StructType([T.StructField("y", T.DoubleType())])),
+    ])),
+])
+
+# Typical values; all nulls; extremes (pre-1970 dates/timestamps, -2**63, NaN/-inf, empty
+# string/bytes/array/map, decimals whose unscaled value is -2**7 and -2**15 -- the minimal
+# two's complement is one byte shorter than a naive sign-bit count); long/multi-byte lengths.
+ROWS: list[dict[str, Any]] = [
+    {"flag": True, "tiny": 7, "small": -300, "n": 123456, "id": 1 << 40, "f32": 0.1,
+     "f64": 2.5, "s": "zoé ☃", "raw": b"\x00\xff", "day": dt.date(2024, 2, 29),
+     "ts": dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
+     "ntz": dt.datetime(2024, 1, 2, 3, 4, 5, 6), "price": D("1234.56"), "big": D("128"),
+     "nums": [1, None, -1], "attrs": [("a", 1.5), ("b", None)],
+     "st": {"x": 3, "tags": ["p", "q"], "inner": {"y": -0.0}}},
+    {"flag": None, "tiny": -128, "small": None, "n": None, "id": 0, "f32": None, "f64": None,
+     "s": None, "raw": None, "day": None, "ts": None, "ntz": None, "price": None, "big": None,
+     "nums": None, "attrs": None, "st": None},
+    {"flag": False, "tiny": 127, "small": 32767, "n": -(1 << 31), "id": -(1 << 63),
+     "f32": float("nan"), "f64": float("-inf"), "s": "", "raw": b"",
+     "day": dt.date(1969, 12, 31),
+     "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+     "ntz": dt.datetime(1, 1, 1), "price": D("-1.28"), "big": D("-32768"),
+     "nums": [], "attrs": [], "st": {"x": None, "tags": [], "inner": None}},
+    {"flag": True, "tiny": 0, "small": 0, "n": 0, "id": (1 << 63) - 1, "f32": 3.0e38,
+     "f64": 1e-300, "s": "x" * 70, "raw": bytes(range(130)), "day": dt.date(9999, 12, 31),
+     "ts": dt.datetime(2262, 4, 11, tzinfo=dt.UTC), "ntz": dt.datetime(1970, 1, 1),
+     "price": D("0.00"), "big": D("-" + "9" * 38), "nums": [None],
+     "attrs": [("ключ", float("nan"))], "st": {"x": -1, "tags": ["é"], "inner": {"y": None}}},
+]
+
+# The bodies the hand-written encoder produced for ROWS (C3 01, fingerprint, row).
+GOLDEN_FINGERPRINT = 0xD030373D1D624D84
+GOLDEN_CANONICAL = (
+    '{"name":"Row","type":"record","fields":[{"name":"flag","type":["null","boolean"]},'
+    '{"name":"tiny","type":"int"},{"name":"small","type":["null","int"]},'
+    '{"name":"n","type":["null","int"]},{"name":"id","type":"long"},'
+    '{"name":"f32","type":["null","float"]},{"name":"f64","type":["null","double"]},'
+    '{"name":"s","type":["null","string"]},{"name":"raw","type":["null","bytes"]},'
+    '{"name":"day","type":["null","int"]},{"name":"ts","type":["null","long"]},'
+    '{"name":"ntz","type":["null","long"]},{"name":"price","type":["null","bytes"]},'
+    '{"name":"big","type":["null","bytes"]},'
+    '{"name":"nums","type":["null",{"type":"array","items":["null","int"]}]},'
+    '{"name":"attrs","type":["null",{"type":"map","values":["null","double"]}]},'
+    '{"name":"st","type":["null",{"name":"Row_st","type":"record","fields":['
+    '{"name":"x","type":["null","long"]},'
+    '{"name":"tags","type":{"type":"array","items":"string"}},'
+    '{"name":"inner","type":["null",{"name":"Row_st_inner","type":"record","fields":['
+    '{"name":"y","type":["null","double"]}]}]}]}]}]}'
+)
+GOLDEN = [
+    bytes.fromhex(
+        "c301844d621d3d3730d002010e02d7040280890f80808080804002cdcccc3d02000000000000044002107a6f"
+        "c3a920e29883020400ff028cb502028ccdee84b8fb8606028ccdee84b8fb8606020601e24002040080020602"
+        "02000201000204026102000000000000f83f0262000002020604027002710002020000000000000080"
+    ),
+    bytes.fromhex(
+        "c301844d621d3d3730d000ff01000000000000000000000000000000"
+    ),
+    bytes.fromhex(
+        "c301844d621d3d3730d00200fe0102feff0302ffffffff0fffffffffffffffffff01020000c07f0200000000"
+        "0000f0ff020002000201020102ffffddf2dfffdfdc01020280020480000200020002000000"
+    ),
+    bytes.fromhex(
+        "c301844d621d3d3730d002010002000200feffffffffffffffff0102e6b1617f0259f3f8c21f6ea501028c01"
+        "7878787878787878787878787878787878787878787878787878787878787878787878787878787878787878"
+        "7878787878787878787878787878787878787878787878787878028402000102030405060708090a0b0c0d0e"
+        "0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a"
+        "3b3c3d3e3f404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60616263646566"
+        "6768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f808102c082e602028080c5d8f6a1e220020002"
+        "02000220b4c4b357a5793b85f675ddc00000000002020000020210d0bad0bbd18ed18702000000000000f87f"
+        "000202010204c3a9000200"
+    ),
+]
+
+
+def _batch() -> pa.RecordBatch:
+    """ROWS as Spark hands them to the writer: an Arrow batch of the session-zone schema."""
+    return pa.RecordBatch.from_pylist(ROWS, schema=to_arrow_schema(SCHEMA, timezone="UTC"))
+
+
+def test_avro_bodies_are_the_pinned_bytes() -> None:
+    bodies = avro.AvroEncoder(SCHEMA).bodies(_batch())
+    assert [b.hex() for b in bodies] == [g.hex() for g in GOLDEN]
+
+
+def test_avro_header_is_magic_and_little_endian_fingerprint() -> None:
+    header = b"\xc3\x01" + GOLDEN_FINGERPRINT.to_bytes(8, "little")
+    assert all(g[:10] == header for g in GOLDEN)
+    assert avro.fingerprint(avro.avro_schema(SCHEMA)) == GOLDEN_FINGERPRINT
+
+
+def test_avro_canonical_form_strips_logical_types() -> None:
+    assert avro.canonical_form(avro.avro_schema(SCHEMA)) == GOLDEN_CANONICAL
