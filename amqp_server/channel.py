@@ -49,9 +49,10 @@ from amqp_server.confirms import Confirms
 from broker import direct_reply_to
 from exchanges.binding import Destination
 from exchanges.exchange import Exchange
+from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
 from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
-from queue_store.queue import Consumer, Delivery, Queue, QueuedMessage
+from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
 from vhosts.names import check_server_named_allowed, server_generated_name
@@ -490,7 +491,8 @@ class Channel:
         self._check("read", "queue", self._queue_name(m.queue))
         q = self.vhost.queue(self._queue_name(m.queue), self.connection)
         if q.quorum and self.global_prefetch:  # RabbitMQ 3.x: a connection error
-            raise NotImplemented_(f"{rs('queue', q.name, q.vhost_name)} does not support global qos")
+            raise NotImplemented_(
+                f"{rs('queue', q.name, q.vhost_name)} does not support global qos")
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost_name)} in exclusive use")
         arguments = m.arguments or {}

@@ -5,9 +5,9 @@ the addresses :func:`broker.listeners.bind_all` picks) and owns their transports
 connection, assembler and channel below it are sans-IO. (``tls.py`` builds the SSL context
 and reads a transport's peer certificate; ``management/app.py`` opens the HTTP listeners,
 started from here.) Each TCP connection gets an :class:`AMQPProtocol` that feeds a sans-IO
-:class:`~amqp_server.connection.Connection` and writes its output once per event-loop turn (``loop.call_soon``), however many frames were
-queued in between. Transport back-pressure (``pause_writing``) stops deliveries to that
-connection until its buffer drains.
+:class:`~amqp_server.connection.Connection` and writes its output once per event-loop turn
+(``loop.call_soon``), however many frames were queued in between. Transport back-pressure
+(``pause_writing``) stops deliveries to that connection until its buffer drains.
 
 Shutdown (SIGINT/SIGTERM): stop listening, close every connection with 320
 CONNECTION_FORCED, wait briefly for the clients' CloseOk, exit.

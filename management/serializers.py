@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote_plus
 
 from exchanges.binding import Binding
-from queue_store.queue import Consumer, Queue
+from queue_store.consumer import Consumer
+from queue_store.queue import Queue
 from queue_store.queue_args import merge_operator_definition
 from vhosts.definitions import jsonable
 from vhosts.users import HASHING_ALGORITHM, User

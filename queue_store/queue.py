@@ -10,11 +10,11 @@ when a dead-letter exchange is set, else gone), or requeued or its channel close
 its original position, by sequence number, flagged redelivered).
 
 Dispatch goes to the highest-priority consumers (``x-priority``) that can take a message now
-(:meth:`Consumer.can_take`: prefetch window not full and its socket not paused), round-robin
-among equals; a consumer that cannot take one is skipped, not waited on (RabbitMQ's
-``rabbit_queue_consumers``). With ``x-single-active-consumer`` only the active consumer gets
-messages; the next in line takes over when it goes. Whoever frees capacity (ack, Basic.Qos,
-socket drained, new consumer) calls :meth:`Queue.dispatch`.
+(:meth:`~queue_store.consumer.Consumer.can_take`: prefetch window not full and its socket
+not paused), round-robin among equals; a consumer that cannot take one is skipped, not
+waited on (RabbitMQ's ``rabbit_queue_consumers``). With ``x-single-active-consumer`` only the
+active consumer gets messages; the next in line takes over when it goes. Whoever frees
+capacity (ack, Basic.Qos, socket drained, new consumer) calls :meth:`Queue.dispatch`.
 
 Expiry: a message's deadline is the lower of the queue's ``x-message-ttl`` and its own
 ``expiration``; it is expired when it reaches the head of the queue (at dispatch, get, or by a
@@ -22,8 +22,8 @@ timer armed for the head's deadline), as RabbitMQ's classic queues do, and dead-
 reason ``expired``. Length limits (``x-max-length``, ``x-max-length-bytes``) count ready
 messages; ``drop-head`` drops (dead-letters, reason ``maxlen``) from the head after an append,
 ``reject-publish``/``reject-publish-dlx`` refuse the new message (:meth:`Queue.publish` returns
-the ``REJECTED`` bit, so the channel nacks it under confirms). ``x-expires`` deletes a queue left without consumers,
-Basic.Get or redeclare for that long.
+the ``REJECTED`` bit, so the channel nacks it under confirms). ``x-expires`` deletes a queue
+left without consumers, Basic.Get or redeclare for that long.
 
 Source: AMQP 0-9-1 spec 3.1.4, 1.7.2; RabbitMQ ``rabbit_amqqueue_process``;
 https://www.rabbitmq.com/docs/queues, /docs/ttl, /docs/maxlength, /docs/consumer-priority,
@@ -42,6 +42,7 @@ from amqp_common.errors import ResourceLocked, rs
 from amqp_common.properties import Long, with_header
 from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
+from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.queue_args import QueueSettings, queue_type_of
@@ -49,7 +50,7 @@ from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
 
 __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", "Queue",
-           "QueueHost", "QueuedMessage", "Settlement"]
+           "QueueHost", "QueuedMessage", "Settlement"]  # Consumer: from queue_store.consumer
 
 log = logging.getLogger("amqpq.queue")
 
@@ -57,17 +58,6 @@ _REQUEUE, _REJECT = Settlement.REQUEUE, Settlement.REJECT
 
 #: An outstanding delivery: (message, its queue, the consumer or None for Basic.Get).
 Delivery = tuple[QueuedMessage, "Queue", "Consumer | None"]
-
-
-
-class ConsumerChannel(Protocol):
-    """What a queue needs from the channel a consumer lives on."""
-
-    def can_deliver(self) -> bool: ...
-
-    def deliver(self, consumer: Consumer, qm: QueuedMessage, queue: Queue) -> None: ...
-
-    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None: ...
 
 
 class QueueHost(Protocol):
@@ -81,40 +71,6 @@ class QueueHost(Protocol):
     def queue_expired(self, queue: Queue) -> None: ...
 
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
-
-
-class Consumer:
-    """One Basic.Consume subscription.
-
-    Attributes:
-        tag: consumer tag (str); ``tag_raw`` the same as an encoded shortstr.
-        prefetch: per-consumer prefetch_count (messages; 0 = unlimited), from Basic.Qos
-            global=false at consume time.
-        priority: ``x-priority`` consumer argument (higher first; default 0).
-        unacked: deliveries to this consumer not yet settled (messages).
-    """
-
-    __slots__ = ("tag", "tag_raw", "channel", "queue", "no_ack", "exclusive", "prefetch",
-                 "priority", "unacked", "arguments")
-
-    def __init__(self, tag: str, tag_raw: bytes, channel: ConsumerChannel, queue: Queue,
-                 no_ack: bool, exclusive: bool, prefetch: int, priority: int = 0,
-                 arguments: dict[str, Any] | None = None) -> None:
-        self.tag = tag
-        self.tag_raw = tag_raw
-        self.channel = channel
-        self.queue = queue
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch
-        self.priority = priority
-        self.unacked = 0
-        self.arguments = arguments or {}
-
-    def can_take(self) -> bool:
-        if not self.no_ack and self.prefetch and self.unacked >= self.prefetch:
-            return False
-        return self.channel.can_deliver()
 
 
 class Queue:
