@@ -49,37 +49,53 @@ SCHEMA = T.StructType([
         T.StructField("x", T.LongType()),
         T.StructField("tags", T.ArrayType(T.StringType(), False), False),
         T.StructField("inner", T.StructType([T.StructField("y", T.DoubleType())])),
+        T.StructField("on", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("local", T.TimestampNTZType()),
+        T.StructField("amt", T.DecimalType(5, 1)),
+        T.StructField("kv", T.MapType(T.StringType(), T.LongType(), False)),
     ])),
+    T.StructField("ledger", T.ArrayType(T.MapType(T.StringType(), T.DecimalType(4, 2)))),
 ])
 
 # Typical values; all nulls; extremes (pre-1970 dates/timestamps, -2**63, NaN/-inf, empty
 # string/bytes/array/map, decimals whose unscaled value is -2**7 and -2**15 -- the minimal
-# two's complement is one byte shorter than a naive sign-bit count); long/multi-byte lengths.
+# two's complement is one byte shorter than a naive sign-bit count); long/multi-byte lengths;
+# dates, timestamps, decimals and maps also nested in a struct and in an array.
 ROWS: list[dict[str, Any]] = [
     {"flag": True, "tiny": 7, "small": -300, "n": 123456, "id": 1 << 40, "f32": 0.1,
      "f64": 2.5, "s": "zoé ☃", "raw": b"\x00\xff", "day": dt.date(2024, 2, 29),
      "ts": dt.datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC),
      "ntz": dt.datetime(2024, 1, 2, 3, 4, 5, 6), "price": D("1234.56"), "big": D("128"),
      "nums": [1, None, -1], "attrs": [("a", 1.5), ("b", None)],
-     "st": {"x": 3, "tags": ["p", "q"], "inner": {"y": -0.0}}},
+     "st": {"x": 3, "tags": ["p", "q"], "inner": {"y": -0.0}, "on": dt.date(1900, 1, 1),
+            "at": dt.datetime(1960, 6, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+            "local": dt.datetime(2038, 1, 19, 3, 14, 8), "amt": D("-12.8"),
+            "kv": [("k", -1), ("l", 1 << 62)]},
+     "ledger": [[("eur", D("-0.01")), ("usd", None)], [], None]},
     {"flag": None, "tiny": -128, "small": None, "n": None, "id": 0, "f32": None, "f64": None,
      "s": None, "raw": None, "day": None, "ts": None, "ntz": None, "price": None, "big": None,
-     "nums": None, "attrs": None, "st": None},
+     "nums": None, "attrs": None, "st": None, "ledger": None},
     {"flag": False, "tiny": 127, "small": 32767, "n": -(1 << 31), "id": -(1 << 63),
      "f32": float("nan"), "f64": float("-inf"), "s": "", "raw": b"",
      "day": dt.date(1969, 12, 31),
      "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
      "ntz": dt.datetime(1, 1, 1), "price": D("-1.28"), "big": D("-32768"),
-     "nums": [], "attrs": [], "st": {"x": None, "tags": [], "inner": None}},
+     "nums": [], "attrs": [], "st": {"x": None, "tags": [], "inner": None, "on": None, "at": None, "local": None,
+            "amt": None, "kv": []},
+     "ledger": []},
     {"flag": True, "tiny": 0, "small": 0, "n": 0, "id": (1 << 63) - 1, "f32": 3.0e38,
      "f64": 1e-300, "s": "x" * 70, "raw": bytes(range(130)), "day": dt.date(9999, 12, 31),
      "ts": dt.datetime(2262, 4, 11, tzinfo=dt.UTC), "ntz": dt.datetime(1970, 1, 1),
      "price": D("0.00"), "big": D("-" + "9" * 38), "nums": [None],
-     "attrs": [("ключ", float("nan"))], "st": {"x": -1, "tags": ["é"], "inner": {"y": None}}},
+     "attrs": [("ключ", float("nan"))], "st": {"x": -1, "tags": ["é"], "inner": {"y": None}, "on": dt.date(1970, 1, 1),
+            "at": dt.datetime(1970, 1, 1, tzinfo=dt.UTC), "local": dt.datetime(1969, 12, 31),
+            "amt": D("9999.9"), "kv": [("z", 0)]},
+     "ledger": [[("x", D("99.99"))]]},
 ]
 
 # The bodies the hand-written encoder produced for ROWS (C3 01, fingerprint, row).
-GOLDEN_FINGERPRINT = 0xD030373D1D624D84
+GOLDEN_FINGERPRINT = 0x7BF464BB043803FD
 GOLDEN_CANONICAL = (
     '{"name":"Row","type":"record","fields":[{"name":"flag","type":["null","boolean"]},'
     '{"name":"tiny","type":"int"},{"name":"small","type":["null","int"]},'
@@ -95,30 +111,39 @@ GOLDEN_CANONICAL = (
     '{"name":"x","type":["null","long"]},'
     '{"name":"tags","type":{"type":"array","items":"string"}},'
     '{"name":"inner","type":["null",{"name":"Row_st_inner","type":"record","fields":['
-    '{"name":"y","type":["null","double"]}]}]}]}]}]}'
+    '{"name":"y","type":["null","double"]}]}]},'
+    '{"name":"on","type":["null","int"]},{"name":"at","type":["null","long"]},'
+    '{"name":"local","type":["null","long"]},{"name":"amt","type":["null","bytes"]},'
+    '{"name":"kv","type":["null",{"type":"map","values":"long"}]}]}]},'
+    '{"name":"ledger","type":["null",{"type":"array","items":["null",'
+    '{"type":"map","values":["null","bytes"]}]}]}]}'
 )
 GOLDEN = [
     bytes.fromhex(
-        "c301844d621d3d3730d002010e02d7040280890f80808080804002cdcccc3d02000000000000044002107a6f"
+        "c301fd033804bb64f47b02010e02d7040280890f80808080804002cdcccc3d02000000000000044002107a6f"
         "c3a920e29883020400ff028cb502028ccdee84b8fb8606028ccdee84b8fb8606020601e24002040080020602"
-        "02000201000204026102000000000000f83f0262000002020604027002710002020000000000000080"
+        "02000201000204026102000000000000f83f026200000202060402700271000202000000000000008002bd8f"
+        "0302fdffdea683c78901028080808080c8d0070202800204026b01026c808080808080808080010002060204"
+        "066575720202ff06757364000002000000"
     ),
     bytes.fromhex(
-        "c301844d621d3d3730d000ff01000000000000000000000000000000"
+        "c301fd033804bb64f47b00ff0100000000000000000000000000000000"
     ),
     bytes.fromhex(
-        "c301844d621d3d3730d00200fe0102feff0302ffffffff0fffffffffffffffffff01020000c07f0200000000"
-        "0000f0ff020002000201020102ffffddf2dfffdfdc01020280020480000200020002000000"
+        "c301fd033804bb64f47b0200fe0102feff0302ffffffff0fffffffffffffffffff01020000c07f0200000000"
+        "0000f0ff020002000201020102ffffddf2dfffdfdc0102028002048000020002000200000000000000020002"
+        "00"
     ),
     bytes.fromhex(
-        "c301844d621d3d3730d002010002000200feffffffffffffffff0102e6b1617f0259f3f8c21f6ea501028c01"
+        "c301fd033804bb64f47b02010002000200feffffffffffffffff0102e6b1617f0259f3f8c21f6ea501028c01"
         "7878787878787878787878787878787878787878787878787878787878787878787878787878787878787878"
         "7878787878787878787878787878787878787878787878787878028402000102030405060708090a0b0c0d0e"
         "0f101112131415161718191a1b1c1d1e1f202122232425262728292a2b2c2d2e2f303132333435363738393a"
         "3b3c3d3e3f404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f60616263646566"
         "6768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f808102c082e602028080c5d8f6a1e220020002"
         "02000220b4c4b357a5793b85f675ddc00000000002020000020210d0bad0bbd18ed18702000000000000f87f"
-        "000202010204c3a9000200"
+        "000202010204c3a90002000200020002ffffbadd8305020601869f0202027a00000202020202780204270f00"
+        "00"
     ),
 ]
 
