@@ -7,7 +7,8 @@ The connection passes the channel's frames to its :class:`~amqp_server.assembler
 method (:meth:`Channel.handle_method`), a Basic.Ack (:meth:`Channel.ack`, hand-parsed), or a
 Basic.Publish with its properties and body (:meth:`Channel.publish`). A publish is checked
 here, then routed by the vhost (:meth:`vhosts.vhost.VirtualHost.publish`) and appended to each
-target queue; property bytes are never decoded on the way.
+target queue; property bytes are never decoded on the way. The exchange and queue classes'
+methods (declare, bind, purge, delete) are in :mod:`amqp_server.topology_methods`.
 
 Deliveries get channel-scoped delivery tags 1, 2, 3...; a delivery that needs an ack is kept in
 ``unacked`` (tag -> (queued message, queue, consumer)) until Basic.Ack/Reject/Nack, or until
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -44,10 +46,10 @@ from amqp_common.errors import (
     PreconditionFailed,
     rs,
 )
+from amqp_server import topology_methods
 from amqp_server.assembler import CommandAssembler, PublishFields
 from amqp_server.confirms import Confirms
 from broker import direct_reply_to
-from exchanges.binding import Destination
 from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
@@ -55,7 +57,7 @@ from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
-from vhosts.names import check_server_named_allowed, server_generated_name
+from vhosts.names import server_generated_name
 from vhosts.permissions import Perm
 
 ACK, REQUEUE, REJECT_MESSAGE = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
@@ -98,15 +100,15 @@ class Channel:
             commands.Channel.Open: self._second_open,
             commands.Channel.Flow: self._channel_flow,
             commands.Channel.FlowOk: lambda m: None,
-            commands.Exchange.Declare: self._exchange_declare,
-            commands.Exchange.Delete: self._exchange_delete,
-            commands.Exchange.Bind: self._exchange_bind,
-            commands.Exchange.Unbind: self._exchange_bind,
-            commands.Queue.Declare: self._queue_declare,
-            commands.Queue.Bind: self._queue_bind,
-            commands.Queue.Unbind: self._queue_bind,
-            commands.Queue.Purge: self._queue_purge,
-            commands.Queue.Delete: self._queue_delete,
+            commands.Exchange.Declare: partial(topology_methods.exchange_declare, self),
+            commands.Exchange.Delete: partial(topology_methods.exchange_delete, self),
+            commands.Exchange.Bind: partial(topology_methods.exchange_bind, self),
+            commands.Exchange.Unbind: partial(topology_methods.exchange_bind, self),
+            commands.Queue.Declare: partial(topology_methods.queue_declare, self),
+            commands.Queue.Bind: partial(topology_methods.queue_bind, self),
+            commands.Queue.Unbind: partial(topology_methods.queue_bind, self),
+            commands.Queue.Purge: partial(topology_methods.queue_purge, self),
+            commands.Queue.Delete: partial(topology_methods.queue_delete, self),
             commands.Basic.Qos: self._basic_qos,
             commands.Basic.Consume: self._basic_consume,
             commands.Basic.Cancel: self._basic_cancel,
@@ -144,12 +146,14 @@ class Channel:
 
     # ---- access control ------------------------------------------------------------------
 
-    def _check(self, perm: Perm, kind: str, name: str) -> None:
+    def check_permission(self, perm: Perm, kind: str, name: str) -> None:
         """Raises AccessRefused (403) unless the user has ``perm`` on the resource."""
         conn = self.connection
         conn.broker.permissions.check(conn.user or "", self.vhost.name, perm, kind, name)
 
-    def _check_topic(self, perm: Perm, exchange: str, routing_key: str) -> None:
+    def check_topic_permission(self, perm: Perm, exchange: str, routing_key: str) -> None:
+        """Raises AccessRefused (403) unless the user's topic permission on ``exchange``
+        allows ``routing_key`` (topic exchanges only)."""
         conn = self.connection
         conn.broker.permissions.check_topic(conn.user or "", self.vhost.name, perm, exchange,
                                             routing_key)
@@ -162,6 +166,18 @@ class Channel:
             self._perm_version = store.version
             self._write_cache = set()
         return self._write_cache
+
+    def queue_name(self, name: str) -> str:
+        """``name``, or the channel's last declared queue for ``""`` (spec 1.7.2.3.2).
+
+        Raises:
+            NotFound (404): ``""`` and no queue declared on this channel yet.
+        """
+        if name:
+            return name
+        if not self.last_queue:
+            raise NotFound("no previously declared queue")
+        return self.last_queue
 
     def publish(self, fields: PublishFields, properties_raw: bytes, body: bytes) -> None:
         """A whole Basic.Publish command: checked, then routed (or kept for Tx.Commit).
@@ -178,7 +194,7 @@ class Channel:
         if immediate:
             raise NotImplemented_("immediate=true")
         if exchange not in self._write_ok:
-            self._check("write", "exchange", exchange)
+            self.check_permission("write", "exchange", exchange)
             self._write_ok.add(exchange)
         if exchange == "":
             x = None
@@ -189,7 +205,7 @@ class Channel:
                     f"cannot publish to internal {rs('exchange', exchange, self.vhost.name)}"
                 )
             if x.type_name == "topic":
-                self._check_topic("write", exchange, rk)
+                self.check_topic_permission("write", exchange, rk)
         msg = Message(exchange, rk, ex_rk_raw, properties_raw, body)
         if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
             # https://www.rabbitmq.com/docs/validated-user-id
@@ -356,113 +372,6 @@ class Channel:
             raise NotImplemented_("active=false")
         self.send(commands.Channel.FlowOk(active=True))
 
-    # ---- exchange class ------------------------------------------------------------------
-
-    def _exchange_declare(self, m: Any) -> None:
-        if not m.passive:
-            self._check("configure", "exchange", m.exchange)
-            ae = (m.arguments or {}).get("alternate-exchange")
-            if isinstance(ae, str):
-                self._check("read", "exchange", m.exchange)
-                self._check("write", "exchange", ae)
-        self.vhost.declare_exchange(
-            m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
-            m.arguments or {},
-        )
-        if not m.nowait:
-            self.send(commands.Exchange.DeclareOk())
-
-    def _exchange_delete(self, m: Any) -> None:
-        self._check("configure", "exchange", m.exchange)
-        self.vhost.delete_exchange(m.exchange, m.if_unused)
-        if not m.nowait:
-            self.send(commands.Exchange.DeleteOk())
-
-    def _exchange_bind(self, m: Any) -> None:
-        """Exchange.Bind and Exchange.Unbind (RabbitMQ's e2e extension)."""
-        self._check("write", "exchange", m.destination)
-        self._check("read", "exchange", m.source)
-        bind = isinstance(m, commands.Exchange.Bind)
-        change = self.vhost.bind if bind else self.vhost.unbind
-        change(Destination("exchange", m.destination), m.source, m.routing_key, m.arguments)
-        if not m.nowait:
-            self.send(commands.Exchange.BindOk() if bind else commands.Exchange.UnbindOk())
-
-    # ---- queue class ---------------------------------------------------------------------
-
-    def _queue_name(self, name: str) -> str:
-        """An empty queue name means the channel's last declared queue (spec 1.7.2.3.2)."""
-        if name:
-            return name
-        if not self.last_queue:
-            raise NotFound("no previously declared queue")
-        return self.last_queue
-
-    def _queue_declare(self, m: Any) -> None:
-        conn = self.connection
-        if m.queue == direct_reply_to.PSEUDO_QUEUE and m.passive:
-            consumers = 1 if self.reply_consumer_tag is not None else 0
-            conn.send_frame(framing.declare_ok_frame(self.number, m.queue, 0, consumers))
-            return
-        name = m.queue if (m.queue or not m.passive) else self._queue_name(m.queue)
-        server_named = not name
-        if server_named:
-            check_server_named_allowed(m.arguments or {})
-            name = server_generated_name("amq.gen-")
-        if not m.passive:
-            self._check("configure", "queue", name)
-            dlx = (m.arguments or {}).get("x-dead-letter-exchange")
-            if isinstance(dlx, str):
-                self._check("read", "queue", name)
-                self._check("write", "exchange", dlx)
-        is_new = name not in self.vhost.queues
-        q = self.vhost.declare_queue(
-            name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments or {}, conn,
-            server_named,
-        )
-        if is_new and q.exclusive:
-            conn.exclusive_queues.append(q)
-        self.last_queue = q.name
-        if not m.nowait:
-            # hand-packed: pamqp refuses queue names outside a narrow character set
-            conn.send_frame(framing.declare_ok_frame(self.number, q.name, q.message_count,
-                                                     q.consumer_count))
-
-    def _check_bind(self, queue: str, exchange: str, routing_key: str) -> None:
-        self._check("write", "queue", queue)
-        self._check("read", "exchange", exchange)
-        x = self.vhost.exchanges.get(exchange)
-        if x is not None and x.type_name == "topic":
-            self._check_topic("read", exchange, routing_key)
-
-    def _queue_bind(self, m: Any) -> None:
-        """Queue.Bind and Queue.Unbind (Unbind has no nowait: always answered)."""
-        name = self._queue_name(m.queue)
-        rk = m.routing_key if (m.routing_key or m.queue) else name
-        self._check_bind(name, m.exchange, rk)
-        bind = isinstance(m, commands.Queue.Bind)
-        change = self.vhost.bind if bind else self.vhost.unbind
-        change(Destination("queue", name), m.exchange, rk, m.arguments, self.connection)
-        if not bind:
-            self.send(commands.Queue.UnbindOk())
-        elif not m.nowait:
-            self.send(commands.Queue.BindOk())
-
-    def _queue_purge(self, m: Any) -> None:
-        self._check("read", "queue", self._queue_name(m.queue))
-        q = self.vhost.queue(self._queue_name(m.queue), self.connection)
-        count = q.purge()
-        if not m.nowait:
-            self.send(commands.Queue.PurgeOk(message_count=count))
-
-    def _queue_delete(self, m: Any) -> None:
-        self._check("configure", "queue", self._queue_name(m.queue))
-        count = self.vhost.delete_queue(
-            self._queue_name(m.queue), m.if_unused, m.if_empty, self.connection
-        )
-        if not m.nowait:
-            self.send(commands.Queue.DeleteOk(message_count=count))
-
     # ---- basic class: consumers ----------------------------------------------------------
 
     def _basic_qos(self, m: Any) -> None:
@@ -488,8 +397,8 @@ class Channel:
             if not m.nowait:
                 self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
             return
-        self._check("read", "queue", self._queue_name(m.queue))
-        q = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        self.check_permission("read", "queue", self.queue_name(m.queue))
+        q = self.vhost.queue(self.queue_name(m.queue), self.connection)
         if q.quorum and self.global_prefetch:  # RabbitMQ 3.x: a connection error
             raise NotImplemented_(
                 f"{rs('queue', q.name, q.vhost_name)} does not support global qos")
@@ -522,8 +431,8 @@ class Channel:
         self.reply_address = None
 
     def _basic_get(self, m: Any) -> None:
-        self._check("read", "queue", self._queue_name(m.queue))
-        q = self.vhost.queue(self._queue_name(m.queue), self.connection)
+        self.check_permission("read", "queue", self.queue_name(m.queue))
+        q = self.vhost.queue(self.queue_name(m.queue), self.connection)
         qm = q.get(m.no_ack)
         if qm is None:
             self.send(commands.Basic.GetEmpty())
