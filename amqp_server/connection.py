@@ -10,7 +10,8 @@ writes once per event-loop turn however many frames were queued, including frame
 *other* connections' publishes. Time comes from an injected ``clock`` (seconds), and
 ``tick()`` does heartbeats and close timeouts, so all of it is testable without a network.
 
-States (spec 2.2.4, 4.2.2), channel 0's methods in :data:`TRANSITIONS`::
+States (spec 2.2.4, 4.2.2); channel 0's handshake methods are handled in
+:mod:`amqp_server.handshake` (:data:`~amqp_server.handshake.TRANSITIONS`)::
 
     AWAITING_HEADER --header--> START_OK --Connection.StartOk--> TUNE_OK --TuneOk--> OPEN_WAIT
     OPEN_WAIT --Connection.Open--> OPEN --Connection.UpdateSecret--> OPEN
@@ -30,14 +31,12 @@ Source: AMQP 0-9-1 spec sections 2.2-2.3, 4.2; RabbitMQ ``rabbit_reader``.
 from __future__ import annotations
 
 import logging
-import platform
 import struct
 import time
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
-from pamqp import commands, decode
+from pamqp import commands
 
 from amqp_common import framing
 from amqp_common.errors import (
@@ -53,67 +52,17 @@ from amqp_common.errors import (
 )
 from amqp_server.assembler import decode_method
 from amqp_server.channel import Channel
+from amqp_server.handshake import TRANSITIONS, State, server_properties
 from broker.broker import Broker
 from queue_store.queue import Queue
 
 log = logging.getLogger("amqpq.connection")
 
-CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
 HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
-MIN_FRAME_MAX = 4096  # spec 4.2.1 frame-min-size
 OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 _method_index = struct.Struct(">I")
-
-
-class State(Enum):
-    """Where a connection is in its life (see the module docstring)."""
-
-    AWAITING_HEADER = "awaiting_header"
-    START_OK = "start_ok"
-    TUNE_OK = "tune_ok"
-    OPEN_WAIT = "open_wait"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-def parse_sasl(mechanism: str, response: bytes | str) -> tuple[str, str]:
-    """(username, password) from a PLAIN or AMQPLAIN Connection.StartOk response.
-
-    Raises:
-        CommandInvalid (503): unknown mechanism.
-        ConnectionAccessRefused (403): unparsable response.
-    """
-    raw = response.encode("utf-8", "surrogateescape") if isinstance(response, str) else response
-    if mechanism == "PLAIN":
-        parts = raw.split(b"\x00")
-        if len(parts) != 3:
-            raise ConnectionAccessRefused("PLAIN response is malformed")
-        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
-    if mechanism == "AMQPLAIN":
-        try:
-            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
-        except Exception:
-            raise ConnectionAccessRefused("AMQPLAIN response is malformed") from None
-        user, password = table.get("LOGIN", b""), table.get("PASSWORD", b"")
-        if isinstance(user, bytes):
-            user = user.decode("utf-8", "replace")
-        if isinstance(password, bytes):
-            password = password.decode("utf-8", "replace")
-        return str(user), str(password)
-    raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'")
 
 
 class Connection:
@@ -157,7 +106,7 @@ class Connection:
         self._out_size = 0  # bytes in _out
         self._throttled = False
         self._header_buf = b""
-        self._mechanism = "PLAIN"
+        self.auth_mechanism = "PLAIN"  # the SASL mechanism of Connection.StartOk
         now = clock()
         self.created_at = now
         self.last_received = now
@@ -270,23 +219,11 @@ class Connection:
         self.send_frame(framing.method_frame(0, commands.Connection.Start(
             version_major=0,
             version_minor=9,
-            server_properties=self._server_properties(),
+            server_properties=server_properties(self.broker.config),
             mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cn else "PLAIN AMQPLAIN",
             locales="en_US",
         )))
         return buf[8:]
-
-    def _server_properties(self) -> dict[str, Any]:
-        cfg = self.broker.config
-        return {
-            "product": cfg.product,
-            "version": cfg.version,
-            "platform": f"Python {platform.python_version()}",
-            "copyright": "amqpq contributors",
-            "information": "Licensed under the Apache License 2.0",
-            "cluster_name": "amqpq",
-            "capabilities": dict(CAPABILITIES),
-        }
 
     def _handle_frame(self, ftype: int, channel: int, payload: bytes) -> None:
         if ftype == framing.FRAME_METHOD:
@@ -397,90 +334,6 @@ class Connection:
             raise ChannelError("unexpected method in connection state running")
         else:
             raise CommandInvalid(f"unexpected method {method.name} in state {state.value}")
-
-    def _start_ok(self, m: Any) -> None:
-        self.client_properties = m.client_properties or {}
-        self._mechanism = m.mechanism
-        host = self.peer[0] if self.peer else "127.0.0.1"
-        if m.mechanism == "EXTERNAL" and self.peer_cn:
-            username = self.peer_cn
-            user = self.broker.users.authenticate_external(username, host)
-        else:
-            username, password = parse_sasl(m.mechanism, m.response)
-            user = self.broker.users.authenticate(username, password, host)
-        if user is None:
-            log.warning("login refused for user '%s' from %s", username, host)
-            raise ConnectionAccessRefused(
-                f"Login was refused using authentication mechanism {m.mechanism}."
-                " For details see the broker logfile."
-            )
-        self.user = username
-        self.send_frame(framing.method_frame(0, commands.Connection.Tune(
-            channel_max=self.channel_max, frame_max=self.frame_max, heartbeat=self.heartbeat
-        )))
-
-    def _update_secret(self, m: Any) -> None:
-        """Connection.UpdateSecret (RabbitMQ 3.8+, OAuth2 token refresh): the user's backend
-        takes the new secret, channels stay open, Update-Secret-Ok answers.
-
-        Raises:
-            NotAllowed (530): the backend refuses the secret (``rabbit_reader``'s text).
-        """
-        secret = m.new_secret
-        if isinstance(secret, bytes):
-            secret = secret.decode("utf-8", "replace")
-        if self.broker.users.update_state(self.user or "", secret) is None:
-            log.error("secret update was refused for user '%s'", self.user)
-            raise NotAllowed("New secret was refused by one of the backends")
-        log.info("user '%s' updated secret, reason: %s", self.user, m.reason)
-        self.send_frame(framing.method_frame(0, commands.Connection.UpdateSecretOk()))
-
-    def _tune_ok(self, m: Any) -> None:
-        server_max = self.broker.config.frame_max
-        if m.frame_max and m.frame_max < MIN_FRAME_MAX:
-            raise NotAllowed(f"negotiated frame_max = {m.frame_max} is lower than the minimum "
-                             f"allowed value ({MIN_FRAME_MAX})")
-        if m.frame_max > server_max:
-            raise NotAllowed(f"negotiated frame_max = {m.frame_max} is higher than the maximum "
-                             f"allowed value ({server_max})")
-        self.frame_max = m.frame_max or server_max
-        self.reader.frame_max = self.frame_max
-        if m.channel_max:
-            self.channel_max = min(m.channel_max, self.channel_max)
-        self.heartbeat = m.heartbeat
-
-    def _open(self, m: Any) -> None:
-        vhost = self.broker.vhosts.get(m.virtual_host)
-        if vhost is None:
-            raise NotAllowed(f"vhost {m.virtual_host} not found")
-        if self.broker.permissions.get(self.user or "", m.virtual_host) is None:
-            raise NotAllowed(
-                f"access to vhost '{m.virtual_host}' refused for user '{self.user}'")
-        self._check_connection_limits(m.virtual_host)
-        self.vhost_name = m.virtual_host
-        self.vhost_obj = vhost
-        self.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
-
-    def _check_connection_limits(self, vhost: str) -> None:
-        """The node's, the vhost's and the user's connection limits, in RabbitMQ's order
-        (``rabbit_reader``: node, vhost, user).
-
-        Raises:
-            NotAllowed (530): a limit is reached.
-        """
-        broker, user = self.broker, self.user or ""
-        open_conns = [c for c in broker.connections if c.state is State.OPEN]
-        limit = broker.config.max_connections
-        if limit and len(open_conns) >= limit:
-            raise NotAllowed(f"connection refused: node connection limit ({limit}) is reached")
-        limit = broker.limits.vhost(vhost, "max-connections")
-        if limit is not None and sum(c.vhost_name == vhost for c in open_conns) >= limit:
-            raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user}': "
-                             f"connection limit ({limit}) is reached")
-        limit = broker.limits.user(user, "max-connections")
-        if limit is not None and sum(c.user == user for c in open_conns) >= limit:
-            raise NotAllowed(f"connection refused for user '{user}': "
-                             f"user connection limit ({limit}) is reached")
 
     def set_blocked(self, blocked: bool, reason: str = "low on memory") -> None:
         """Resource alarm: block (Connection.Blocked, stop reading) a publishing connection,
@@ -628,13 +481,3 @@ class Connection:
         for ch in list(self.channels.values()):
             for queue in {c.queue for c in ch.consumers.values()}:
                 queue.dispatch()
-
-
-#: Channel 0's handshake and running methods: (state, method) -> (handler, next state).
-#: Connection.Close/CloseOk are valid in every state (see Connection._connection_method).
-TRANSITIONS: dict[tuple[State, type], tuple[Callable[[Connection, Any], None], State]] = {
-    (State.START_OK, commands.Connection.StartOk): (Connection._start_ok, State.TUNE_OK),
-    (State.TUNE_OK, commands.Connection.TuneOk): (Connection._tune_ok, State.OPEN_WAIT),
-    (State.OPEN_WAIT, commands.Connection.Open): (Connection._open, State.OPEN),
-    (State.OPEN, commands.Connection.UpdateSecret): (Connection._update_secret, State.OPEN),
-}

@@ -165,7 +165,7 @@ def connection_json(conn: Connection, st: ManagementState) -> dict[str, Any]:
     connected_at = time.time() - max(0.0, conn.clock() - conn.created_at)
     out: dict[str, Any] = {
         "name": connection_name(conn, st), "node": st.node, "type": "network",
-        "protocol": "AMQP 0-9-1", "auth_mechanism": getattr(conn, "_mechanism", "PLAIN"),
+        "protocol": "AMQP 0-9-1", "auth_mechanism": getattr(conn, "auth_mechanism", "PLAIN"),
         "user": conn.user or "", "user_who_performed_action": conn.user or "",
         "vhost": conn.vhost_name, "host": st.amqp_host, "port": st.amqp_port,
         "peer_host": peer_host, "peer_port": peer_port, "ssl": False,
