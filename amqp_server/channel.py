@@ -76,7 +76,7 @@ class Channel:
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
         self.number = number
-        self.vhost = connection.vhost_obj
+        self.vhost = connection.vhost
         self.closing = False  # Channel.Close sent by the broker, awaiting CloseOk
         self.next_tag = 1
         self.unacked: dict[int, Unacked] = {}

@@ -34,7 +34,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -55,6 +55,9 @@ from amqp_server.channel import Channel
 from amqp_server.handshake import TRANSITIONS, State, server_properties
 from broker.broker import Broker
 from queue_store.queue import Queue
+
+if TYPE_CHECKING:
+    from vhosts.vhost import VirtualHost
 
 log = logging.getLogger("amqpq.connection")
 
@@ -96,7 +99,7 @@ class Connection:
         self.user: str | None = None
         self.peer_cn: str | None = None  # verified TLS client certificate CN (EXTERNAL)
         self.vhost_name = ""
-        self.vhost_obj: Any = None
+        self.vhost: VirtualHost | None = None  # set by Connection.Open, with vhost_name
         self.writable = True
         self.on_output: Callable[[], None] | None = None
         self.on_block: Callable[[bool], None] | None = None  # pause/resume reading
@@ -412,8 +415,8 @@ class Connection:
         for ch in channels:
             ch.release()
         for q in self.exclusive_queues:
-            if self.vhost_obj is not None:
-                self.vhost_obj.remove_queue(q)
+            if self.vhost is not None:
+                self.vhost.remove_queue(q)
         self.exclusive_queues.clear()
         self.confirms_dirty.clear()
         self.broker.connections.discard(self)

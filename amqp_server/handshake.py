@@ -182,7 +182,7 @@ def open_vhost(conn: Connection, m: Any) -> None:
             f"access to vhost '{m.virtual_host}' refused for user '{conn.user}'")
     check_connection_limits(conn, m.virtual_host)
     conn.vhost_name = m.virtual_host
-    conn.vhost_obj = vhost
+    conn.vhost = vhost
     conn.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
 
 

@@ -224,7 +224,7 @@ def test_content_interleaved_across_channels_is_assembled_per_channel(
     for i in range(0, len(stream), size):
         assert not [v for _, _, v in peer.send(stream[i:i + size])
                     if isinstance(v, commands.Connection.Close | commands.Channel.Close)]
-    queues = peer.conn.vhost_obj.queues
+    queues = peer.conn.vhost.queues
     for ch in (1, 2, 3):
         got = [qm.message.body for qm in list(queues[f"fz.i{ch}"].ready)]
         assert got == [body for c, body in sent if c == ch]
