@@ -78,10 +78,11 @@ class AmqpqDataSource(DataSource):
         opts = dict(self.options)
         config = parse_options(opts, schema)
         if config.format == "avro" and config.body_column is None:
-            from spark_sink.avro import avro_schema, fingerprint
+            from spark_sink.avro_schema import avro_schema
+            from spark_sink.encoding import avro_fingerprint
 
             avro = avro_schema(schema)
-            log.info("amqpq sink: Avro schema (fingerprint %016x): %s", fingerprint(avro),
+            log.info("amqpq sink: Avro schema (fingerprint %016x): %s", avro_fingerprint(avro),
                      json.dumps(avro))
         if config.preflight:
             preflight(config)

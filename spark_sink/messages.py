@@ -10,7 +10,13 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from spark_sink import frames
-from spark_sink.encoding import column_bodies, csv_bodies, json_bodies, string_values
+from spark_sink.encoding import (
+    AvroEncoder,
+    column_bodies,
+    csv_bodies,
+    json_bodies,
+    string_values,
+)
 from spark_sink.options import OCTET_PROPERTIES, SinkConfig
 
 
@@ -43,8 +49,6 @@ class MessageBuilder:
         elif config.format == "csv":
             self._bodies = csv_bodies
         elif config.format == "avro":
-            from spark_sink.avro import AvroEncoder
-
             self._bodies = AvroEncoder(schema).bodies
         else:
             self._bodies = json_bodies

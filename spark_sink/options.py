@@ -420,7 +420,7 @@ def _check_format(fmt: str, schema: T.StructType) -> None:
                                                  f"is {f.dataType.simpleString()} (use json "
                                                  "or avro)")
     elif fmt == "avro":
-        from spark_sink.avro import AvroSchemaError, avro_schema
+        from spark_sink.avro_schema import AvroSchemaError, avro_schema
 
         try:
             avro_schema(schema)

@@ -19,7 +19,6 @@ import decimal
 import io
 import json
 import re
-import struct
 import threading
 import time
 from pathlib import Path
@@ -31,12 +30,14 @@ pyspark = pytest.importorskip("pyspark", reason="pyspark not installed (pip inst
 pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install '.[spark]')")
 pika = pytest.importorskip("pika")
 
+import fastavro  # noqa: E402  (the spark extra brings it)
 from pamqp import frame as pamqp_frame  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
-from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 import spark_sink  # noqa: E402
-from spark_sink import avro, encoding, frames  # noqa: E402
+from spark_sink import encoding, frames  # noqa: E402
+from spark_sink.avro_schema import avro_schema  # noqa: E402
+from spark_sink.encoding import avro_fingerprint  # noqa: E402
 from spark_sink.options import AmqpqOptionError, parse_options  # noqa: E402
 from spark_sink.publisher import ConfirmPublisher, PublishError  # noqa: E402
 from spark_sink.uri import UriError, parse_uri, parse_uri_list  # noqa: E402
@@ -216,49 +217,6 @@ def test_csv_bodies_quote_and_keep_newlines() -> None:
     assert rows == [["1", 'a,"b'], ["2", "line\nbreak"], ["", ""]]
 
 
-def _avro_long(buf: io.BytesIO) -> int:
-    shift = n = 0
-    while True:
-        byte = buf.read(1)[0]
-        n |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return (n >> 1) ^ -(n & 1)
-
-
-def test_avro_single_object_encoding() -> None:
-    schema = T.StructType([T.StructField("id", T.LongType(), False),
-                           T.StructField("name", T.StringType()),
-                           T.StructField("amount", T.DoubleType())])
-    batch = pa.RecordBatch.from_pylist(
-        [{"id": -3, "name": "zoé", "amount": 2.5}, {"id": 1 << 40, "name": None, "amount": None}],
-        schema=to_arrow_schema(schema))
-    enc = avro.AvroEncoder(schema)
-    bodies = enc.bodies(batch)
-    decoded = []
-    for body in bodies:
-        assert body[:2] == b"\xc3\x01"
-        assert struct.unpack("<Q", body[2:10])[0] == avro.fingerprint(enc.schema)
-        buf = io.BytesIO(body[10:])
-        ident = _avro_long(buf)
-        name = None
-        if _avro_long(buf) == 1:
-            name = buf.read(_avro_long(buf)).decode()
-        amount = struct.unpack("<d", buf.read(8))[0] if _avro_long(buf) == 1 else None
-        assert buf.read() == b""
-        decoded.append((ident, name, amount))
-    assert decoded == [(-3, "zoé", 2.5), (1 << 40, None, None)]
-    # fingerprint of a known schema (Avro spec test vector: "int" -> 0x7275d51a3f395c8f)
-    assert avro.fingerprint("int") == 0x7275D51A3F395C8F
-    try:
-        import fastavro
-    except ImportError:
-        return
-    parsed = fastavro.parse_schema(enc.schema)
-    assert [fastavro.schemaless_reader(io.BytesIO(b[10:]), parsed) for b in bodies] == [
-        {"id": -3, "name": "zoé", "amount": 2.5}, {"id": 1 << 40, "name": None, "amount": None}]
-
-
 def test_frames_decode_with_pamqp() -> None:
     enc = frames.PublishEncoder("ex", True, frame_max=4096)
     hdr = frames.header_tables(
@@ -436,7 +394,14 @@ def test_spark_formats_csv_avro_and_row_api(spark: Any, amqpq_proc: BrokerProces
                       drain(amqpq_proc.port, "sink-csv", 20))
     assert ["3", "FR", "1.5"] in csv_rows and len(csv_rows) == 20
     avro_msgs = drain(amqpq_proc.port, "sink-avro", 20)
-    assert all(p.content_type == "avro/binary" and b[:2] == b"\xc3\x01" for p, b in avro_msgs)
+    avro = avro_schema(flat.schema)
+    header = b"\xc3\x01" + avro_fingerprint(avro).to_bytes(8, "little")
+    assert all(p.content_type == "avro/binary" and b[:10] == header for p, b in avro_msgs)
+    parsed = fastavro.parse_schema(avro)
+    avro_rows = sorted((fastavro.schemaless_reader(io.BytesIO(b[10:]), parsed)
+                        for _, b in avro_msgs), key=lambda r: r["id"])
+    assert avro_rows[3] == {"id": 3, "country": "FR", "amount": 1.5}
+    assert [r["id"] for r in avro_rows] == list(range(20))
 
 
 def test_spark_bad_options_fail_before_any_task(spark: Any, amqpq_proc: BrokerProcess) -> None:
