@@ -41,6 +41,7 @@ from amqp_common.errors import (
     SyntaxError_,
     UnexpectedFrame,
 )
+from amqp_common.framing import parse_publish
 from amqp_common.method_tables import TABLE_METHODS, check_method_tables, with_wire_types
 from amqp_common.properties import check_properties
 
@@ -135,7 +136,10 @@ class CommandAssembler:
             self.expect_method()  # raises
         index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if index == framing.BASIC_PUBLISH:
-            self._fields = _parse_publish(payload)
+            try:
+                self._fields = parse_publish(payload)
+            except (ValueError, IndexError):
+                raise SyntaxError_("cannot decode basic.publish") from None
             return
         if index == framing.BASIC_ACK:
             try:
@@ -210,8 +214,12 @@ class CommandAssembler:
     def publish_triple(self, method: bytes, header: bytes, body: bytes) -> None:
         """Basic.Publish, its content header and a single body frame, read together: the
         checks of :meth:`method_frame`, :meth:`header_frame` and :meth:`body_frame`."""
-        self.expect_method()
-        self._fields = _parse_publish(method)
+        if self._fields is not None:
+            self.expect_method()  # raises
+        try:
+            self._fields = parse_publish(method)
+        except (ValueError, IndexError):
+            raise SyntaxError_("cannot decode basic.publish") from None
         self.header_frame(header)
         if self._fields is not None:  # not already complete with an empty body
             self.body_frame(body)
@@ -228,10 +236,3 @@ class CommandAssembler:
             if not exc.class_id:  # raised while handling a content frame: name the command
                 exc.class_id, exc.method_id = 60, 40
             raise
-
-
-def _parse_publish(payload: bytes) -> PublishFields:
-    try:
-        return framing.parse_publish(payload)
-    except (ValueError, IndexError):
-        raise SyntaxError_("cannot decode basic.publish") from None
