@@ -23,17 +23,22 @@ class ExchangeType(Protocol):
     * ``route(routing_key, headers) -> set[Destination]``: each destination at most once.
     * ``needs_headers``: True only when ``route`` reads message headers (headers exchange),
       so the caller decodes them lazily.
+    * ``needs_message``: True when the caller must call ``route_message(routing_key,
+      message)`` instead (the consistent-hash exchange's ``hash-property``).
     * ``validate_binding(b)`` raises an :class:`~amqp_common.errors.AMQPError` where RabbitMQ
       refuses the binding (``rabbit_exchange_type:validate_binding/2``).
     """
 
     needs_headers: ClassVar[bool]
+    needs_message: bool
 
     def add_binding(self, binding: Binding) -> None: ...
 
     def remove_binding(self, binding: Binding) -> bool: ...
 
     def route(self, routing_key: str, headers: Mapping[str, Any] | None) -> set[Destination]: ...
+
+    def route_message(self, routing_key: str, message: Any) -> set[Destination]: ...
 
     def bindings(self) -> list[Binding]: ...
 
@@ -51,6 +56,7 @@ class BaseExchangeType:
     """
 
     needs_headers: ClassVar[bool] = False
+    needs_message = False
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[Any, ...], Binding] = {}
@@ -70,6 +76,11 @@ class BaseExchangeType:
             return False
         self._unindex(stored)
         return True
+
+    def route_message(self, routing_key: str, message: Any) -> set[Destination]:
+        """:meth:`route` given the whole message (types with ``needs_message`` override)."""
+        return self.route(routing_key,  # type: ignore[attr-defined]
+                          message.headers if self.needs_headers else None)
 
     def bindings(self) -> list[Binding]:
         """All current bindings, in the order they were added."""

@@ -17,11 +17,12 @@ class Exchange:
 
     Args:
         name, type_name: exchange name and type (``direct``, ``fanout``, ``topic``,
-            ``headers``).
+            ``headers``, ``x-consistent-hash``).
         durable, auto_delete, internal, arguments: Exchange.Declare fields.
 
     Raises:
         CommandInvalid (503): unknown exchange type.
+        PreconditionFailed (406): arguments the type refuses.
     """
 
     def __init__(
@@ -39,7 +40,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or {}
-        self.router = make_exchange_type(type_name)
+        self.router = make_exchange_type(type_name, self.arguments)
         self.bindings: dict[Any, Binding] = {}
         self.published = 0  # messages published to this exchange (stats)
         self.policy_alternate_exchange: str | None = None  # from a matching policy

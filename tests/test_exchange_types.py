@@ -15,6 +15,7 @@ import pytest
 from amqp_common.errors import CommandInvalid, PreconditionFailed, ReplyCode
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
+from exchanges.consistent_hash import ConsistentHashExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
 from exchanges.headers import HeadersExchange
@@ -37,30 +38,31 @@ def hbind(dest: Destination, args: dict[str, Any]) -> Binding:
 
 @pytest.mark.parametrize("type_name", sorted(EXCHANGE_TYPES))
 def test_identical_binding_is_added_once(type_name: str) -> None:
+    # binding key "1": a key every type takes (x-consistent-hash: a weight)
     x = make_exchange_type(type_name)
-    x.add_binding(bind(Q1, "k"))
-    x.add_binding(bind(Q1, "k"))  # a distinct but equal Binding object
+    x.add_binding(bind(Q1, "1"))
+    x.add_binding(bind(Q1, "1"))  # a distinct but equal Binding object
     assert len(x) == 1
-    assert [b.key for b in x.bindings()] == [bind(Q1, "k").key]
-    assert x.remove_binding(bind(Q1, "k")) is True
+    assert [b.key for b in x.bindings()] == [bind(Q1, "1").key]
+    assert x.remove_binding(bind(Q1, "1")) is True
     assert len(x) == 0 and x.bindings() == []
-    assert x.route("k", {}) == set()
-    assert x.remove_binding(bind(Q1, "k")) is False
+    assert x.route("1", {}) == set()
+    assert x.remove_binding(bind(Q1, "1")) is False
 
 
 @pytest.mark.parametrize("type_name", sorted(EXCHANGE_TYPES))
 def test_removing_one_of_two_bindings_keeps_the_destination(type_name: str) -> None:
     x = make_exchange_type(type_name)
-    first, second = bind(Q1, "k"), bind(Q1, "k", extra="arg")
+    first, second = bind(Q1, "1"), bind(Q1, "1", extra="arg")
     headers = {"extra": "arg"}  # so both bindings match in a headers exchange too
     x.add_binding(first)
     x.add_binding(second)
     assert len(x) == 2
-    assert x.route("k", headers) == {Q1}  # two matching bindings, delivered once
+    assert x.route("1", headers) == {Q1}  # two matching bindings, delivered once
     assert x.remove_binding(first)
-    assert x.route("k", headers) == {Q1}
+    assert x.route("1", headers) == {Q1}
     assert x.remove_binding(second)
-    assert x.route("k", headers) == set()
+    assert x.route("1", headers) == set()
 
 
 def test_needs_headers_only_for_headers() -> None:
@@ -73,6 +75,7 @@ def test_registry_makes_fresh_tables() -> None:
         "fanout": FanoutExchange,
         "topic": TopicExchange,
         "headers": HeadersExchange,
+        "x-consistent-hash": ConsistentHashExchange,
     }
     a, b = make_exchange_type("direct"), make_exchange_type("direct")
     a.add_binding(bind(Q1, "k"))

@@ -528,8 +528,7 @@ class VirtualHost:
         Follows exchange-to-exchange bindings (each exchange visited once) and alternate
         exchanges of exchanges that route to nothing.
         """
-        router = exchange.router
-        dests = router.route(routing_key, message.headers if router.needs_headers else None)
+        dests = self._route_one(exchange, routing_key, message)
         queues = self.queues
         if all(d.kind == "queue" for d in dests) and (dests or exchange.alternate_exchange is None):
             out = []
@@ -565,6 +564,8 @@ class VirtualHost:
     @staticmethod
     def _route_one(x: Exchange, routing_key: str, message: Message) -> set[Destination]:
         router = x.router
+        if router.needs_message:  # x-consistent-hash: may hash a property
+            return router.route_message(routing_key, message)
         return router.route(routing_key, message.headers if router.needs_headers else None)
 
     def route_default(self, routing_key: str) -> list[Queue]:
