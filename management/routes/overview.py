@@ -22,6 +22,7 @@ _TYPE_DESCRIPTIONS = {
     "fanout": "AMQP fanout exchange, as per the AMQP specification",
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
+    "x-consistent-hash": "Consistent Hashing Exchange",
 }
 
 
