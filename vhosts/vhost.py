@@ -528,7 +528,11 @@ class VirtualHost:
         Follows exchange-to-exchange bindings (each exchange visited once) and alternate
         exchanges of exchanges that route to nothing.
         """
-        dests = self._route_one(exchange, routing_key, message)
+        router = exchange.router
+        if router.needs_message:  # x-consistent-hash: may hash a property
+            dests = router.route_message(routing_key, message)
+        else:
+            dests = router.route(routing_key, message.headers if router.needs_headers else None)
         queues = self.queues
         if all(d.kind == "queue" for d in dests) and (dests or exchange.alternate_exchange is None):
             out = []
