@@ -50,6 +50,7 @@ from amqp_common.errors import (
     PreconditionFailed,
     UnexpectedFrame,
 )
+from amqp_server import connection_log
 from amqp_server.assembler import decode_method
 from amqp_server.channel import Channel
 from amqp_server.handshake import TRANSITIONS, State, server_properties
@@ -75,6 +76,8 @@ class Connection:
         broker: shared broker state.
         peer: (host, port) of the client, for the loopback-only rule; None in tests.
         clock: monotonic time source in seconds.
+        local: (host, port) the client connected to, for the log's connection name;
+            None: the first listen address and the AMQP port.
     """
 
     def __init__(
@@ -82,10 +85,13 @@ class Connection:
         broker: Broker,
         peer: tuple[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        local: tuple[str, int] | None = None,
     ) -> None:
         cfg = broker.config
         self.broker = broker
         self.peer = peer
+        self.local = local or (cfg.host, cfg.port)
+        self._logged_accept = False
         self.clock = clock
         self.state = State.AWAITING_HEADER
         self.reader = framing.FrameReader(cfg.frame_max)
@@ -165,6 +171,9 @@ class Connection:
             return
         self.last_received = self.clock()
         if self.state is State.AWAITING_HEADER:
+            if not self._logged_accept and data:
+                self._logged_accept = True
+                connection_log.accepting(self)
             data = self._receive_header(data)
             if not data:
                 return
@@ -215,7 +224,7 @@ class Connection:
         if buf[:8] not in framing.ACCEPTED_HEADERS:
             # spec 4.2.2: answer with the header we support, then close
             self.send_frame(framing.PROTOCOL_HEADER)
-            self._terminate()
+            self._terminate(connection_log.bad_header(buf[:8]), logging.ERROR)
             return b""
         self._header_buf = b""
         self.state = State.START_OK
@@ -362,16 +371,19 @@ class Connection:
     def _fail(self, channel: int, exc: AMQPError, payload: bytes = b"") -> None:
         """Turn ``exc`` into Channel.Close or Connection.Close (the only place that does)."""
         class_id, method_id = exc.class_id, exc.method_id
+        if not class_id and len(payload) >= 4 and not isinstance(exc, FrameError):
+            class_id, method_id = struct.unpack_from(">HH", payload)
+        if not (exc.is_soft and channel in self.channels) and self.state not in (
+                State.CLOSING, State.CLOSED):
+            connection_log.connection_error(self, channel, exc, class_id, method_id)
         if isinstance(exc, ConnectionAccessRefused):
             if not self.client_capability("authentication_failure_close"):
                 self._terminate()  # RabbitMQ closes the socket without a word
                 return
             class_id = method_id = 0
-        elif not class_id and len(payload) >= 4 and not isinstance(exc, FrameError):
-            class_id, method_id = struct.unpack_from(">HH", payload)
         ch = self.channels.get(channel) if channel else None
         if exc.is_soft and ch is not None:
-            log.info("closing channel %d: %s", channel, exc.reply_text)
+            connection_log.channel_error(self, channel, exc, class_id, method_id)
             ch.release()
             ch.send(commands.Channel.Close(
                 reply_code=int(exc.code), reply_text=exc.reply_text,
@@ -386,7 +398,7 @@ class Connection:
         CLOSING, everything released, CloseOk awaited for :data:`CLOSE_OK_TIMEOUT` s."""
         if self.state in (State.CLOSING, State.CLOSED):
             return
-        log.info("closing connection from %s: %s", self.peer, text)
+        log.debug("closing connection (%s): %s", connection_log.connection_name(self), text)
         if self.state is State.AWAITING_HEADER:
             self._terminate()
             return
@@ -402,11 +414,17 @@ class Connection:
         """True once the transport should close (after writing what is pending)."""
         return self.state is State.CLOSED
 
-    def _terminate(self) -> None:
-        """To CLOSED: release what is still held; the transport closes after writing."""
+    def _terminate(self, reason: str | None = None, level: int = logging.INFO) -> None:
+        """To CLOSED: release what is still held; the transport closes after writing.
+        Logs ``closing AMQP connection (...)`` at ``level``, with ``reason`` when given
+        (nothing for a socket that sent no byte)."""
+        if self.state is State.CLOSED:
+            return
         if self.state is not State.CLOSING:
             self._release()
         self.state = State.CLOSED
+        if self._logged_accept:
+            connection_log.closing(self, reason, level)
 
     def _release(self) -> None:
         """Free everything the connection holds: channels (requeue), exclusive queues."""
@@ -424,7 +442,7 @@ class Connection:
     def connection_lost(self) -> None:
         """The socket is gone (whatever the state): release everything."""
         if self.state is not State.CLOSED:
-            self._terminate()
+            self._terminate("client unexpectedly closed TCP connection", logging.WARNING)
 
     # ---- time ----------------------------------------------------------------------------
 
@@ -447,8 +465,7 @@ class Connection:
             return
         if state is not State.OPEN:
             if now - self.created_at > HANDSHAKE_TIMEOUT:
-                log.warning("handshake timeout from %s", self.peer)
-                self._terminate()
+                self._terminate("{handshake_timeout,frame_header}", logging.ERROR)
             return
         timeout = self.broker.config.consumer_timeout
         if timeout:
@@ -462,8 +479,7 @@ class Connection:
         if not hb:
             return
         if now - self.last_received > 2 * hb:
-            log.warning("missed heartbeats from client %s, timeout: %ds", self.peer, hb)
-            self._terminate()
+            self._terminate(f"missed heartbeats from client, timeout: {hb}s", logging.ERROR)
             return
         if now - self.last_sent >= hb / 2 and not self._out:
             self.send_frame(framing.HEARTBEAT_FRAME)

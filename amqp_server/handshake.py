@@ -25,6 +25,7 @@ from pamqp import commands, decode
 
 from amqp_common import framing
 from amqp_common.errors import CommandInvalid, ConnectionAccessRefused, NotAllowed
+from amqp_server import connection_log
 from broker.config import BrokerConfig
 
 if TYPE_CHECKING:
@@ -57,6 +58,18 @@ class State(Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+class LoginRefused(ConnectionAccessRefused):
+    """A refused login (403, hard). The client reads RabbitMQ's "Login was refused using
+    authentication mechanism PLAIN. For details see the broker logfile."; the log gets
+    :attr:`log_text`, e.g. ``"PLAIN login refused: user 'guest' - invalid credentials"`` or
+    ``"... user 'guest' can only connect via localhost"`` (``rabbit_reader:auth_fail``)."""
+
+    def __init__(self, mechanism: str, username: str, reason: str) -> None:
+        super().__init__(f"Login was refused using authentication mechanism {mechanism}."
+                         " For details see the broker logfile.")
+        self.log_text = f"{mechanism} login refused: user '{username}' {reason}"
 
 
 def parse_sasl(mechanism: str, response: bytes | str) -> tuple[str, str]:
@@ -104,25 +117,28 @@ def start_ok(conn: Connection, m: Any) -> None:
     client certificate), then send Connection.Tune.
 
     Raises:
-        ConnectionAccessRefused (403, hard): unknown user, wrong password, guest from a
-            non-loopback address, or a malformed response.
+        LoginRefused (403, hard): unknown user, wrong password, guest from a non-loopback
+            address (its ``log_text`` says which, for the log).
+        ConnectionAccessRefused (403, hard): a malformed response.
         CommandInvalid (503): unknown mechanism.
     """
     conn.client_properties = m.client_properties or {}
     conn.auth_mechanism = m.mechanism
+    connection_log.client_name_given(conn)
     host = conn.peer[0] if conn.peer else "127.0.0.1"
     if m.mechanism == "EXTERNAL" and conn.peer_cn:
         username = conn.peer_cn
         user = conn.broker.users.authenticate_external(username, host)
+        if user is None:
+            raise LoginRefused(m.mechanism, username, "- invalid credentials")
     else:
         username, password = parse_sasl(m.mechanism, m.response)
         user = conn.broker.users.authenticate(username, password, host)
-    if user is None:
-        log.warning("login refused for user '%s' from %s", username, host)
-        raise ConnectionAccessRefused(
-            f"Login was refused using authentication mechanism {m.mechanism}."
-            " For details see the broker logfile."
-        )
+        if user is None:
+            # RabbitMQ checks the loopback rule after the password: tell which one failed
+            local = conn.broker.users.authenticate(username, password, "127.0.0.1")
+            raise LoginRefused(m.mechanism, username, "can only connect via localhost"
+                               if local is not None else "- invalid credentials")
     conn.user = username
     conn.send_frame(framing.method_frame(0, commands.Connection.Tune(
         channel_max=conn.channel_max, frame_max=conn.frame_max, heartbeat=conn.heartbeat
@@ -184,6 +200,7 @@ def open_vhost(conn: Connection, m: Any) -> None:
     conn.vhost_name = m.virtual_host
     conn.vhost = vhost
     conn.send_frame(framing.method_frame(0, commands.Connection.OpenOk()))
+    connection_log.authenticated(conn)
 
 
 def check_connection_limits(conn: Connection, vhost: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import signal
 import socket
@@ -62,7 +63,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         peer = transport.get_extra_info("peername")
         peer_addr = (str(peer[0]), int(peer[1])) if peer else None
-        self.conn = Connection(self.server.broker, peer_addr)
+        local = transport.get_extra_info("sockname")
+        local_addr = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
+        self.conn = Connection(self.server.broker, peer_addr, local=local_addr)
         self.conn.peer_cn = tls.peer_common_name(transport)
         self.conn.on_output = self._schedule_flush
         self.conn.on_block = self._set_reading_blocked
@@ -274,9 +277,20 @@ class BrokerServer:
         log.info("amqpq stopped")
 
 
+def package_version() -> str:
+    """The installed ``amqpq`` distribution's version (``0.1.0``), from its metadata;
+    ``unknown`` when the package is not installed (run from a source tree)."""
+    try:
+        return importlib.metadata.version("amqpq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def parse_args(argv: list[str] | None = None) -> BrokerConfig:
-    """BrokerConfig from command-line arguments (exits 2 with one line on a bad value)."""
+    """BrokerConfig from command-line arguments (exits 2 with one line on a bad value;
+    ``--version`` prints ``amqpq-server 0.1.0`` on stdout and exits 0)."""
     p = argparse.ArgumentParser(prog="amqpq-server", description="amqpq AMQP 0-9-1 broker")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     p.add_argument("--host", action="append", default=None, metavar="ADDRESS",
                    help="listen address, IPv4 or IPv6; repeat for several "
                         "(default: 127.0.0.1 and ::1)")

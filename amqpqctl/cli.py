@@ -5,7 +5,8 @@ Global options (``-p`` and ``--format`` are also accepted after the command):
 (guest/guest), ``-p/--vhost`` ("/"), ``--format table|json``, ``-q/--quiet`` (no "Listing ..."
 lines). Exit 0 on success; on failure one line on stderr (``Error: vhost 'x' does not
 exist``) and exit 1, 69 when the management API is not reachable (refused, timed out, an
-AMQP or other non-HTTP port), 64 for a usage error, as rabbitmqctl.
+AMQP or other non-HTTP port), 64 for a usage error, as rabbitmqctl. ``--version`` prints
+``amqpqctl 0.1.0`` (the ``amqpq`` package's metadata) and exits 0.
 
 Source: https://www.rabbitmq.com/docs/man/rabbitmqctl.8,
 https://www.rabbitmq.com/docs/management-cli.
@@ -27,6 +28,8 @@ EX_SOFTWARE = 70
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="amqpq", prog_name="amqpqctl",
+                      message="%(prog)s %(version)s")
 @click.option("--url", default=None, help="management API URL (default http://HOST:PORT)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="management API host")
 @click.option("--port", default=15672, show_default=True, type=int,

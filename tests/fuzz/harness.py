@@ -15,7 +15,9 @@ connection in its scenario, feeds the stream, ticks, drops the socket
 rule:
 
 * no exception escapes ``receive_data``/``data_to_send``/``tick``/``connection_lost`` or a
-  broker timer, and nothing is logged at ERROR (``log.exception`` of an internal error);
+  broker timer, and nothing is logged at ERROR (``log.exception`` of an internal error; the
+  connection's RabbitMQ-style lines about a client's errors, ``amqp_client_error``, are not
+  counted);
 * the broker's output is well-formed frames; a Connection.Close carries a protocol error code
   (``CONNECTION_CODES``: 501-506, or 403/530/540 where RabbitMQ uses them), never 541
   INTERNAL_ERROR; a Channel.Close a soft code (``CHANNEL_CODES``: 403-406); nothing follows a
@@ -175,6 +177,8 @@ class _ErrorCapture(logging.Handler):
         self.errors: list[Internal] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "amqp_client_error", False):
+            return  # RabbitMQ's lines about the client's errors (amqp_server.connection_log)
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
             self.errors.append(Internal(f"logged ({record.getMessage()[:60]})",
