@@ -12,6 +12,7 @@ from typing import Any
 from amqp_common.errors import CommandInvalid
 from exchanges.base import ExchangeType
 from exchanges.consistent_hash import ConsistentHashExchange
+from exchanges.deduplication import DeduplicationExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
 from exchanges.headers import HeadersExchange
@@ -24,13 +25,18 @@ EXCHANGE_TYPES: dict[str, type] = {
     "topic": TopicExchange,
     "headers": HeadersExchange,
     "x-consistent-hash": ConsistentHashExchange,  # RabbitMQ's plugin of that name, built in
+    # the rabbitmq-message-deduplication plugin's exchange, built in
+    "x-message-deduplication": DeduplicationExchange,
 }
+#: the types configured by the exchange's arguments (constructed with them)
+_TAKES_ARGUMENTS = (ConsistentHashExchange, DeduplicationExchange)
 
 
 def make_exchange_type(type_name: str,
                        arguments: Mapping[str, Any] | None = None) -> ExchangeType:
     """A fresh, empty routing table for ``type_name`` (configured by the exchange's
-    ``arguments`` where the type takes some: ``x-consistent-hash``'s ``hash-header``).
+    ``arguments`` where the type takes some: ``x-consistent-hash``'s ``hash-header``,
+    ``x-message-deduplication``'s ``x-cache-size``).
 
     Raises:
         CommandInvalid (503): ``"unknown exchange type 'foo'"`` for any other name, as
@@ -41,13 +47,14 @@ def make_exchange_type(type_name: str,
     cls = EXCHANGE_TYPES.get(type_name)
     if cls is None:
         raise CommandInvalid(f"unknown exchange type '{type_name}'")
-    instance: ExchangeType = cls(arguments) if cls is ConsistentHashExchange else cls()
+    instance: ExchangeType = cls(arguments) if cls in _TAKES_ARGUMENTS else cls()
     return instance
 
 
 __all__ = [
     "EXCHANGE_TYPES",
     "ConsistentHashExchange",
+    "DeduplicationExchange",
     "DirectExchange",
     "ExchangeType",
     "FanoutExchange",

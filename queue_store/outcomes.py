@@ -5,7 +5,8 @@ channel's Basic.Publish, the HTTP API's publish, dead lettering): it routes, enq
 answers with a :class:`PublishResult`; :meth:`queue_store.queue.Queue.publish` answers one
 queue's part with the same bits. The channel turns them into a mandatory return
 (not ``ROUTED``), a publisher confirm nack (``REJECTED``) or a confirm after the next fsync
-(``NEEDS_SYNC``); the HTTP API into ``{"routed": ...}`` or RabbitMQ's "rejected" 400.
+(``NEEDS_SYNC``); ``DUPLICATE`` alone (an ``x-message-deduplication`` exchange dropped it) is
+neither returned nor nacked; the HTTP API into ``{"routed": ...}`` or RabbitMQ's "rejected" 400.
 
 The hot path uses the plain ``int`` constants below (IntFlag arithmetic costs microseconds);
 ``PublishResult(value)`` names them where speed does not matter.
@@ -26,12 +27,14 @@ class PublishResult(IntFlag):
     ROUTED = 1  # at least one queue was reached (a mandatory publish is not returned)
     REJECTED = 2  # a queue refused it (x-overflow reject-publish): nack the publisher
     NEEDS_SYNC = 4  # written to disk: confirm only after the next fsync
+    DUPLICATE = 8  # dropped by a deduplication exchange: not returned, confirm ack
 
 
 UNROUTABLE = 0
 ROUTED = 1
 REJECTED = 2
 NEEDS_SYNC = 4
+DUPLICATE = 8
 #: Queue.publish's answers: taken; refused; taken and written to disk.
 ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC

@@ -68,13 +68,6 @@ def _one_of(choices: tuple[str, ...], wrong: Callable[[str], str]) -> Callable[[
         return err
     return check
 
-
-def _cluster_size(value: Any) -> str | None:
-    if _is_int(value) and value == 0:
-        return "{value_zero,0}"
-    return _non_neg(value)
-
-
 def _queue_version(value: Any) -> str | None:
     err = _non_neg(value)
     if err is None and value not in (1, 2):
@@ -107,6 +100,12 @@ def _bool(value: Any) -> str | None:
         f"{{unacceptable_type,{amqp_type_name(value)}}}")
 
 
+def _positive(value: Any) -> str | None:
+    if _is_int(value) and value == 0:
+        return "{value_zero,0}"
+    return _non_neg(value)
+
+
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "x-expires": _expires,
     "x-message-ttl": _expiry,
@@ -124,8 +123,14 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "x-queue-version": _queue_version,
     "x-queue-leader-locator": _one_of(("client-local", "balanced"),
                                       lambda _: "invalid_queue_locator_arg"),
-    "x-quorum-initial-group-size": _cluster_size,
+    "x-quorum-initial-group-size": _positive,
+    # message deduplication (the rabbitmq-message-deduplication plugin's, LavinMQ's sizes)
+    "x-message-deduplication": _bool,
+    "x-cache-size": _positive,
+    "x-cache-ttl": _positive,
 }
+#: queue-level deduplication's arguments, taken by classic and quorum queues
+DEDUP_ARGUMENTS = frozenset({"x-message-deduplication", "x-cache-size", "x-cache-ttl"})
 
 
 def _text(value: Any) -> str:
@@ -139,13 +144,13 @@ QUEUE_TYPE_ARGUMENTS: dict[str, frozenset[str]] = {
         "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
         "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
         "x-queue-version", "x-single-active-consumer", "x-queue-type",
-        "x-queue-master-locator"}),
+        "x-queue-master-locator"}) | DEDUP_ARGUMENTS,
     "quorum": frozenset({
         "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
         "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
         "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
         "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-        "x-queue-leader-locator"}),
+        "x-queue-leader-locator"}) | DEDUP_ARGUMENTS,
     "stream": frozenset({
         "x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
         "x-initial-cluster-size", "x-queue-leader-locator"}),

@@ -16,6 +16,7 @@ from amqp_common.errors import CommandInvalid, PreconditionFailed, ReplyCode
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from exchanges.consistent_hash import ConsistentHashExchange
+from exchanges.deduplication import DeduplicationExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
 from exchanges.headers import HeadersExchange
@@ -23,6 +24,8 @@ from exchanges.topic import TopicExchange, split_topic_key
 
 Q1, Q2, Q3 = Destination("queue", "q1"), Destination("queue", "q2"), Destination("queue", "q3")
 X1 = Destination("exchange", "x1")
+#: declare arguments a type requires (x-message-deduplication: a cache size)
+REQUIRED_ARGS: dict[str, dict[str, Any]] = {"x-message-deduplication": {"x-cache-size": 10}}
 
 
 def bind(dest: Destination, key: str = "", **args: Any) -> Binding:
@@ -39,7 +42,7 @@ def hbind(dest: Destination, args: dict[str, Any]) -> Binding:
 @pytest.mark.parametrize("type_name", sorted(EXCHANGE_TYPES))
 def test_identical_binding_is_added_once(type_name: str) -> None:
     # binding key "1": a key every type takes (x-consistent-hash: a weight)
-    x = make_exchange_type(type_name)
+    x = make_exchange_type(type_name, REQUIRED_ARGS.get(type_name))
     x.add_binding(bind(Q1, "1"))
     x.add_binding(bind(Q1, "1"))  # a distinct but equal Binding object
     assert len(x) == 1
@@ -52,7 +55,7 @@ def test_identical_binding_is_added_once(type_name: str) -> None:
 
 @pytest.mark.parametrize("type_name", sorted(EXCHANGE_TYPES))
 def test_removing_one_of_two_bindings_keeps_the_destination(type_name: str) -> None:
-    x = make_exchange_type(type_name)
+    x = make_exchange_type(type_name, REQUIRED_ARGS.get(type_name))
     first, second = bind(Q1, "1"), bind(Q1, "1", extra="arg")
     headers = {"extra": "arg"}  # so both bindings match in a headers exchange too
     x.add_binding(first)
@@ -65,8 +68,9 @@ def test_removing_one_of_two_bindings_keeps_the_destination(type_name: str) -> N
     assert x.route("1", headers) == set()
 
 
-def test_needs_headers_only_for_headers() -> None:
-    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {"headers"}
+def test_needs_headers_only_for_types_reading_headers() -> None:
+    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {
+        "headers", "x-message-deduplication"}
 
 
 def test_registry_makes_fresh_tables() -> None:
@@ -76,6 +80,7 @@ def test_registry_makes_fresh_tables() -> None:
         "topic": TopicExchange,
         "headers": HeadersExchange,
         "x-consistent-hash": ConsistentHashExchange,
+        "x-message-deduplication": DeduplicationExchange,
     }
     a, b = make_exchange_type("direct"), make_exchange_type("direct")
     a.add_binding(bind(Q1, "k"))

@@ -26,10 +26,12 @@ from amqp_common.errors import AccessRefused, NotFound, PreconditionFailed, rs
 from amqp_common.timers import Timers
 from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
+from exchanges.deduplication import DuplicateMessage
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
+from queue_store.dedup_queue import DeduplicatingQueue, deduplicating
 from queue_store.message import Message
-from queue_store.outcomes import ROUTED, UNROUTABLE
+from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE
 from queue_store.queue import Queue
 from queue_store.queue_args import (
     QueueSettings,
@@ -56,6 +58,7 @@ from vhosts.policies import (
 )
 
 log = logging.getLogger("amqpq.vhost")
+_DROPPED: set[Destination] = set()  # a downstream exchange dropped a duplicate (never mutated)
 
 class VirtualHost:
     """One vhost's topology (exchanges, queues, bindings) and router.
@@ -229,7 +232,7 @@ class VirtualHost:
                                       (auto_delete, "auto-delete")):
                     if refused:
                         raise PreconditionFailed(f"invalid property '{prop}' for {what}")
-            q = Queue(
+            q = (DeduplicatingQueue if deduplicating(arguments) else Queue)(
                 name,
                 self.name,
                 durable=durable,
@@ -485,24 +488,28 @@ class VirtualHost:
         Returns:
             :class:`~queue_store.outcomes.PublishResult` bits as a plain int: ``ROUTED``
             when a queue was reached, ``REJECTED`` when one refused it (reject-publish),
-            ``NEEDS_SYNC`` when one wrote it to disk; 0 when unroutable.
+            ``NEEDS_SYNC`` when one wrote it to disk; ``DUPLICATE`` alone when a
+            deduplication exchange dropped it; 0 when unroutable.
         """
-        if routing_keys is None:
-            rk = message.routing_key
-            if exchange is None:
-                q = self.queues.get(rk)
-                queues = [q] if q is not None else []
+        try:  # zero cost unless an x-message-deduplication exchange drops a duplicate
+            if routing_keys is None:
+                rk = message.routing_key
+                if exchange is None:
+                    q = self.queues.get(rk)
+                    queues = [q] if q is not None else []
+                else:
+                    exchange.published += 1
+                    queues = self.route(exchange, rk, message)
+                extra = extra_routing_keys(message)
+                if extra:
+                    queues = self._route_keys(exchange, extra, message, queues, True)
+                    message = without_bcc(message)
             else:
-                exchange.published += 1
-                queues = self.route(exchange, rk, message)
-            extra = extra_routing_keys(message)
-            if extra:
-                queues = self._route_keys(exchange, extra, message, queues)
-                message = without_bcc(message)
-        else:
-            if exchange is not None:
-                exchange.published += 1
-            queues = self._route_keys(exchange, routing_keys, message, [])
+                if exchange is not None:
+                    exchange.published += 1
+                queues = self._route_keys(exchange, routing_keys, message, [])
+        except DuplicateMessage:
+            return DUPLICATE
         if accept is not None:
             queues = [q for q in queues if accept(q)]
         if not queues:
@@ -513,12 +520,19 @@ class VirtualHost:
         return result
 
     def _route_keys(self, exchange: Exchange | None, keys: list[str], message: Message,
-                    found: list[Queue]) -> list[Queue]:
-        """``found`` plus the queues each of ``keys`` reaches, each queue once."""
+                    found: list[Queue], routed: bool = False) -> list[Queue]:
+        """``found`` plus the queues each of ``keys`` reaches, each queue once. Raises
+        DuplicateMessage when the first routing (``routed``: done before) was a duplicate."""
         by_id = {id(q): q for q in found}
         for key in keys:
-            more = self.route_default(key) if exchange is None \
-                else self.route(exchange, key, message)
+            try:
+                more = self.route_default(key) if exchange is None \
+                    else self.route(exchange, key, message)
+            except DuplicateMessage:  # again for another key: seen by its first routing
+                if not routed:
+                    raise
+                continue
+            routed = True
             by_id.update((id(q), q) for q in more)
         return list(by_id.values())
 
@@ -526,7 +540,8 @@ class VirtualHost:
         """The queues a message published to ``exchange`` reaches, each once.
 
         Follows exchange-to-exchange bindings (each exchange visited once) and alternate
-        exchanges of exchanges that route to nothing.
+        exchanges of exchanges that route to nothing. Raises DuplicateMessage when an
+        ``x-message-deduplication`` exchange on the way dropped it and no queue was reached.
         """
         router = exchange.router
         if router.needs_message:  # x-consistent-hash: may hash a property
@@ -544,8 +559,12 @@ class VirtualHost:
         found: dict[str, Queue] = {}
         visited = {exchange.name}
         pending = [(exchange, dests)]
+        dropped = False
         while pending:
             x, dests = pending.pop()
+            if dests is _DROPPED:
+                dropped = True
+                continue
             if not dests:
                 ae_name = x.alternate_exchange
                 ae = self.exchanges.get(ae_name) if ae_name is not None else None
@@ -563,14 +582,19 @@ class VirtualHost:
                     if nxt is not None:
                         visited.add(d.name)
                         pending.append((nxt, self._route_one(nxt, routing_key, message)))
+        if dropped and not found:
+            raise DuplicateMessage(routing_key)
         return list(found.values())
 
     @staticmethod
     def _route_one(x: Exchange, routing_key: str, message: Message) -> set[Destination]:
         router = x.router
-        if router.needs_message:  # x-consistent-hash: may hash a property
-            return router.route_message(routing_key, message)
-        return router.route(routing_key, message.headers if router.needs_headers else None)
+        try:
+            if router.needs_message:  # x-consistent-hash: may hash a property
+                return router.route_message(routing_key, message)
+            return router.route(routing_key, message.headers if router.needs_headers else None)
+        except DuplicateMessage:  # an x-message-deduplication exchange behind a binding
+            return _DROPPED
 
     def route_default(self, routing_key: str) -> list[Queue]:
         """The default exchange: the queue named by the routing key, if any."""
