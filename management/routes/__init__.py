@@ -12,6 +12,7 @@ from management.routes import (
     connections,
     definitions,
     exchanges,
+    health,
     limits,
     nodes,
     overview,
@@ -28,4 +29,5 @@ def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
             exchanges.routes, queues.routes, bindings.routes, policies.routes,
-            connections.routes, definitions.routes, limits.routes, parameters.routes]
+            connections.routes, definitions.routes, limits.routes, parameters.routes,
+            health.routes]

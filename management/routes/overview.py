@@ -1,7 +1,7 @@
-"""``/api/overview``, ``/api/whoami``, health checks and ``/api/aliveness-test/{vhost}``.
+"""``/api/overview``, ``/api/whoami`` and ``/api/aliveness-test/{vhost}`` (the health checks
+are in :mod:`management.routes.health`).
 
-Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.com/docs/monitoring#health-checks
-(``/api/health/checks/alarms``; ``/api/healthchecks/alarms`` is kept as an alias).
+Source: https://www.rabbitmq.com/docs/management#http-api.
 """
 
 from __future__ import annotations
@@ -69,20 +69,6 @@ async def overview(request: web.Request) -> web.Response:
 async def whoami(request: web.Request) -> web.Response:
     who = principal(request)
     return ok({"name": who.name, "tags": list(who.tags)})
-
-
-@routes.get("/api/health/checks/alarms")
-@routes.get("/api/healthchecks/alarms")
-async def alarms(request: web.Request) -> web.Response:
-    """``{"status": "ok"}``, or 503 with the alarm in effect (memory or disk)."""
-    st = state(request)
-    if not getattr(st.broker, "alarms_active", False):
-        return ok({"status": "ok"})
-    reason = str(getattr(st.broker, "alarm_reason", "low on memory"))
-    resource = "disk" if "disk" in reason else "memory"
-    return web.json_response(
-        {"status": "failed", "reason": "resource alarm(s) in effect in the cluster",
-         "alarms": [{"node": st.node, "resource": resource}]}, status=503)
 
 
 @routes.get("/api/aliveness-test/{vhost}")
