@@ -441,7 +441,9 @@ class Connection:
 
     def connection_lost(self) -> None:
         """The socket is gone (whatever the state): release everything."""
-        if self.state is not State.CLOSED:
+        if self.state is State.CLOSING:  # our Close was sent: the client may just hang up
+            self._terminate()
+        elif self.state is not State.CLOSED:
             self._terminate("client unexpectedly closed TCP connection", logging.WARNING)
 
     # ---- time ----------------------------------------------------------------------------

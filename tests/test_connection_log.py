@@ -167,3 +167,13 @@ def test_bad_header_and_silent_socket(broker: Broker,
         ("INFO", f"accepting AMQP connection ({NAME})"),
         ("ERROR", f'closing AMQP connection ({NAME}):\n{{bad_header,<<"GET / HT">>}}'),
     ]
+
+
+def test_socket_closed_after_our_close_is_not_unexpected(
+        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
+    c = Client(broker)  # pika hangs up after a refused login instead of sending CloseOk
+    c.send_bytes(PROTOCOL_HEADER)
+    c.send(0, commands.Connection.StartOk(
+        client_properties=PROPS, mechanism="PLAIN", response="\0guest\0wrong"))
+    c.conn.connection_lost()
+    assert lines(caplog)[-1] == ("INFO", f"closing AMQP connection ({NAME} - orders-worker)")
