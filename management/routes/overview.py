@@ -23,6 +23,7 @@ _TYPE_DESCRIPTIONS = {
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "x-consistent-hash": "Consistent Hashing Exchange",
+    "x-message-deduplication": "Message Deduplication Exchange",
 }
 
 
