@@ -201,9 +201,7 @@ class Channel:
         else:
             x = self.vhost.exchange(exchange)
             if x.internal:
-                raise AccessRefused(
-                    f"cannot publish to internal {rs('exchange', exchange, self.vhost.name)}"
-                )
+                raise x.internal_error(self.vhost.name)
             if x.type_name == "topic":
                 self.check_topic_permission("write", exchange, rk)
         msg = Message(exchange, rk, ex_rk_raw, properties_raw, body)

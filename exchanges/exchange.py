@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from amqp_common.errors import AccessRefused, rs
 from exchanges import make_exchange_type
 from exchanges.binding import Binding
 
@@ -55,6 +56,12 @@ class Exchange:
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
         return value if isinstance(value, str) else self.policy_alternate_exchange
+
+    def internal_error(self, vhost_name: str) -> AccessRefused:
+        """RabbitMQ's 403 for a publish to this internal exchange (the caller checks
+        ``internal`` first, so the publish path pays no call)."""
+        return AccessRefused(
+            f"cannot publish to internal {rs('exchange', self.name, vhost_name)}")
 
     def add_binding(self, binding: Binding) -> bool:
         """Add a binding; False when an identical one exists already (idempotent)."""

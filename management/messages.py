@@ -25,7 +25,7 @@ from typing import Any
 from pamqp import commands
 from pamqp.header import ContentHeader
 
-from amqp_common.errors import AccessRefused, AMQPError, PreconditionFailed, rs
+from amqp_common.errors import AMQPError, PreconditionFailed
 from management.errors import ApiError, bad_request, key_missing
 from queue_store.message import Message
 from queue_store.outcomes import REJECTED, ROUTED, Settlement
@@ -142,8 +142,7 @@ def publish(vhost: VirtualHost, exchange: str, body: dict[str, Any], user: str,
         if exchange != "":
             x = vhost.exchange(exchange)
             if x.internal:
-                raise AccessRefused(
-                    f"cannot publish to internal {rs('exchange', exchange, vhost.name)}")
+                raise x.internal_error(vhost.name)
             if check_topic is not None and x.type_name == "topic":
                 check_topic(exchange, routing_key)
     except AMQPError as exc:
