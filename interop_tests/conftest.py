@@ -127,6 +127,30 @@ def pika_parameters(broker_url: str):
     return params
 
 
+def channel_with_exchange_type(url: str, type_name: str,
+                               arguments: dict | None = None) -> tuple[object, object]:
+    """``(connection, channel)`` to ``url`` in confirm mode, or a skip when the broker does
+    not have exchange type ``type_name`` (RabbitMQ without the plugin: 503 unknown type) or
+    does not answer. The caller closes the connection."""
+    import pika
+    from pika.exceptions import ChannelClosedByBroker
+
+    try:
+        conn = pika.BlockingConnection(pika_parameters(url))
+    except Exception as exc:
+        pytest.skip(f"{url} not reachable: {exc!r}")
+    ch = conn.channel()
+    probe = f"probe-{type_name}-{uuid.uuid4().hex[:6]}"
+    try:
+        ch.exchange_declare(probe, type_name, auto_delete=True, arguments=arguments)
+    except ChannelClosedByBroker as exc:
+        conn.close()
+        pytest.skip(f"{type_name} not available on {url}: {exc.reply_text}")
+    ch.exchange_delete(probe)
+    ch.confirm_delivery()
+    return conn, ch
+
+
 @pytest.fixture
 def pika_connect(broker_url: str) -> Iterator[Callable[[], object]]:
     """Factory of ``pika.BlockingConnection``s; every connection still open is closed at teardown."""

@@ -16,7 +16,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from interop_tests.conftest import pika_parameters
+from interop_tests.conftest import channel_with_exchange_type
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,19 +31,7 @@ def channel(request: pytest.FixtureRequest, broker_url: str) -> Iterator[object]
         if broker_url == REFERENCE_URL:
             pytest.skip("the broker under test is the reference already")
         url = REFERENCE_URL
-    try:
-        conn = pika.BlockingConnection(pika_parameters(url))
-    except Exception as exc:
-        pytest.skip(f"{url} not reachable: {exc!r}")
-    ch = conn.channel()
-    probe = f"chx-probe-{uuid.uuid4().hex[:6]}"
-    try:
-        ch.exchange_declare(probe, "x-consistent-hash", auto_delete=True)
-    except ChannelClosedByBroker as exc:  # RabbitMQ without the plugin: 503 unknown type
-        conn.close()
-        pytest.skip(f"x-consistent-hash not available on {url}: {exc.reply_text}")
-    ch.exchange_delete(probe)
-    ch.confirm_delivery()
+    conn, ch = channel_with_exchange_type(url, "x-consistent-hash")
     yield ch
     if conn.is_open:
         conn.close()

@@ -15,24 +15,15 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from interop_tests.conftest import pika_parameters
+from interop_tests.conftest import channel_with_exchange_type
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
 def channel(broker_url: str) -> Iterator[object]:
-    conn = pika.BlockingConnection(pika_parameters(broker_url))
-    ch = conn.channel()
-    probe = f"dedup-probe-{uuid.uuid4().hex[:6]}"
-    try:
-        ch.exchange_declare(probe, "x-message-deduplication", auto_delete=True,
-                            arguments={"x-cache-size": 1})
-    except ChannelClosedByBroker as exc:  # 503 unknown exchange type
-        conn.close()
-        pytest.skip(f"x-message-deduplication not available: {exc.reply_text}")
-    ch.exchange_delete(probe)
-    ch.confirm_delivery()
+    conn, ch = channel_with_exchange_type(broker_url, "x-message-deduplication",
+                                          {"x-cache-size": 1})
     yield ch
     if conn.is_open:
         conn.close()
