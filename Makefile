@@ -1,5 +1,6 @@
-# amqpq — quick start: `make run` (broker on localhost:5672, guest/guest, vhost /, data ./var)
-#                      `make test` (installs into .venv, runs ruff and the test suite)
+# amqpq — quick start: `make run` (broker on localhost:5672, guest/guest, vhost /, data ./var;
+#                      installs only what the broker needs: no pyspark, no test clients)
+#                      `make test` (installs everything into .venv, runs ruff and the tests)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,15 +9,24 @@ PORT ?= 5672
 
 .PHONY: install run test lint unit interop clean bench fuzz soak
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.venv-made:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	touch $@
+
+# the broker alone (make run)
+$(VENV)/.installed-run: pyproject.toml $(VENV)/.venv-made
+	$(PY) -m pip install -q -e '.[fast]' --config-settings editable_mode=compat
+	touch $@
+
+# everything the tests need (make test)
+$(VENV)/.installed: pyproject.toml $(VENV)/.venv-made
 	$(PY) -m pip install -q -e '.[test,fast,spark]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(VENV)/.installed
 
-run: install
+run: $(VENV)/.installed-run
 	$(VENV)/bin/amqpq-server $(if $(HOST),--host $(HOST)) --port $(PORT) --data-dir ./var
 
 lint: install

@@ -28,6 +28,47 @@ class ManagementOptions:
     definitions: Path | None = None
 
 
+@dataclass
+class PrometheusOptions:
+    """The Prometheus listener (``--prometheus-port``, ``--no-prometheus``; rabbitmq.conf
+    ``prometheus.tcp.port``), as RabbitMQ's ``rabbitmq_prometheus`` plugin serves it.
+
+    Attributes:
+        enabled: serve ``/metrics`` (off for a config made in code; the command line turns
+            it on unless ``--no-prometheus``).
+        port: TCP port; None: 15692, or 0 (a free one) when the AMQP port is 0.
+    """
+
+    enabled: bool = False
+    port: int | None = None
+
+
+@dataclass
+class LogOptions:
+    """Where and how the broker logs (``--log-level``, ``--log-file``, ``--log-format``;
+    rabbitmq.conf ``log.console.level``, ``log.file``, ``log.file.level``,
+    ``log.file.rotation.size``, ``log.file.rotation.count``, ``log.<category>.level``).
+
+    Attributes:
+        level: console level (debug, info, warning, error, critical).
+        file: log file (None: console only).
+        file_level: level of the file (None: ``level``).
+        format: ``text`` or ``json`` (one JSON object per line).
+        rotation_size: bytes after which the file is rotated (0: never).
+        rotation_count: rotated files kept.
+        categories: per-category levels, e.g. {"connection": "warning"} (logger
+            ``amqpq.connection``).
+    """
+
+    level: str = "info"
+    file: Path | None = None
+    file_level: str | None = None
+    format: str = "text"
+    rotation_size: int = 0
+    rotation_count: int = 5
+    categories: dict[str, str] = field(default_factory=dict)
+
+
 # Both loopbacks: the listen addresses when no --host is given (broker.listeners).
 DEFAULT_HOSTS: tuple[str, ...] = ("127.0.0.1", "::1")
 
@@ -69,6 +110,8 @@ class BrokerConfig:
         disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
         tls: the AMQPS listener (off unless a certificate is set).
         management: the management HTTP API (off unless enabled).
+        prometheus: the Prometheus listener (off unless enabled).
+        log: logging destinations, levels and format.
         product, version: reported in Connection.Start server properties.
     """
 
@@ -88,6 +131,8 @@ class BrokerConfig:
     disk_free_limit: int = 50_000_000
     tls: TLSConfig = field(default_factory=TLSConfig)
     management: ManagementOptions = field(default_factory=ManagementOptions)
+    prometheus: PrometheusOptions = field(default_factory=PrometheusOptions)
+    log: LogOptions = field(default_factory=LogOptions)
     product: str = "amqpq"
     version: str = "0.1.0"
 
