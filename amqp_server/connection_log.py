@@ -31,7 +31,10 @@ error      ``Channel error on connection ({name}, vhost: '/', user: 'guest'), ch
 
 The vhost is ``'none'`` in the closing line of a connection that authenticated but did not
 open one. Source: the reference RabbitMQ 3.10.8's log, driven with pika and raw sockets.
-Logger: ``amqpq.connection``.
+Logger: ``amqpq.connection`` (RabbitMQ's ``connection`` category), but ``amqpq.channel`` for
+the channel error (RabbitMQ logs it from the channel, category ``channel``). Every record
+carries structured fields for the JSON log format (:mod:`broker.log_setup`):
+``connection`` (the name above), and ``user``, ``vhost``, ``channel`` where known.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
 log = logging.getLogger("amqpq.connection")
+channel_log = logging.getLogger("amqpq.channel")
 
 #: ``extra`` of the error and warning lines about what a *client* did (a refused login, a
 #: protocol error, a dropped socket): ``record.amqp_client_error`` is True, so that a check
@@ -82,15 +86,36 @@ def method_name(class_id: int, method_id: int) -> str:
     return cls.name.lower() if cls is not None else "none"
 
 
+def fields(conn: Connection, channel: int | None = None,
+           client_error: bool = False) -> dict[str, object]:
+    """The ``extra`` of a connection's log record: ``connection`` (its name),
+    ``client_provided_name``, ``user`` and ``vhost`` once known, ``channel``, and
+    :data:`CLIENT_ERROR` when ``client_error``."""
+    extra: dict[str, object] = {"connection": connection_name(conn)}
+    client_name = client_provided_name(conn)
+    if client_name is not None:
+        extra["client_provided_name"] = client_name
+    if conn.user is not None:
+        extra["user"] = conn.user
+    if conn.vhost_name:
+        extra["vhost"] = conn.vhost_name
+    if channel is not None:
+        extra["channel"] = channel
+    if client_error:
+        extra.update(CLIENT_ERROR)
+    return extra
+
+
 def accepting(conn: Connection) -> None:
-    log.info("accepting AMQP connection (%s)", connection_name(conn))
+    log.info("accepting AMQP connection (%s)", connection_name(conn), extra=fields(conn))
 
 
 def client_name_given(conn: Connection) -> None:
     """Connection.StartOk carried a ``connection_name``: say so (info)."""
     name = client_provided_name(conn)
     if name is not None:
-        log.info("connection (%s) has a client-provided name: %s", connection_name(conn), name)
+        log.info("connection (%s) has a client-provided name: %s", connection_name(conn), name,
+                 extra=fields(conn))
 
 
 def _named(conn: Connection) -> str:
@@ -101,7 +126,7 @@ def _named(conn: Connection) -> str:
 def authenticated(conn: Connection) -> None:
     """Connection.Open succeeded (info)."""
     log.info("connection (%s): user '%s' authenticated and granted access to vhost '%s'",
-             _named(conn), conn.user, conn.vhost_name)
+             _named(conn), conn.user, conn.vhost_name, extra=fields(conn))
 
 
 def closing(conn: Connection, reason: str | None = None, level: int = logging.INFO) -> None:
@@ -109,11 +134,11 @@ def closing(conn: Connection, reason: str | None = None, level: int = logging.IN
     details = _named(conn)
     if conn.user is not None:
         details += f", vhost: '{conn.vhost_name or 'none'}', user: '{conn.user}'"
+    extra = fields(conn, client_error=True)
     if reason is None:
-        log.log(level, "closing AMQP connection (%s)", details, extra=CLIENT_ERROR)
+        log.log(level, "closing AMQP connection (%s)", details, extra=extra)
     else:
-        log.log(level, "closing AMQP connection (%s):\n%s", details, reason,
-                extra=CLIENT_ERROR)
+        log.log(level, "closing AMQP connection (%s):\n%s", details, reason, extra=extra)
 
 
 def connection_error(conn: Connection, channel: int, exc: AMQPError, class_id: int,
@@ -123,29 +148,30 @@ def connection_error(conn: Connection, channel: int, exc: AMQPError, class_id: i
     state = _STATE_NAMES.get(conn.state.value, conn.state.value)
     name = connection_name(conn)
     text = getattr(exc, "log_text", None) or exc.explanation
+    extra = fields(conn, channel or None, client_error=True)
     if state in ("running", "closing"):
         quoted = text.replace("\\", "\\\\").replace('"', '\\"')
         log.error('Error on AMQP connection (%s, vhost: \'%s\', user: \'%s\', state: %s), '
                   'channel %d:\n operation %s caused a connection exception %s: "%s"',
                   name, conn.vhost_name, conn.user, state, channel,
                   method_name(class_id, method_id), exc.code.name.lower(), quoted,
-                  extra=CLIENT_ERROR)
+                  extra=extra)
     elif conn.user is not None:
         log.error("Error on AMQP connection (%s, user: '%s', state: %s):\n%s",
-                  name, conn.user, state, text, extra=CLIENT_ERROR)
+                  name, conn.user, state, text, extra=extra)
     else:
         log.error("Error on AMQP connection (%s, state: %s):\n%s", name, state, text,
-                  extra=CLIENT_ERROR)
+                  extra=extra)
 
 
 def channel_error(conn: Connection, channel: int, exc: AMQPError, class_id: int,
                   method_id: int) -> None:
-    """A soft error closing one channel (error)."""
-    log.error("Channel error on connection (%s, vhost: '%s', user: '%s'), channel %d:\n"
+    """A soft error closing one channel (error, logger ``amqpq.channel``)."""
+    channel_log.error("Channel error on connection (%s, vhost: '%s', user: '%s'), channel %d:\n"
               "operation %s caused a channel exception %s: %s",
               connection_name(conn), conn.vhost_name, conn.user, channel,
               method_name(class_id, method_id), exc.code.name.lower(), exc.explanation,
-              extra=CLIENT_ERROR)
+              extra=fields(conn, channel, client_error=True))
 
 
 def bad_header(header: bytes) -> str:

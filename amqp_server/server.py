@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from amqp_server import tls
+from amqp_server import conf_file, tls
 from amqp_server.connection import Connection
+from broker import log_setup
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment, ResourceProbes
@@ -287,8 +288,15 @@ def package_version() -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> BrokerConfig:
-    """BrokerConfig from command-line arguments (exits 2 with one line on a bad value;
-    ``--version`` prints ``amqpq-server 0.1.0`` on stdout and exits 0)."""
+    """BrokerConfig from command-line arguments over ``--config FILE`` (rabbitmq.conf keys,
+    :mod:`amqp_server.conf_file`); exits 2 with one line on a bad value, ``amqpq-server:
+    FILE:LINE: ...`` for the file's; ``--version`` prints ``amqpq-server 0.1.0`` on stdout
+    and exits 0."""
+    return command_line(argv)[0]
+
+
+def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]]:
+    """:func:`parse_args`, and the config file's warnings (ignored keys) to log."""
     p = argparse.ArgumentParser(prog="amqpq-server", description="amqpq AMQP 0-9-1 broker")
     p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     p.add_argument("--host", action="append", default=None, metavar="ADDRESS",
@@ -296,8 +304,11 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
                         "(default: 127.0.0.1 and ::1)")
     p.add_argument("--port", type=int, default=5672, help="AMQP port (0: any free port)")
     p.add_argument("--data-dir", default="var", help="state directory (default ./var)")
-    p.add_argument("--log-level", default="info",
-                   choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--config", metavar="FILE", help="rabbitmq.conf-style file (default: "
+                   "$RABBITMQ_CONFIG_FILE); command-line options override it")
+    p.add_argument("--log-level", default="info", choices=list(log_setup.LEVELS),
+                   help="console log level (none: no console log)")
+    log_setup.add_arguments(p)
     p.add_argument("--heartbeat", type=int, default=60, help="heartbeat offered (s, 0 = off)")
     p.add_argument("--frame-max", type=int, default=131072, help="frame_max offered (bytes)")
     p.add_argument("--channel-max", type=int, default=2047, help="channel_max offered")
@@ -312,6 +323,14 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
     management.add_arguments(p)
     tls.add_arguments(p)
     a = p.parse_args(argv)
+    try:
+        conf = conf_file.from_option(a.config)
+    except conf_file.ConfError as exc:
+        print(f"amqpq-server: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if conf is not None:  # the file's values become defaults: options given still win
+        p.set_defaults(**conf.options)
+        a = p.parse_args(argv)
     if not 0 <= a.port <= 65535:
         p.error(f"--port must be 0..65535, got {a.port}")
     if a.frame_max < 4096:
@@ -326,16 +345,17 @@ def parse_args(argv: list[str] | None = None) -> BrokerConfig:
         p.error("--consumer-timeout and --max-connections must be >= 0")
     if a.disk_free_limit < 0:
         p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
-    logging.basicConfig(
-        level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    return BrokerConfig(
-        hosts=tuple(a.host) if a.host else None, port=a.port, data_dir=Path(a.data_dir),
+    config = BrokerConfig(
+        hosts=tuple(a.host) if a.host else conf and conf.hosts, port=a.port,
+        data_dir=Path(a.data_dir), log=log_setup.from_args(a),
         heartbeat=a.heartbeat, frame_max=a.frame_max, channel_max=a.channel_max,
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
         tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
         max_connections=a.max_connections, management=management.from_args(a, p),
     )
+    if conf is not None:
+        conf.apply(config)
+    return config, conf.warnings if conf else []
 
 
 async def serve(config: BrokerConfig) -> None:
@@ -357,7 +377,14 @@ async def serve(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point ``amqpq-server``."""
-    config = parse_args(argv)
+    config, warnings = command_line(argv)
+    try:
+        log_setup.configure(config.log)  # console, --log-file, --log-format, categories
+    except OSError as exc:
+        print(f"amqpq-server: cannot open the log file: {exc}", file=sys.stderr)
+        sys.exit(1)
+    for warning in warnings:
+        log.warning("%s", warning)
     try:
         import uvloop  # optional speed-up
     except ImportError:

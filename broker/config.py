@@ -21,11 +21,13 @@ class ManagementOptions:
             on unless ``--no-management``).
         port: TCP port; None: 15672, or 0 (a free one) when the AMQP port is 0.
         definitions: a definitions JSON file imported at every start (None: none).
+        host: listen address (rabbitmq.conf ``management.tcp.ip``; None: the AMQP ones).
     """
 
     enabled: bool = False
     port: int | None = None
     definitions: Path | None = None
+    host: str | None = None
 
 
 @dataclass
@@ -113,6 +115,7 @@ class BrokerConfig:
         prometheus: the Prometheus listener (off unless enabled).
         log: logging destinations, levels and format.
         product, version: reported in Connection.Start server properties.
+        config_files: the ``--config`` file read (absolute), for ``/api/nodes``.
     """
 
     hosts: tuple[str, ...] | None = None
@@ -135,6 +138,7 @@ class BrokerConfig:
     log: LogOptions = field(default_factory=LogOptions)
     product: str = "amqpq"
     version: str = "0.1.0"
+    config_files: tuple[str, ...] = ()
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:
@@ -143,8 +147,11 @@ class BrokerConfig:
 
     @property
     def optional_hosts(self) -> tuple[str, ...]:
-        """Addresses whose bind may fail with a warning: ::1 when defaulted."""
-        return () if self.hosts else DEFAULT_HOSTS[1:]
+        """Addresses whose bind may fail with a warning: ::1 when defaulted, :: beside
+        0.0.0.0 (a machine without IPv6)."""
+        if self.hosts:
+            return ("::",) if "0.0.0.0" in self.hosts else ()
+        return DEFAULT_HOSTS[1:]
 
     @property
     def host(self) -> str:

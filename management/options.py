@@ -90,8 +90,9 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     if port is None:
         port = 0 if config.port == 0 else DEFAULT_PORT
     try:
-        return await start_management(broker, config.listen_hosts, port, amqp_port=amqp_port,
-                                      optional=config.optional_hosts)
+        hosts = (opts.host,) if opts.host else config.listen_hosts
+        return await start_management(broker, hosts, port, amqp_port=amqp_port,
+                                      optional=() if opts.host else config.optional_hosts)
     except OSError as exc:
         if opts.port is not None:
             raise

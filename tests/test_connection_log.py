@@ -24,14 +24,16 @@ MakeClient = Callable[..., Client]
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
-    """(level name, message) of every ``amqpq.connection`` record at info or above."""
+    """(level name, message) of every ``amqpq.connection`` and ``amqpq.channel`` record at
+    info or above."""
     return [(r.levelname, r.getMessage()) for r in caplog.records
-            if r.name == "amqpq.connection" and r.levelno >= logging.INFO]
+            if r.name in ("amqpq.connection", "amqpq.channel") and r.levelno >= logging.INFO]
 
 
 @pytest.fixture(autouse=True)
 def _capture(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="amqpq.connection")
+    caplog.set_level(logging.DEBUG, logger="amqpq.channel")
 
 
 def test_life_of_a_named_connection(make_client: MakeClient,

@@ -5,6 +5,8 @@ describe the Erlang VM (processes, run queue, GC, mnesia) have their nearest mea
 neutral value: ``proc_used`` is this process's threads, ``run_queue`` 0. Memory is the RSS
 (``mem_calculation_strategy`` "rss"), the disk figures are the data dir's file system, and
 the alarm flags are the broker's (a failed write turns ``disk_free_alarm`` on at once).
+``log_files`` is where the logs really go (the ``--log-file``, then ``<stdout>`` for the
+console unless it is off) and ``config_files`` the ``--config`` file.
 
 Source: https://www.rabbitmq.com/docs/management#http-api (GET /api/nodes).
 """
@@ -21,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from broker.alarms import DEFAULT_WATERMARK, process_rss, total_memory
+from broker.log_setup import log_files
 from management.auth import require_monitor
 from management.errors import not_found
 from management.routes.common import ok
@@ -61,8 +64,9 @@ def node_json(st: ManagementState) -> dict[str, Any]:
         "fd_total": fd_total,
         "sockets_total": config.max_connections or fd_total,
         "proc_total": 1_048_576, "run_queue": 0, "net_ticktime": 60,
-        "enabled_plugins": ["rabbitmq_management"], "config_files": [],
-        "log_files": ["<stdout>"], "db_dir": str(config.data_dir),
+        "enabled_plugins": ["rabbitmq_management"],
+        "config_files": list(config.config_files),
+        "log_files": log_files(config.log), "db_dir": str(config.data_dir),
         "auth_mechanisms": [{"name": m, "description": "", "enabled": True}
                             for m in ("PLAIN", "AMQPLAIN", "EXTERNAL")],
         "applications": [{"name": "amqpq", "description": config.product,
