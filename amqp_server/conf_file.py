@@ -392,6 +392,8 @@ class _Reader:
         console = opts.pop("log.console", True)
         if not console:
             opts["log_level"] = "none"
+        if "log.console.level" in self.entries and "log.file.level" not in self.entries:
+            self.conf.settings["log.file_level"] = "info"  # each output its own, as RabbitMQ
 
 
 def _option(dest: str, parse: Callable[[str], Any]) -> Callable[[_Reader, str], None]:

@@ -131,6 +131,17 @@ def test_channel_error_names_connection_user_vhost(
                      "not_found: no queue 'nonexistent' in vhost '/'") in lines(caplog)
 
 
+def test_records_carry_structured_fields_for_json_logs(
+        make_client: MakeClient, caplog: pytest.LogCaptureFixture) -> None:
+    client = make_client()
+    client.send(1, commands.Queue.Declare(queue="nonexistent", passive=True))
+    record = [r for r in caplog.records if r.name == "amqpq.channel"][-1]
+    assert (record.connection, record.user, record.vhost, record.channel) == (
+        NAME, "guest", "/", 1)
+    accepted = [r for r in caplog.records if r.getMessage().startswith("accepting")][-1]
+    assert accepted.connection == NAME and not hasattr(accepted, "user")
+
+
 def test_connection_error_while_running(client: Client,
                                         caplog: pytest.LogCaptureFixture) -> None:
     client.send(1, commands.Channel.Open())
