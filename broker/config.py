@@ -52,9 +52,10 @@ class LogOptions:
     ``log.file.rotation.size``, ``log.file.rotation.count``, ``log.<category>.level``).
 
     Attributes:
-        level: console level (debug, info, warning, error, critical).
+        level: console level (RabbitMQ's names: debug, info, notice, warning, error,
+            critical, alert, emergency; none: no console output).
         file: log file (None: console only).
-        file_level: level of the file (None: ``level``).
+        file_level: level of the file (None: ``level``, or info when the console is off).
         format: ``text`` or ``json`` (one JSON object per line).
         rotation_size: bytes after which the file is rotated (0: never).
         rotation_count: rotated files kept.

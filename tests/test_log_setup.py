@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import logging
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -23,7 +24,7 @@ import pytest
 
 from broker.config import LogOptions
 from broker.log_setup import JSONFormatter, configure, log_files
-from tests.support.broker_process import REPO_ROOT, broker_env, free_port
+from tests.support.broker_process import REPO_ROOT, BrokerProcess, broker_env, free_port
 
 
 @pytest.fixture
@@ -177,3 +178,26 @@ cluster_name = ignored-here
     assert str(name).endswith(f" -> 127.0.0.1:{amqp_port}")
     assert life[-1]["user"] == "guest" and life[-1]["vhost"] == "/"
     assert lines[-1]["msg"] == "amqpq stopped"
+
+
+def test_log_file_options_and_an_http_request_logged_once(tmp_path: Path) -> None:
+    log_path = tmp_path / "amqpq.json.log"
+    with BrokerProcess(tmp_path / "data", log_level="none",
+                       args=("--log-file", str(log_path), "--log-format", "json")) as broker:
+        with socket.create_connection(("127.0.0.1", broker.port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            assert sock.recv(8) == b"AMQP\x00\x00\x09\x01"  # RabbitMQ's answer to a bad header
+            assert sock.recv(8) == b""  # then the socket is closed
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika.URLParameters(
+                f"amqp://guest:wrong@127.0.0.1:{broker.port}/%2F"))
+        assert broker.stop() == 0
+    lines = read_json_lines(log_path)
+    bad = [line for line in lines if "bad_header" in str(line["msg"])]
+    assert len(bad) == 1 and bad[0]["level"] == "error"
+    assert str(bad[0]["msg"]).endswith(':\n{bad_header,<<"GET / HT">>}')
+    refused = [line for line in lines if "login refused" in str(line["msg"])]
+    assert [line["msg"] for line in refused] == [
+        f"Error on AMQP connection ({refused[0]['connection']}, state: starting):\n"
+        "PLAIN login refused: user 'guest' - invalid credentials"]
+    assert "accepting" not in broker.log_text()  # --log-level none: nothing on the console
