@@ -13,7 +13,8 @@ rabbit.schema``, takes them). The result, :class:`ConfFile`, has
 * ``hosts``: the listeners' addresses (``--host`` overrides them);
 * ``settings``: the rest (no command-line option), applied by :meth:`ConfFile.apply`;
 * ``warnings``: keys RabbitMQ knows that change nothing in a one-node amqpq (clustering,
-  acceptor counts, statistics intervals...; :data:`IGNORED`), logged at start.
+  acceptor counts, statistics intervals...; :data:`IGNORED`) or are log layout details
+  (:data:`IGNORED_LOG`), logged at start.
 
 A key RabbitMQ knows that amqpq does not implement, where ignoring it would change what a
 user gets (auth backends, TLS versions, plugins' settings...), is an error, as is an unknown
@@ -66,13 +67,16 @@ IGNORED = ("cluster_name", "cluster_formation.*", "cluster_partition_handling*",
            "queue_index_embed_msgs_below", "reverse_dns_lookups", "delegate_count",
            "net_ticktime", "distribution.*", "handshake_timeout", "ssl_handshake_timeout",
            "management.rates_mode", "management.sample_retention_policies.*",
-           "log.console.use_colors", "log.console.color_esc_seqs.*",
-           "log.*.formatter.time_format", "log.*.formatter.level_format",
-           "log.*.formatter.single_line", "log.*.formatter.plaintext.format",
-           "log.*.formatter.json.*", "log.file.rotation.date", "log.file.rotation.compress",
            "definitions.skip_if_unchanged", "definitions.hashing.algorithm",
            "deprecated_features.permit.*", "raft.*", "sysmon_handler.*", "motd_file",
            "mirroring_sync_*", "queue_master_locator", "queue_leader_locator")
+
+#: Log layout details amqpq does not implement: accepted with a warning (amqpq's format is
+#: ``text`` or ``json``, and it rotates by size only).
+IGNORED_LOG = ("log.console.use_colors", "log.console.color_esc_seqs.*",
+               "log.*.formatter.time_format", "log.*.formatter.level_format",
+               "log.*.formatter.single_line", "log.*.formatter.plaintext.format",
+               "log.*.formatter.json.*", "log.file.rotation.date", "log.file.rotation.compress")
 
 #: RabbitMQ namespaces amqpq does not implement: an error says "not supported".
 UNSUPPORTED = ("auth_backends", "auth_mechanisms", "auth_cache", "auth_ldap", "auth_http",
@@ -304,6 +308,9 @@ class _Reader:
             self.conf.settings.setdefault("log.categories", {})[m.group(1)] = _level(value)
         elif _matches(key, IGNORED):
             self.warn(e, f"{key} is ignored (it changes nothing in a single amqpq node)")
+        elif _matches(key, IGNORED_LOG):
+            self.warn(e, f"{key} is ignored (amqpq logs as text or json and rotates by size "
+                         "only)")
         elif key.split(".")[0] in UNSUPPORTED or key.split(".")[0].startswith("auth_"):
             raise self.error(e, f"{key} is not supported by amqpq")
         else:

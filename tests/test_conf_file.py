@@ -176,12 +176,14 @@ def test_absolute_watermark_wins_with_a_warning(tmp_path: Path) -> None:
 
 def test_harmless_keys_are_warnings(tmp_path: Path) -> None:
     conf = write(tmp_path, "cluster_name = prod\ncollect_statistics_interval = 10000\n"
-                           "ssl_options.verify = verify_none\n")
+                           "ssl_options.verify = verify_none\nlog.file.rotation.date = $D0\n")
     config, warnings = command_line(["--config", str(conf)])
     assert warnings == [
         f"{conf}:1: cluster_name is ignored (it changes nothing in a single amqpq node)",
         f"{conf}:2: collect_statistics_interval is ignored (it changes nothing in a single "
         "amqpq node)",
+        f"{conf}:4: log.file.rotation.date is ignored (amqpq logs as text or json and "
+        "rotates by size only)",
         f"{conf}:3: ssl_options.* without a listeners.ssl.* key: no TLS listener (as in "
         "RabbitMQ)"]
     assert not config.tls.enabled
