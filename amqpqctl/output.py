@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import click
+import tabulate as tabulate_module
 from tabulate import tabulate
 
 from amqpqctl.client import CtlError
@@ -134,13 +135,22 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None, out: Out
         writer.writerows(cells)
     elif out.formatter == "pretty_table":
         if cells or out.headers:
-            click.echo(tabulate(cells, headers=cols if out.headers else (),
-                                tablefmt="simple_grid", disable_numparse=True))
+            click.echo(_grid(cells, cols if out.headers else []))
     else:
         if out.headers:
             click.echo("\t".join(cols))
         for line in cells:
             click.echo("\t".join(line))
+
+
+def _grid(cells: list[list[str]], headers: list[str]) -> str:
+    """rabbitmqctl's pretty_table grid: a box around every cell, one space of padding
+    (tabulate pads headers by 2 more unless its ``MIN_PADDING`` is 0)."""
+    saved, tabulate_module.MIN_PADDING = tabulate_module.MIN_PADDING, 0
+    try:
+        return tabulate(cells, headers=headers, tablefmt="simple_grid", disable_numparse=True)
+    finally:
+        tabulate_module.MIN_PADDING = saved
 
 
 class _Echo:

@@ -88,14 +88,16 @@ class Result:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def run(node: Node, *args: str, check: bool = True) -> Result:
-    """``amqpqctl ARGS`` in-process (click's CliRunner)."""
+def run(node: Node, *args: str, check: bool = True,
+        env: dict[str, str | None] | None = None) -> Result:
+    """``amqpqctl --port HTTP ARGS`` in-process (click's CliRunner); ``env``: environment
+    variables to set (None: unset) for the run."""
     from click.testing import CliRunner
 
     from amqpqctl.cli import cli
 
     res = CliRunner().invoke(cli, ["--port", str(node.http_port), *args],
-                             env={"HOME": str(REPO / "tests" / "data")})
+                             env={"HOME": str(REPO / "tests" / "data"), **(env or {})})
     out = Result(res.exit_code, res.stdout, res.stderr)
     if check:
         assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
