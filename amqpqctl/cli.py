@@ -40,6 +40,7 @@ https://click.palletsprojects.com/en/stable/shell-completion/.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2: no command given
             click.echo(exc.format_message())
             sys.exit(EX_USAGE)
-        _die(f"{exc.format_message()} (see '{_command_path(exc, argv)} --help')", EX_USAGE)
+        _die(f"{exc.format_message()}{_from_environment(exc, argv)} (see "
+             f"'{_command_path(exc, argv)} --help')", EX_USAGE)
     except click.ClickException as exc:
         _die(exc.format_message(), exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
@@ -156,6 +158,20 @@ def _command_path(exc: click.UsageError, argv: list[str] | None) -> str:
     args = sys.argv[1:] if argv is None else argv
     name = next((a for a in args if a in cli.commands), None)
     return f"amqpqctl {name}" if name else "amqpqctl"
+
+
+def _from_environment(exc: click.UsageError, argv: list[str] | None) -> str:
+    """`` (from AMQPQCTL_PORT)`` when the bad value came from that environment variable
+    (click names only the option)."""
+    param: click.Parameter | None = getattr(exc, "param", None)
+    envvar = param.envvar if param is not None else None
+    if param is None or not isinstance(envvar, str) or envvar not in os.environ:
+        return ""
+    args = sys.argv[1:] if argv is None else argv
+    opts = {*param.opts, *param.secondary_opts}
+    if any(a.split("=", 1)[0] in opts for a in args):
+        return ""
+    return f" (from {envvar})"
 
 
 def _die(message: str, code: int) -> NoReturn:
