@@ -50,9 +50,6 @@ class Context:
         return self.vhost if self.vhost_on_command_line else None
 
 
-pass_context = click.make_pass_decorator(Context)
-
-
 def vhost_option(f: F) -> F:
     """``-p/--vhost`` after the command name (overrides the global one)."""
     return click.option("-p", "--vhost", "vhost", default=None,

@@ -160,9 +160,3 @@ class _Echo:
         click.echo(text, nl=False)
         return len(text)
 
-
-def emit_message(message: str, fmt: str) -> None:
-    """A progress line in the table formatters (kept for callers that have no
-    :class:`Output`)."""
-    if fmt in ("table", "pretty_table"):
-        click.echo(message)

@@ -12,8 +12,11 @@ https://click.palletsprojects.com/en/stable/shell-completion/.
 
 from __future__ import annotations
 
+import http.server
 import json
+import ssl
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -236,3 +239,58 @@ def test_shell_completion() -> None:
     for shell in ("zsh", "fish"):
         res = amqpqctl(_AMQPQCTL_COMPLETE=f"{shell}_source")
         assert res.returncode == 0 and "_AMQPQCTL_COMPLETE" in res.stdout
+
+
+@pytest.fixture
+def https_api(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A stand-in management API over HTTPS (amqpq's serves HTTP only) answering
+    ``GET /api/vhosts`` with a self-signed certificate for 127.0.0.1: (port, cert file)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                        "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(cert)], check=True,
+                       capture_output=True, timeout=60)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("openssl not available")
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps([{"name": "/" if self.path == "/api/vhosts" else "?"}]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_https_with_a_ca_file_or_insecure(https_api: tuple[int, Path], tmp_path: Path) -> None:
+    port, cert = https_api
+    res = amqpqctl("--ssl", "--ssl-ca-cert-file", str(cert), "-P", str(port), "list_vhosts")
+    assert (res.returncode, res.stdout) == (0, "Listing vhosts ...\nname\n/\n"), res.stderr
+    conf = tmp_path / "tls.conf"
+    conf.write_text(f"[tls]\nport = {port}\nssl = True\nssl_ca_cert_file = {cert}\n")
+    res = amqpqctl("-c", str(conf), "-N", "tls", "-q", "list_vhosts")
+    assert (res.returncode, res.stdout) == (0, "name\n/\n"), res.stderr
+    res = amqpqctl("--url", f"https://127.0.0.1:{port}", "list_vhosts")  # unknown issuer
+    assert res.returncode == 69
+    assert res.stderr.startswith(f"Error: TLS with port {port} on 127.0.0.1 failed: "
+                                 "CERTIFICATE_VERIFY_FAILED")
+    res = amqpqctl("--url", f"https://127.0.0.1:{port}", "-q", "list_vhosts",
+                   AMQPQCTL_SSL_INSECURE="true")
+    assert (res.returncode, res.stdout) == (0, "name\n/\n"), res.stderr
