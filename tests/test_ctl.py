@@ -1,6 +1,7 @@
 """``amqpqctl`` (the installed console script) against a broker subprocess on free ports.
 
-The "done when" scenario and the error reporting run the installed script as a subprocess:
+The "done when" scenario and the error reporting run ``amqpqctl`` as a subprocess
+(``python -m amqpqctl`` from this checkout, the console script's ``main``):
 with amqpqctl alone create a vhost, a user with permissions, an exchange, a queue and a
 binding, see them listed, publish through them with pika as that user, and export the
 definitions; errors are one line on stderr, without a traceback. The other command tests
