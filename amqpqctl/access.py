@@ -16,33 +16,38 @@ import click
 from amqpqctl.base import (
     Context,
     call,
-    format_option,
-    pass_context,
-    progress,
-    select_columns,
+    columns_argument,
+    output_options,
+    show,
     vhost_option,
 )
 from amqpqctl.client import path
-from amqpqctl.output import emit
+from amqpqctl.output import Output
 
 
 def _tags(tags: list[str]) -> str:
     return "[" + ", ".join(tags) + "]"
 
 
+USER_COLUMNS = {"user", "name", "tags", "limits", "hashing_algorithm", "password_hash"}
+
+
 @click.command("list_users")
-@click.argument("columns", nargs=-1)
-@format_option
-@pass_context
-def list_users(ctx: Context, columns: tuple[str, ...], fmt: str | None) -> None:
-    """List users (columns: user tags)."""
-    _, fmt = ctx.resolve(None, fmt)
-    cols = select_columns(columns, ["user", "tags"], {"user", "tags", "limits"})
+@columns_argument(USER_COLUMNS)
+@output_options
+def list_users(ctx: Context, columns: tuple[str, ...], out: Output) -> None:
+    """List users (default columns: user tags; JSON: the API's user objects without the
+    password hash unless the password_hash column is asked for)."""
     users = call(ctx, "GET", path("users"))
+    table = out.formatter != "json"
     rows: list[dict[str, Any]] = [
-        {"user": u["name"], "tags": u["tags"] if fmt == "json" else _tags(u["tags"]),
+        {**{k: v for k, v in u.items() if k != "password_hash" or "password_hash" in columns},
+         "user": u["name"], "tags": _tags(u["tags"]) if table else u["tags"],
          "limits": u.get("limits", {})} for u in users]
-    emit(rows, cols, fmt, None if ctx.quiet else "Listing users ...")
+    show(out, rows, columns, ["user", "tags"], USER_COLUMNS, "Listing users ...")
+
+
+PERMISSION_COLUMNS = {"user", "vhost", "configure", "write", "read"}
 
 
 def _user(ctx: Context, name: str) -> dict[str, Any]:
@@ -54,33 +59,30 @@ def _user(ctx: Context, name: str) -> dict[str, Any]:
 @click.argument("name")
 @click.argument("password")
 @click.option("--tags", default="", help="comma-separated tags, e.g. administrator")
-@format_option
-@pass_context
-def add_user(ctx: Context, name: str, password: str, tags: str, fmt: str | None) -> None:
+@output_options
+def add_user(ctx: Context, name: str, password: str, tags: str, out: Output) -> None:
     """Create user NAME with PASSWORD."""
-    progress(ctx, fmt, f'Adding user "{name}" ...')
+    out.progress(f'Adding user "{name}" ...')
     call(ctx, "PUT", path("users", name), {"password": password, "tags": tags})
 
 
 @click.command("delete_user")
 @click.argument("name")
-@format_option
-@pass_context
-def delete_user(ctx: Context, name: str, fmt: str | None) -> None:
+@output_options
+def delete_user(ctx: Context, name: str, out: Output) -> None:
     """Delete user NAME (its connections are closed)."""
-    progress(ctx, fmt, f'Deleting user "{name}" ...')
+    out.progress(f'Deleting user "{name}" ...')
     call(ctx, "DELETE", path("users", name), what=f"user '{name}'")
 
 
 @click.command("change_password")
 @click.argument("name")
 @click.argument("password")
-@format_option
-@pass_context
-def change_password(ctx: Context, name: str, password: str, fmt: str | None) -> None:
+@output_options
+def change_password(ctx: Context, name: str, password: str, out: Output) -> None:
     """Set user NAME's password (its tags are kept)."""
     user = _user(ctx, name)
-    progress(ctx, fmt, f'Changing password for user "{name}" ...')
+    out.progress(f'Changing password for user "{name}" ...')
     call(ctx, "PUT", path("users", name), {"password": password, "tags": user["tags"],
                                            "limits": user.get("limits") or {}})
 
@@ -88,12 +90,11 @@ def change_password(ctx: Context, name: str, password: str, fmt: str | None) -> 
 @click.command("set_user_tags")
 @click.argument("name")
 @click.argument("tags", nargs=-1)
-@format_option
-@pass_context
-def set_user_tags(ctx: Context, name: str, tags: tuple[str, ...], fmt: str | None) -> None:
+@output_options
+def set_user_tags(ctx: Context, name: str, tags: tuple[str, ...], out: Output) -> None:
     """Replace user NAME's tags (none given: no tags); the password is kept."""
     user = _user(ctx, name)
-    progress(ctx, fmt, f'Setting tags for user "{name}" to {_tags(list(tags))} ...')
+    out.progress(f'Setting tags for user "{name}" to {_tags(list(tags))} ...')
     call(ctx, "PUT", path("users", name),
          {"password_hash": user["password_hash"],
           "hashing_algorithm": user.get("hashing_algorithm"), "tags": list(tags),
@@ -101,19 +102,16 @@ def set_user_tags(ctx: Context, name: str, tags: tuple[str, ...], fmt: str | Non
 
 
 @click.command("list_permissions")
-@click.argument("columns", nargs=-1)
+@columns_argument(PERMISSION_COLUMNS)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def list_permissions(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                     fmt: str | None) -> None:
+                     out: Output) -> None:
     """List the permissions of every user in a vhost."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
-    cols = select_columns(columns, ["user", "configure", "write", "read"],
-                          {"user", "vhost", "configure", "write", "read"})
+    vhost = ctx.resolve(vhost)
     rows = call(ctx, "GET", path("vhosts", vhost, "permissions"), vhost=vhost)
-    emit(rows, cols, fmt,
-         None if ctx.quiet else f'Listing permissions for vhost "{vhost}" ...')
+    show(out, rows, columns, ["user", "configure", "write", "read"], PERMISSION_COLUMNS,
+         f'Listing permissions for vhost "{vhost}" ...')
 
 
 @click.command("set_permissions")
@@ -122,14 +120,13 @@ def list_permissions(ctx: Context, columns: tuple[str, ...], vhost: str | None,
 @click.argument("write")
 @click.argument("read")
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def set_permissions(ctx: Context, user: str, configure: str, write: str, read: str,
-                    vhost: str | None, fmt: str | None) -> None:
+                    vhost: str | None, out: Output) -> None:
     """Set USER's CONFIGURE WRITE READ regular expressions in a vhost."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     call(ctx, "GET", path("users", user), what=f"user '{user}'")
-    progress(ctx, fmt, f'Setting permissions for user "{user}" in vhost "{vhost}" ...')
+    out.progress(f'Setting permissions for user "{user}" in vhost "{vhost}" ...')
     call(ctx, "PUT", path("permissions", vhost, user),
          {"configure": configure, "write": write, "read": read}, vhost=vhost)
 
@@ -137,12 +134,11 @@ def set_permissions(ctx: Context, user: str, configure: str, write: str, read: s
 @click.command("clear_permissions")
 @click.argument("user")
 @vhost_option
-@format_option
-@pass_context
-def clear_permissions(ctx: Context, user: str, vhost: str | None, fmt: str | None) -> None:
+@output_options
+def clear_permissions(ctx: Context, user: str, vhost: str | None, out: Output) -> None:
     """Remove USER's permissions in a vhost."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f'Clearing permissions for user "{user}" in vhost "{vhost}" ...')
+    vhost = ctx.resolve(vhost)
+    out.progress(f'Clearing permissions for user "{user}" in vhost "{vhost}" ...')
     call(ctx, "DELETE", path("permissions", vhost, user), vhost=vhost,
          missing=f"user '{user}' has no permissions in vhost '{vhost}'")
 

@@ -9,35 +9,45 @@ https://www.rabbitmq.com/docs/management-cli.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
 from amqpqctl.client import DEFAULT_PORT, ApiClient, CtlError, HttpError, path
-from amqpqctl.output import emit_message
+from amqpqctl.output import FORMATTERS, Output, emit, pick_columns
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
 class Context:
-    """What every command needs: the API client and the global defaults."""
+    """What every command needs: the API client, the default vhost and output settings.
+
+    ``vhost_on_command_line``: ``-p`` was given before the command (the broker-wide
+    commands ``list_channels``, ``export_definitions``, ``import_definitions`` are scoped
+    to a vhost only when asked for on the command line, not by an environment variable or
+    the configuration file).
+    """
 
     client: ApiClient
     vhost: str
-    fmt: str
-    quiet: bool
+    output: Output
+    vhost_on_command_line: bool = False
 
-    def resolve(self, vhost: str | None, fmt: str | None) -> tuple[str, str]:
-        return (vhost if vhost is not None else self.vhost,
-                fmt if fmt is not None else self.fmt)
+    def resolve(self, vhost: str | None) -> str:
+        """The command's ``-p`` if given, else the global vhost."""
+        return vhost if vhost is not None else self.vhost
 
-
-pass_context = click.make_pass_decorator(Context)
+    def scope(self, vhost: str | None) -> str | None:
+        """The vhost a broker-wide command is limited to (None: all of them)."""
+        if vhost is not None:
+            return vhost
+        return self.vhost if self.vhost_on_command_line else None
 
 
 def vhost_option(f: F) -> F:
@@ -46,10 +56,44 @@ def vhost_option(f: F) -> F:
                         help="virtual host (default: the global -p, else /)")(f)
 
 
-def format_option(f: F) -> F:
-    return click.option("--format", "--formatter", "fmt", default=None,
-                        type=click.Choice(["table", "json"]),
-                        help="output format (default: the global --format)")(f)
+#: the output options every command takes after its name too, as rabbitmqctl
+_OUTPUT_OPTIONS = [
+    click.option("--formatter", "--format", "formatter", default=None,
+                 type=click.Choice(FORMATTERS),
+                 help="output format (default: the global --formatter, else table)"),
+    click.option("--no-table-headers", is_flag=True, help="no header row"),
+    click.option("-q", "--quiet", is_flag=True, help="no informational lines"),
+    click.option("-s", "--silent", is_flag=True,
+                 help="no informational lines and no header row"),
+]
+
+
+def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--formatter``, ``--no-table-headers``, ``-q``, ``-s`` to a command and pass
+    it the :class:`Context` and ``out`` (the global output settings with these applied)
+    instead of them."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, formatter: str | None, no_table_headers: bool, quiet: bool,
+                silent: bool, **kwargs: Any) -> Any:
+        ctx = click.get_current_context().find_object(Context)
+        assert ctx is not None  # the group always sets it
+        kwargs["out"] = ctx.output.override(formatter, no_table_headers, quiet, silent)
+        return f(ctx, *args, **kwargs)
+
+    for option in reversed(_OUTPUT_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def columns_argument(known: Iterable[str]) -> Callable[[F], F]:
+    """The ``[COLUMN]...`` argument of a list command; the shell completes ``known``."""
+    names = sorted(known)
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        return [n for n in names if n.startswith(incomplete)]
+
+    return click.argument("columns", nargs=-1, shell_complete=complete)
 
 
 def json_arg(value: str | None, what: str) -> Any:
@@ -105,18 +149,9 @@ def call(ctx: Context, method: str, url: str, body: Any = None, *, vhost: str | 
         raise fail(exc, ctx, vhost, what, missing) from None
 
 
-def select_columns(requested: tuple[str, ...], default: list[str], known: set[str]
-                   ) -> list[str]:
-    """The columns to print; an unknown one is an error naming it."""
-    columns = list(requested) or default
-    unknown = [c for c in columns if c not in known]
-    if unknown:
-        raise CtlError(f"unknown column(s): {', '.join(unknown)}; known: "
-                       f"{', '.join(sorted(known))}")
-    return columns
-
-
-def progress(ctx: Context, fmt: str | None, message: str) -> None:
-    """A rabbitmqctl-style progress line, unless ``--quiet`` or JSON output."""
-    if not ctx.quiet:
-        emit_message(message, ctx.resolve(None, fmt)[1])
+def show(out: Output, rows: list[dict[str, Any]], requested: tuple[str, ...],
+         default: list[str], known: Iterable[str], banner: str) -> None:
+    """Print a list command's ``rows``: the ``requested`` columns (checked against ``known``
+    and the rows' keys), else ``default`` (JSON: whole rows); ``banner`` is rabbitmqctl's
+    informational line (``Listing queues for vhost / ...``)."""
+    emit(rows, pick_columns(requested, default, known, rows, out), out, banner)

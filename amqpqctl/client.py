@@ -14,6 +14,7 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -67,9 +68,11 @@ class ApiClient:
         base_url: ``http://127.0.0.1:15672`` (no trailing ``/api``).
         user, password: credentials (guest/guest by default, loopback only).
         timeout: seconds per request.
+        ssl_context: for an ``https`` URL (None: Python's default verification).
     """
 
-    def __init__(self, base_url: str, user: str, password: str, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, user: str, password: str, timeout: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         if self.base_url.endswith("/api"):
             self.base_url = self.base_url[:-4]
@@ -77,6 +80,7 @@ class ApiClient:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         self._auth = f"Basic {token}"
         self.timeout = timeout
+        self.ssl_context = ssl_context
 
     def request(self, method: str, url_path: str, body: Any = None,
                 headers: dict[str, str] | None = None) -> Any:
@@ -96,7 +100,8 @@ class ApiClient:
         for key, value in (headers or {}).items():
             req.add_header(key, value)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout,
+                                        context=self.ssl_context) as resp:
                 raw = resp.read()
                 status, content_type = resp.status, resp.headers.get_content_type()
         except urllib.error.HTTPError as exc:
@@ -144,6 +149,9 @@ class ApiClient:
         if isinstance(exc, http.client.HTTPException):
             return Unreachable(f"{at} sent an answer that is not valid HTTP "
                                f"({type(exc).__name__}): {hint}")
+        if isinstance(exc, ssl.SSLError):
+            return Unreachable(f"TLS with {at} failed: {exc.reason or exc} (--ssl-ca-cert-file, "
+                               f"--ssl-insecure)")
         if isinstance(exc, TimeoutError | socket.timeout):
             return Unreachable(f"no answer from {self.base_url} within {self.timeout:g}s "
                                f"(--timeout): is the broker busy, or is this not its "

@@ -19,14 +19,12 @@ import click
 from amqpqctl.base import (
     Context,
     call,
-    format_option,
     json_arg,
-    pass_context,
-    progress,
+    output_options,
     vhost_option,
 )
 from amqpqctl.client import CtlError, path
-from amqpqctl.output import emit
+from amqpqctl.output import Output, emit
 
 
 def _limits_arg(definition: str) -> dict[str, Any]:
@@ -43,26 +41,24 @@ def _rows(found: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 @click.command("set_vhost_limits")
 @click.argument("definition")
 @vhost_option
-@format_option
-@pass_context
-def set_vhost_limits(ctx: Context, definition: str, vhost: str | None, fmt: str | None
+@output_options
+def set_vhost_limits(ctx: Context, definition: str, vhost: str | None, out: Output
                      ) -> None:
     """Set the vhost's limits from a JSON object (max-connections, max-queues)."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     limits = _limits_arg(definition)
-    progress(ctx, fmt, f'Applying limits to vhost "{vhost}" ...')
+    out.progress(f'Applying limits to vhost "{vhost}" ...')
     for name, value in limits.items():
         call(ctx, "PUT", path("vhost-limits", vhost, name), {"value": value}, vhost=vhost)
 
 
 @click.command("clear_vhost_limits")
 @vhost_option
-@format_option
-@pass_context
-def clear_vhost_limits(ctx: Context, vhost: str | None, fmt: str | None) -> None:
+@output_options
+def clear_vhost_limits(ctx: Context, vhost: str | None, out: Output) -> None:
     """Remove every limit of the vhost."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f'Clearing limits for vhost "{vhost}" ...')
+    vhost = ctx.resolve(vhost)
+    out.progress(f'Clearing limits for vhost "{vhost}" ...')
     for row in call(ctx, "GET", path("vhost-limits", vhost), vhost=vhost):
         for name in row["value"]:
             call(ctx, "DELETE", path("vhost-limits", vhost, name), vhost=vhost)
@@ -71,28 +67,25 @@ def clear_vhost_limits(ctx: Context, vhost: str | None, fmt: str | None) -> None
 @click.command("list_vhost_limits")
 @click.option("--global", "all_vhosts", is_flag=True, help="every vhost's limits")
 @vhost_option
-@format_option
-@pass_context
-def list_vhost_limits(ctx: Context, all_vhosts: bool, vhost: str | None, fmt: str | None
+@output_options
+def list_vhost_limits(ctx: Context, all_vhosts: bool, vhost: str | None, out: Output
                       ) -> None:
     """List the vhost's limits (or every vhost's with --global)."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     url = path("vhost-limits") if all_vhosts else path("vhost-limits", vhost)
     found = call(ctx, "GET", url, vhost=None if all_vhosts else vhost)
-    emit(_rows(found, "vhost"), ["vhost", "limits"], fmt,
-         None if ctx.quiet else "Listing limits ...")
+    emit(_rows(found, "vhost"), ["vhost", "limits"], out, "Listing limits ...")
 
 
 @click.command("set_user_limits")
 @click.argument("user")
 @click.argument("definition")
-@format_option
-@pass_context
-def set_user_limits(ctx: Context, user: str, definition: str, fmt: str | None) -> None:
+@output_options
+def set_user_limits(ctx: Context, user: str, definition: str, out: Output) -> None:
     """Set USER's limits from a JSON object (max-connections, max-channels)."""
     limits = _limits_arg(definition)
     call(ctx, "GET", path("users", user), what=f"user '{user}'")
-    progress(ctx, fmt, f'Setting user limits to "{definition}" for user "{user}" ...')
+    out.progress(f'Setting user limits to "{definition}" for user "{user}" ...')
     for name, value in limits.items():
         call(ctx, "PUT", path("user-limits", user, name), {"value": value})
 
@@ -100,28 +93,24 @@ def set_user_limits(ctx: Context, user: str, definition: str, fmt: str | None) -
 @click.command("clear_user_limits")
 @click.argument("user")
 @click.argument("name")
-@format_option
-@pass_context
-def clear_user_limits(ctx: Context, user: str, name: str, fmt: str | None) -> None:
+@output_options
+def clear_user_limits(ctx: Context, user: str, name: str, out: Output) -> None:
     """Remove USER's limit NAME, or all of them with NAME ``all``."""
     current = call(ctx, "GET", path("user-limits", user), what=f"user '{user}'")
     names = [n for row in current for n in row["value"]] if name == "all" else [name]
-    progress(ctx, fmt, f'Clearing "{name}" limit for user "{user}" ...')
+    out.progress(f'Clearing "{name}" limit for user "{user}" ...')
     for limit in names:
         call(ctx, "DELETE", path("user-limits", user, limit), what=f"user '{user}'")
 
 
 @click.command("list_user_limits")
 @click.option("--user", "user", default=None, help="only this user's limits")
-@format_option
-@pass_context
-def list_user_limits(ctx: Context, user: str | None, fmt: str | None) -> None:
+@output_options
+def list_user_limits(ctx: Context, user: str | None, out: Output) -> None:
     """List the limits of every user (or of --user USER)."""
-    _, fmt = ctx.resolve(None, fmt)
     url = path("user-limits") if user is None else path("user-limits", user)
     found = call(ctx, "GET", url, what=None if user is None else f"user '{user}'")
-    emit(_rows(found, "user"), ["user", "limits"], fmt,
-         None if ctx.quiet else "Listing user limits ...")
+    emit(_rows(found, "user"), ["user", "limits"], out, "Listing user limits ...")
 
 
 COMMANDS = [set_vhost_limits, clear_vhost_limits, list_vhost_limits, set_user_limits,

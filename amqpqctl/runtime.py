@@ -1,8 +1,10 @@
-"""``amqpqctl`` commands for connections, consumers, definitions and broker status.
+"""``amqpqctl`` commands for definitions and broker status.
 
-``list_connections`` defaults to rabbitmqctl's ``user peer_host peer_port state`` (add
-``name`` to get what ``close_connection`` takes); ``export_definitions FILE`` writes the
-JSON (``-`` for stdout) and ``import_definitions FILE`` posts it (all or nothing).
+``export_definitions FILE`` writes the broker's definitions as JSON (``-``: stdout),
+``import_definitions FILE`` posts them (all or nothing); with ``-p VHOST`` on the command
+line, only that vhost's (the management API's ``/api/definitions/{vhost}``: parameters,
+policies, queues, exchanges, bindings; no users, vhosts or permissions), as rabbitmqadmin's
+``-V``. rabbitmqctl's ``--format erlang`` is not supported (``--format`` is the formatter).
 
 Source: https://www.rabbitmq.com/docs/man/rabbitmqctl.8, https://www.rabbitmq.com/docs/definitions.
 """
@@ -12,97 +14,32 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from amqpqctl.base import (
-    Context,
-    call,
-    format_option,
-    pass_context,
-    progress,
-    select_columns,
-    vhost_option,
-)
+from amqpqctl.base import Context, call, output_options, vhost_option
 from amqpqctl.client import CtlError, path
-from amqpqctl.output import emit
-
-CONNECTION_COLUMNS = {"name", "user", "vhost", "peer_host", "peer_port", "host", "port",
-                      "state", "channels", "protocol", "auth_mechanism", "timeout",
-                      "frame_max", "channel_max", "client_properties", "connected_at",
-                      "user_provided_name", "ssl", "node", "type"}
-CONSUMER_COLUMNS = {"queue_name", "channel_name", "connection_name", "consumer_tag",
-                    "ack_required", "prefetch_count", "active", "activity_status",
-                    "arguments", "exclusive"}
+from amqpqctl.output import Output
 
 
-@click.command("list_connections")
-@click.argument("columns", nargs=-1)
-@format_option
-@pass_context
-def list_connections(ctx: Context, columns: tuple[str, ...], fmt: str | None) -> None:
-    """List client connections (default columns: user peer_host peer_port state)."""
-    _, fmt = ctx.resolve(None, fmt)
-    cols = select_columns(columns, ["user", "peer_host", "peer_port", "state"],
-                          CONNECTION_COLUMNS)
-    rows = call(ctx, "GET", path("connections"))
-    emit(rows, cols, fmt, None if ctx.quiet else "Listing connections ...")
-
-
-@click.command("close_connection")
-@click.argument("name")
-@click.argument("explanation", required=False)
-@format_option
-@pass_context
-def close_connection(ctx: Context, name: str, explanation: str | None,
-                     fmt: str | None) -> None:
-    """Close connection NAME (``127.0.0.1:54321 -> 127.0.0.1:5672``) with 320
-    CONNECTION_FORCED and EXPLANATION (default: Closed via management plugin)."""
-    progress(ctx, fmt, f'Closing connection "{name}", reason: '
-                       f'{explanation or "Closed via management plugin"}...')
-    headers = {"X-Reason": explanation} if explanation else None
-    call(ctx, "DELETE", path("connections", name), headers=headers,
-         what=f"connection '{name}'")
-
-
-def _consumer_row(c: dict[str, Any]) -> dict[str, Any]:
-    ch = c.get("channel_details") or {}
-    return {"queue_name": c["queue"]["name"], "channel_name": ch.get("name"),
-            "connection_name": ch.get("connection_name"), "consumer_tag": c["consumer_tag"],
-            "ack_required": c["ack_required"], "prefetch_count": c["prefetch_count"],
-            "active": c["active"], "activity_status": c.get("activity_status"),
-            "arguments": c["arguments"], "exclusive": c["exclusive"]}
-
-
-@click.command("list_consumers")
-@click.argument("columns", nargs=-1)
-@vhost_option
-@format_option
-@pass_context
-def list_consumers(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                   fmt: str | None) -> None:
-    """List a vhost's consumers."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
-    default = ["queue_name", "channel_name", "consumer_tag", "ack_required",
-               "prefetch_count", "active", "arguments"]
-    cols = select_columns(columns, default, CONSUMER_COLUMNS)
-    rows = [_consumer_row(c) for c in call(ctx, "GET", path("consumers", vhost), vhost=vhost)]
-    emit(rows, cols, fmt, None if ctx.quiet else f"Listing consumers in vhost {vhost} ...")
+def _definitions_url(vhost: str | None) -> str:
+    return path("definitions") if vhost is None else path("definitions", vhost)
 
 
 @click.command("export_definitions")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@format_option
-@pass_context
-def export_definitions(ctx: Context, file: str, fmt: str | None) -> None:
-    """Write the broker's definitions (RabbitMQ JSON format) to FILE (``-``: stdout)."""
-    doc = call(ctx, "GET", path("definitions"))
+@vhost_option
+@output_options
+def export_definitions(ctx: Context, file: str, vhost: str | None, out: Output) -> None:
+    """Write the broker's definitions (RabbitMQ JSON format) to FILE (``-``: stdout); with
+    -p VHOST only that vhost's."""
+    scope = ctx.scope(vhost)
+    doc = call(ctx, "GET", _definitions_url(scope), vhost=scope)
     text = json.dumps(doc, indent=2) + "\n"
     if file == "-":
-        sys.stdout.write(text)
+        click.echo(text, nl=False)
         return
-    progress(ctx, fmt, f'Exporting definitions to "{file}" ...')
+    out.progress(f'Exporting definitions in JSON to a file at "{file}" ...')
     try:
         Path(file).write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -111,10 +48,12 @@ def export_definitions(ctx: Context, file: str, fmt: str | None) -> None:
 
 @click.command("import_definitions")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@format_option
-@pass_context
-def import_definitions(ctx: Context, file: str, fmt: str | None) -> None:
-    """Import definitions from FILE (``-``: stdin); nothing changes if any entry is bad."""
+@vhost_option
+@output_options
+def import_definitions(ctx: Context, file: str, vhost: str | None, out: Output) -> None:
+    """Import definitions from FILE (``-``: stdin); nothing changes if any entry is bad.
+    With -p VHOST, FILE's queues, exchanges, bindings and policies go into that vhost."""
+    scope = ctx.scope(vhost)
     try:
         raw = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     except OSError as exc:
@@ -123,18 +62,16 @@ def import_definitions(ctx: Context, file: str, fmt: str | None) -> None:
         doc = json.loads(raw)
     except ValueError as exc:
         raise CtlError(f"{file} is not valid JSON: {exc}") from None
-    progress(ctx, fmt, f'Importing definitions in JSON from a file at "{file}" ...')
-    call(ctx, "POST", path("definitions"), doc)
+    out.progress(f'Importing definitions in JSON from a file at "{file}" ...')
+    call(ctx, "POST", _definitions_url(scope), doc, vhost=scope)
 
 
 @click.command("status")
-@format_option
-@pass_context
-def status(ctx: Context, fmt: str | None) -> None:
+@output_options
+def status(ctx: Context, out: Output) -> None:
     """Show the broker's version, listeners and object counts."""
-    _, fmt = ctx.resolve(None, fmt)
     o = call(ctx, "GET", path("overview"))
-    if fmt == "json":
+    if out.formatter == "json":
         click.echo(json.dumps(o, indent=1))
         return
     totals = o.get("object_totals", {})
@@ -155,5 +92,4 @@ def status(ctx: Context, fmt: str | None) -> None:
     click.echo("\n".join(lines))
 
 
-COMMANDS = [list_connections, close_connection, list_consumers, export_definitions,
-            import_definitions, status]
+COMMANDS = [export_definitions, import_definitions, status]

@@ -18,23 +18,31 @@ import click
 from amqpqctl.base import (
     Context,
     call,
-    format_option,
+    columns_argument,
     json_arg,
-    pass_context,
-    progress,
-    select_columns,
+    output_options,
+    show,
     vhost_option,
 )
 from amqpqctl.client import CtlError, path
-from amqpqctl.output import emit
+from amqpqctl.output import Output
 
+#: rabbitmqctl's ``list_queues`` columns and the management API's queue fields; any other
+#: key of the API's queue objects is accepted too (so new fields need no change here).
+#: rabbitmqctl's Erlang-process columns (pid, owner_pid, exclusive_consumer_pid, slave_pids,
+#: synchronised_slave_pids, leader, members, online) and disk_reads/disk_writes are empty.
 QUEUE_COLUMNS = {
-    "name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "policy", "operator_policy",
-    "messages", "messages_ready", "messages_unacknowledged", "messages_ram",
-    "messages_ready_ram", "messages_unacknowledged_ram", "message_bytes",
-    "message_bytes_ready", "message_bytes_unacknowledged", "message_bytes_ram", "consumers",
-    "consumer_utilisation", "consumer_capacity", "exclusive_consumer_tag", "memory", "state",
-    "type", "node", "effective_policy_definition", "head_message_timestamp",
+    "name", "vhost", "durable", "auto_delete", "exclusive", "arguments", "policy",
+    "operator_policy", "effective_policy_definition", "messages", "messages_ready",
+    "messages_unacknowledged", "messages_ram", "messages_ready_ram",
+    "messages_unacknowledged_ram", "messages_persistent", "messages_paged_out",
+    "message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
+    "message_bytes_ram", "message_bytes_persistent", "message_bytes_paged_out", "consumers",
+    "consumer_utilisation", "consumer_capacity", "exclusive_consumer_tag",
+    "single_active_consumer_tag", "memory", "state", "type", "node", "head_message_timestamp",
+    "idle_since", "message_stats", "backing_queue_status", "disk_reads", "disk_writes",
+    "pid", "owner_pid", "exclusive_consumer_pid", "slave_pids", "synchronised_slave_pids",
+    "leader", "members", "online",
 }
 EXCHANGE_COLUMNS = {"name", "vhost", "type", "durable", "auto_delete", "internal",
                     "arguments", "policy"}
@@ -49,42 +57,37 @@ POLICY_COLUMNS = {"vhost", "name", "pattern", "apply-to", "definition", "priorit
 
 
 @click.command("list_vhosts")
-@click.argument("columns", nargs=-1)
-@format_option
-@pass_context
-def list_vhosts(ctx: Context, columns: tuple[str, ...], fmt: str | None) -> None:
+@columns_argument(VHOST_COLUMNS)
+@output_options
+def list_vhosts(ctx: Context, columns: tuple[str, ...], out: Output) -> None:
     """List virtual hosts (columns: name, description, tags, tracing, messages...)."""
-    _, fmt = ctx.resolve(None, fmt)
-    cols = select_columns(columns, ["name"], VHOST_COLUMNS)
-    rows = call(ctx, "GET", path("vhosts"))
-    emit(rows, cols, fmt, None if ctx.quiet else "Listing vhosts ...")
+    show(out, call(ctx, "GET", path("vhosts")), columns, ["name"], VHOST_COLUMNS,
+         "Listing vhosts ...")
 
 
 @click.command("add_vhost")
 @click.argument("name")
 @click.option("--description", default=None)
 @click.option("--tags", default=None, help="comma-separated tags")
-@format_option
-@pass_context
+@output_options
 def add_vhost(ctx: Context, name: str, description: str | None, tags: str | None,
-              fmt: str | None) -> None:
+              out: Output) -> None:
     """Create a virtual host (the user gets full permissions in it)."""
     body: dict[str, Any] = {}
     if description is not None:
         body["description"] = description
     if tags is not None:
         body["tags"] = tags
-    progress(ctx, fmt, f'Adding vhost "{name}" ...')
+    out.progress(f'Adding vhost "{name}" ...')
     call(ctx, "PUT", path("vhosts", name), body)
 
 
 @click.command("delete_vhost")
 @click.argument("name")
-@format_option
-@pass_context
-def delete_vhost(ctx: Context, name: str, fmt: str | None) -> None:
+@output_options
+def delete_vhost(ctx: Context, name: str, out: Output) -> None:
     """Delete a virtual host and everything in it."""
-    progress(ctx, fmt, f'Deleting vhost "{name}" ...')
+    out.progress(f'Deleting vhost "{name}" ...')
     call(ctx, "DELETE", path("vhosts", name), what=f"vhost '{name}'")
 
 
@@ -92,17 +95,16 @@ def delete_vhost(ctx: Context, name: str, fmt: str | None) -> None:
 
 
 @click.command("list_exchanges")
-@click.argument("columns", nargs=-1)
+@columns_argument(EXCHANGE_COLUMNS)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def list_exchanges(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                   fmt: str | None) -> None:
+                   out: Output) -> None:
     """List a vhost's exchanges (default columns: name type)."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
-    cols = select_columns(columns, ["name", "type"], EXCHANGE_COLUMNS)
+    vhost = ctx.resolve(vhost)
     rows = call(ctx, "GET", path("exchanges", vhost), vhost=vhost)
-    emit(rows, cols, fmt, None if ctx.quiet else f"Listing exchanges for vhost {vhost} ...")
+    show(out, rows, columns, ["name", "type"], EXCHANGE_COLUMNS,
+         f"Listing exchanges for vhost {vhost} ...")
 
 
 @click.command("declare_exchange")
@@ -113,16 +115,15 @@ def list_exchanges(ctx: Context, columns: tuple[str, ...], vhost: str | None,
 @click.option("--internal", is_flag=True)
 @click.option("--arguments", default=None, help='JSON object, e.g. {"alternate-exchange":"ae"}')
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def declare_exchange(ctx: Context, name: str, type_name: str, durable: bool,
                      auto_delete: bool, internal: bool, arguments: str | None,
-                     vhost: str | None, fmt: str | None) -> None:
+                     vhost: str | None, out: Output) -> None:
     """Declare an exchange (TYPE: direct, fanout, topic, headers; default direct)."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     body = {"type": type_name, "durable": durable, "auto_delete": auto_delete,
             "internal": internal, "arguments": json_arg(arguments, "--arguments")}
-    progress(ctx, fmt, f'Declaring exchange "{name}" in vhost "{vhost}" ...')
+    out.progress(f'Declaring exchange "{name}" in vhost "{vhost}" ...')
     call(ctx, "PUT", path("exchanges", vhost, name), body, vhost=vhost)
 
 
@@ -130,13 +131,12 @@ def declare_exchange(ctx: Context, name: str, type_name: str, durable: bool,
 @click.argument("name")
 @click.option("--if-unused", is_flag=True)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def delete_exchange(ctx: Context, name: str, if_unused: bool, vhost: str | None,
-                    fmt: str | None) -> None:
+                    out: Output) -> None:
     """Delete an exchange."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f'Deleting exchange "{name}" in vhost "{vhost}" ...')
+    vhost = ctx.resolve(vhost)
+    out.progress(f'Deleting exchange "{name}" in vhost "{vhost}" ...')
     query = "?if-unused=true" if if_unused else ""
     call(ctx, "DELETE", path("exchanges", vhost, name) + query, vhost=vhost,
          what=f"exchange '{name}' in vhost '{vhost}'")
@@ -146,17 +146,17 @@ def delete_exchange(ctx: Context, name: str, if_unused: bool, vhost: str | None,
 
 
 @click.command("list_queues")
-@click.argument("columns", nargs=-1)
+@columns_argument(QUEUE_COLUMNS)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def list_queues(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                fmt: str | None) -> None:
-    """List a vhost's queues (default columns: name messages)."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
-    cols = select_columns(columns, ["name", "messages"], QUEUE_COLUMNS)
+                out: Output) -> None:
+    """List a vhost's queues (default columns: name messages; any field of the API's queue
+    object, or a dotted path into one, is a column)."""
+    vhost = ctx.resolve(vhost)
     rows = call(ctx, "GET", path("queues", vhost), vhost=vhost)
-    emit(rows, cols, fmt, None if ctx.quiet else f"Listing queues for vhost {vhost} ...")
+    show(out, rows, columns, ["name", "messages"], QUEUE_COLUMNS,
+         f"Listing queues for vhost {vhost} ...")
 
 
 @click.command("declare_queue")
@@ -165,15 +165,14 @@ def list_queues(ctx: Context, columns: tuple[str, ...], vhost: str | None,
 @click.option("--auto-delete", is_flag=True)
 @click.option("--arguments", default=None, help='JSON object, e.g. {"x-max-length":10}')
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def declare_queue(ctx: Context, name: str, durable: bool, auto_delete: bool,
-                  arguments: str | None, vhost: str | None, fmt: str | None) -> None:
+                  arguments: str | None, vhost: str | None, out: Output) -> None:
     """Declare a queue."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     body = {"durable": durable, "auto_delete": auto_delete,
             "arguments": json_arg(arguments, "--arguments")}
-    progress(ctx, fmt, f'Declaring queue "{name}" in vhost "{vhost}" ...')
+    out.progress(f'Declaring queue "{name}" in vhost "{vhost}" ...')
     call(ctx, "PUT", path("queues", vhost, name), body, vhost=vhost)
 
 
@@ -182,13 +181,12 @@ def declare_queue(ctx: Context, name: str, durable: bool, auto_delete: bool,
 @click.option("--if-unused", is_flag=True)
 @click.option("--if-empty", is_flag=True)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def delete_queue(ctx: Context, name: str, if_unused: bool, if_empty: bool, vhost: str | None,
-                 fmt: str | None) -> None:
+                 out: Output) -> None:
     """Delete a queue."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f"Deleting queue '{name}' on vhost '{vhost}' ...")
+    vhost = ctx.resolve(vhost)
+    out.progress(f"Deleting queue '{name}' on vhost '{vhost}' ...")
     flags = [f for f, on in (("if-unused=true", if_unused), ("if-empty=true", if_empty)) if on]
     query = "?" + "&".join(flags) if flags else ""
     call(ctx, "DELETE", path("queues", vhost, name) + query, vhost=vhost,
@@ -198,12 +196,11 @@ def delete_queue(ctx: Context, name: str, if_unused: bool, if_empty: bool, vhost
 @click.command("purge_queue")
 @click.argument("name")
 @vhost_option
-@format_option
-@pass_context
-def purge_queue(ctx: Context, name: str, vhost: str | None, fmt: str | None) -> None:
+@output_options
+def purge_queue(ctx: Context, name: str, vhost: str | None, out: Output) -> None:
     """Remove every ready message from a queue."""
-    vhost, _ = ctx.resolve(vhost, fmt)
-    progress(ctx, fmt, f"Purging queue '{name}' in vhost '{vhost}' ...")
+    vhost = ctx.resolve(vhost)
+    out.progress(f"Purging queue '{name}' in vhost '{vhost}' ...")
     call(ctx, "DELETE", path("queues", vhost, name, "contents"), vhost=vhost,
          what=f"queue '{name}' in vhost '{vhost}'")
 
@@ -212,26 +209,25 @@ def purge_queue(ctx: Context, name: str, vhost: str | None, fmt: str | None) -> 
 
 
 def _binding_row(b: dict[str, Any]) -> dict[str, Any]:
-    return {"source_name": b["source"], "source_kind": "exchange",
+    """The API's binding with rabbitmqctl's column names added."""
+    return {**b, "source_name": b["source"], "source_kind": "exchange",
             "destination_name": b["destination"], "destination_kind": b["destination_type"],
             "routing_key": b["routing_key"], "arguments": b["arguments"], "vhost": b["vhost"],
             "properties_key": b.get("properties_key")}
 
 
 @click.command("list_bindings")
-@click.argument("columns", nargs=-1)
+@columns_argument(BINDING_COLUMNS)
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def list_bindings(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-                  fmt: str | None) -> None:
+                  out: Output) -> None:
     """List a vhost's bindings (rabbitmqctl's default columns)."""
-    vhost, fmt = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     default = ["source_name", "source_kind", "destination_name", "destination_kind",
                "routing_key", "arguments"]
-    cols = select_columns(columns, default, BINDING_COLUMNS)
     rows = [_binding_row(b) for b in call(ctx, "GET", path("bindings", vhost), vhost=vhost)]
-    emit(rows, cols, fmt, None if ctx.quiet else f"Listing bindings for vhost {vhost}...")
+    show(out, rows, columns, default, BINDING_COLUMNS, f"Listing bindings for vhost {vhost}...")
 
 
 def _kind(destination_type: str) -> str:
@@ -250,14 +246,13 @@ _destination_type = click.option("--destination-type", "-t", default="queue",
 @click.option("--routing-key", "-k", default="", help="binding key")
 @click.option("--arguments", default=None, help='JSON object, e.g. {"x-match":"all"}')
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def bind(ctx: Context, source: str, destination: str, destination_type: str,
-         routing_key: str, arguments: str | None, vhost: str | None, fmt: str | None) -> None:
+         routing_key: str, arguments: str | None, vhost: str | None, out: Output) -> None:
     """Bind a queue (or, with -t exchange, an exchange) to exchange SOURCE."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     body = {"routing_key": routing_key, "arguments": json_arg(arguments, "--arguments")}
-    progress(ctx, fmt, f'Binding {destination_type} "{destination}" to exchange "{source}" '
+    out.progress(f'Binding {destination_type} "{destination}" to exchange "{source}" '
                         f'with routing key "{routing_key}" in vhost "{vhost}" ...')
     call(ctx, "POST", path("bindings", vhost, "e", source, _kind(destination_type),
                            destination), body, vhost=vhost)
@@ -270,13 +265,12 @@ def bind(ctx: Context, source: str, destination: str, destination_type: str,
 @click.option("--routing-key", "-k", default="", help="binding key")
 @click.option("--arguments", default=None, help="JSON object (as bound)")
 @vhost_option
-@format_option
-@pass_context
+@output_options
 def unbind(ctx: Context, source: str, destination: str, destination_type: str,
            routing_key: str, arguments: str | None, vhost: str | None,
-           fmt: str | None) -> None:
+           out: Output) -> None:
     """Remove the binding of DESTINATION to SOURCE with that routing key and arguments."""
-    vhost, _ = ctx.resolve(vhost, fmt)
+    vhost = ctx.resolve(vhost)
     args = json_arg(arguments, "--arguments")
     between = path("bindings", vhost, "e", source, _kind(destination_type), destination)
     found = [b for b in call(ctx, "GET", between, vhost=vhost)
@@ -284,7 +278,7 @@ def unbind(ctx: Context, source: str, destination: str, destination_type: str,
     if not found:
         raise CtlError(f"no binding from exchange '{source}' to {destination_type} "
                        f"'{destination}' with routing key '{routing_key}' in vhost '{vhost}'")
-    progress(ctx, fmt, f'Unbinding {destination_type} "{destination}" from exchange '
+    out.progress(f'Unbinding {destination_type} "{destination}" from exchange '
                         f'"{source}" in vhost "{vhost}" ...')
     call(ctx, "DELETE", f"{between}/{quote(found[0]['properties_key'], safe='')}", vhost=vhost)
 
@@ -299,19 +293,16 @@ def _policy_commands(resource: str, noun: str, plural: str, default_apply_to: st
     label = noun.replace("_", " ")
 
     @click.command(f"list_{plural}")
-    @click.argument("columns", nargs=-1)
+    @columns_argument(POLICY_COLUMNS)
     @vhost_option
-    @format_option
-    @pass_context
+    @output_options
     def list_(ctx: Context, columns: tuple[str, ...], vhost: str | None,
-              fmt: str | None) -> None:
-        vhost, fmt = ctx.resolve(vhost, fmt)
+              out: Output) -> None:
+        vhost = ctx.resolve(vhost)
         default = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
-        cols = select_columns(columns, default, POLICY_COLUMNS)
         rows = call(ctx, "GET", path(resource, vhost), vhost=vhost)
-        emit(rows, cols, fmt,
-             None if ctx.quiet else f'Listing {label.replace("policy", "policies")} for '
-                                    f'vhost "{vhost}" ...')
+        show(out, rows, columns, default, POLICY_COLUMNS,
+             f'Listing {label.replace("policy", "policies")} for vhost "{vhost}" ...')
 
     @click.command(f"set_{noun}")
     @click.argument("name")
@@ -322,14 +313,13 @@ def _policy_commands(resource: str, noun: str, plural: str, default_apply_to: st
                   type=click.Choice(["all", "queues", "exchanges", "classic_queues",
                                      "quorum_queues"]))
     @vhost_option
-    @format_option
-    @pass_context
+    @output_options
     def set_(ctx: Context, name: str, pattern: str, definition: str, priority: int,
-             apply_to: str, vhost: str | None, fmt: str | None) -> None:
-        vhost, _ = ctx.resolve(vhost, fmt)
+             apply_to: str, vhost: str | None, out: Output) -> None:
+        vhost = ctx.resolve(vhost)
         body = {"pattern": pattern, "definition": json_arg(definition, "definition"),
                 "priority": priority, "apply-to": apply_to}
-        progress(ctx, fmt, f'Setting {label} "{name}" for pattern "{pattern}" to '
+        out.progress(f'Setting {label} "{name}" for pattern "{pattern}" to '
                             f'"{json.dumps(body["definition"])}" with priority "{priority}" '
                             f'for vhost "{vhost}" ...')
         call(ctx, "PUT", path(resource, vhost, name), body, vhost=vhost)
@@ -337,11 +327,10 @@ def _policy_commands(resource: str, noun: str, plural: str, default_apply_to: st
     @click.command(f"clear_{noun}")
     @click.argument("name")
     @vhost_option
-    @format_option
-    @pass_context
-    def clear(ctx: Context, name: str, vhost: str | None, fmt: str | None) -> None:
-        vhost, _ = ctx.resolve(vhost, fmt)
-        progress(ctx, fmt, f'Clearing {label} "{name}" on vhost "{vhost}" ...')
+    @output_options
+    def clear(ctx: Context, name: str, vhost: str | None, out: Output) -> None:
+        vhost = ctx.resolve(vhost)
+        out.progress(f'Clearing {label} "{name}" on vhost "{vhost}" ...')
         call(ctx, "DELETE", path(resource, vhost, name), vhost=vhost,
              what=f"{label} '{name}' in vhost '{vhost}'")
 

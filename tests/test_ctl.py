@@ -1,6 +1,7 @@
 """``amqpqctl`` (the installed console script) against a broker subprocess on free ports.
 
-The "done when" scenario and the error reporting run the installed script as a subprocess:
+The "done when" scenario and the error reporting run ``amqpqctl`` as a subprocess
+(``python -m amqpqctl`` from this checkout, the console script's ``main``):
 with amqpqctl alone create a vhost, a user with permissions, an exchange, a queue and a
 binding, see them listed, publish through them with pika as that user, and export the
 definitions; errors are one line on stderr, without a traceback. The other command tests
@@ -47,8 +48,8 @@ class Node:
     process: BrokerProcess
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def start_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """A broker subprocess with its management API, for a module's ``node`` fixture."""
     http = free_port()
     data = tmp_path_factory.mktemp("ctl-broker")
     # no --host: both loopbacks, as amqpq-server runs by default; management API on ``http``
@@ -57,10 +58,27 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         yield Node(broker.port, http, broker)
 
 
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    yield from start_node(tmp_path_factory)
+
+
+#: ``amqpqctl`` as a process, from this checkout (the installed script may import another)
+CTL_CMD = [sys.executable, "-m", "amqpqctl"]
+
+
+def ctl_env(**extra: str) -> dict[str, str]:
+    """The environment of an ``amqpqctl`` process: this checkout first on the path, no
+    ``AMQPQCTL_*`` variables or configuration file of the user's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMQPQCTL_")}
+    return {**env, "PYTHONWARNINGS": "ignore", "HOME": str(REPO / "tests" / "data"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", ""))
+                                          if p), **extra}
+
+
 def ctl(node: Node, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    res = subprocess.run([str(CTL), "--port", str(node.http_port), *args], capture_output=True,
-                         text=True, timeout=30, env=env)
+    res = subprocess.run([*CTL_CMD, "--port", str(node.http_port), *args], capture_output=True,
+                         text=True, timeout=30, env=ctl_env())
     if check:
         assert res.returncode == 0, (args, res.stdout, res.stderr)
     return res
@@ -71,13 +89,16 @@ class Result:
         self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def run(node: Node, *args: str, check: bool = True) -> Result:
-    """``amqpqctl ARGS`` in-process (click's CliRunner)."""
+def run(node: Node, *args: str, check: bool = True,
+        env: dict[str, str | None] | None = None) -> Result:
+    """``amqpqctl --port HTTP ARGS`` in-process (click's CliRunner); ``env``: environment
+    variables to set (None: unset) for the run."""
     from click.testing import CliRunner
 
     from amqpqctl.cli import cli
 
-    res = CliRunner().invoke(cli, ["--port", str(node.http_port), *args])
+    res = CliRunner().invoke(cli, ["--port", str(node.http_port), *args],
+                             env={"HOME": str(REPO / "tests" / "data"), **(env or {})})
     out = Result(res.exit_code, res.stdout, res.stderr)
     if check:
         assert res.exit_code == 0, (args, res.stdout, res.stderr, res.exception)
@@ -159,10 +180,10 @@ def test_errors_are_one_line(node: Node) -> None:
     assert (res.returncode, res.stderr) == (
         1, "Error: login failed for user 'guest' (HTTP 401): check --user and --password\n")
     res = ctl(node, "list_queues", "bogus", check=False)
-    assert res.returncode == 1 and res.stderr.startswith("Error: unknown column(s): bogus;")
+    assert res.returncode == 64 and res.stderr.startswith("Error: unknown column(s): bogus;")
     dead = free_port()
-    res = subprocess.run([str(CTL), "--port", str(dead), "list_vhosts"], capture_output=True,
-                         text=True, timeout=30)
+    res = subprocess.run([*CTL_CMD, "--port", str(dead), "list_vhosts"], capture_output=True,
+                         text=True, timeout=30, env=ctl_env())
     assert (res.returncode, res.stderr) == (
         69, f"Error: nothing listens on port {dead} on 127.0.0.1 (connection refused): is the "
             "broker running? the management port is 15672 by default\n")
@@ -337,8 +358,8 @@ def test_operator_policy_commands(node: Node) -> None:
 
 def bare_ctl(*args: str) -> subprocess.CompletedProcess[str]:
     """The installed ``amqpqctl ARGS``, no ``--port`` added."""
-    res = subprocess.run([str(CTL), *args], capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    res = subprocess.run([*CTL_CMD, *args], capture_output=True, text=True, timeout=30,
+                         env=ctl_env())
     assert res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
     return res
 
@@ -425,7 +446,8 @@ def test_an_unknown_host() -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--port", "abc", "list_queues"),
-     "Error: Invalid value for '--port': 'abc' is not a valid integer. (see 'amqpqctl --help')"),
+     "Error: Invalid value for '-P' / '--port': 'abc' is not a valid integer. (see 'amqpqctl "
+     "--help')"),
     (("no_such_command",), "Error: No such command 'no_such_command'. (see 'amqpqctl --help')"),
     (("list_queues", "--vhost"),
      "Error: Option '--vhost' requires an argument. (see 'amqpqctl list_queues --help')"),
@@ -456,9 +478,9 @@ def test_a_reader_that_leaves_early_is_not_an_error(node: Node) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before anything is written
     try:
-        res = subprocess.run([str(CTL), "--port", str(node.http_port), "list_exchanges"],
+        res = subprocess.run([*CTL_CMD, "--port", str(node.http_port), "list_exchanges"],
                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=30,
-                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                             env=ctl_env())
     finally:
         os.close(write_end)
     assert (res.returncode, res.stderr) == (1, "")
