@@ -106,6 +106,28 @@ def _positive(value: Any) -> str | None:
     return _non_neg(value)
 
 
+def _group_by(value: Any, args: dict[str, Any]) -> str | None:
+    """``x-group-by``: ``routing-key`` or ``header:<name>`` (name 1-255 characters); not
+    with priorities (a priority would overtake a key's order)."""
+    err = _string(value)
+    if err is not None:
+        return err
+    text = _text(value)
+    if text != "routing-key" and not (
+            text.startswith("header:") and 0 < len(text) - len("header:") <= 255):
+        return f"\"unsupported group-by '{text}': expected routing-key or header:<name>\""
+    if args.get("x-max-priority"):
+        return "{incompatible_with,'x-max-priority'}"
+    return None
+
+
+def _group_prefetch(value: Any, args: dict[str, Any]) -> str | None:
+    err = _non_neg(value)
+    if err is None and args.get("x-group-by") is None:
+        return "group_prefetch_but_no_group_by_defined"
+    return err
+
+
 _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "x-expires": _expires,
     "x-message-ttl": _expiry,
@@ -131,6 +153,14 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
 }
 #: queue-level deduplication's arguments, taken by classic and quorum queues
 DEDUP_ARGUMENTS = frozenset({"x-message-deduplication", "x-cache-size", "x-cache-ttl"})
+#: message groups' arguments (amqpq's own), taken by classic and quorum queues
+GROUP_ARGUMENTS = frozenset({"x-group-by", "x-group-prefetch"})
+#: validators that look at the other arguments too
+_CROSS_VALIDATORS: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
+    "x-dead-letter-routing-key": _dlrk,
+    "x-group-by": _group_by,
+    "x-group-prefetch": _group_prefetch,
+}
 
 
 def _text(value: Any) -> str:
@@ -144,13 +174,13 @@ QUEUE_TYPE_ARGUMENTS: dict[str, frozenset[str]] = {
         "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
         "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
         "x-queue-version", "x-single-active-consumer", "x-queue-type",
-        "x-queue-master-locator"}) | DEDUP_ARGUMENTS,
+        "x-queue-master-locator"}) | DEDUP_ARGUMENTS | GROUP_ARGUMENTS,
     "quorum": frozenset({
         "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
         "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
         "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
         "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
-        "x-queue-leader-locator"}) | DEDUP_ARGUMENTS,
+        "x-queue-leader-locator"}) | DEDUP_ARGUMENTS | GROUP_ARGUMENTS,
     "stream": frozenset({
         "x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
         "x-initial-cluster-size", "x-queue-leader-locator"}),
@@ -200,8 +230,9 @@ def validate_queue_arguments(args: dict[str, Any], what: str) -> None:
             # checked by rabbit_channel before the queue's own validation, other wording
             raise PreconditionFailed(
                 f"invalid type '{amqp_type_name(value)}' for arg '{key}' in {what}")
-        if key == "x-dead-letter-routing-key":
-            err = _dlrk(value, args)
+        cross = _CROSS_VALIDATORS.get(key)
+        if cross is not None:
+            err = cross(value, args)
         else:
             check = _VALIDATORS.get(key)
             err = check(value) if check is not None else None

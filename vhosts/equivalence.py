@@ -27,6 +27,9 @@ QUEUE_EQUIVALENCE_ARGS = (
     "x-queue-mode",
     "x-queue-type",
     "x-single-active-consumer",
+    # amqpq's message groups: a redeclare that would change the dispatch rule is refused
+    "x-group-by",
+    "x-group-prefetch",
 )
 
 

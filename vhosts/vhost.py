@@ -29,7 +29,7 @@ from exchanges.binding import Binding, Destination
 from exchanges.deduplication import DuplicateMessage
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
-from queue_store.dedup_queue import DeduplicatingQueue, deduplicating
+from queue_store.grouped_queue import queue_class
 from queue_store.message import Message
 from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE
 from queue_store.queue import Queue
@@ -232,7 +232,7 @@ class VirtualHost:
                                       (auto_delete, "auto-delete")):
                     if refused:
                         raise PreconditionFailed(f"invalid property '{prop}' for {what}")
-            q = (DeduplicatingQueue if deduplicating(arguments) else Queue)(
+            q = queue_class(arguments)(
                 name,
                 self.name,
                 durable=durable,

@@ -1,0 +1,208 @@
+"""Queues declared with ``x-group-by``: per-key order with parallel consumers.
+
+Theory of operation
+-------------------
+:class:`GroupedQueue` is a :class:`~queue_store.queue.Queue` whose backing queue is a
+:class:`~queue_store.message_groups.MessageGroups` (the per-key FIFOs, ready keys and holders;
+its docstring has the data structure) and whose dispatch follows the group rule:
+
+* ``x-group-by`` = ``routing-key`` or ``header:<name>`` names a message's key. While a
+  consumer holds unacknowledged messages of a key, no other consumer (and no Basic.Get)
+  receives messages of that key; the holder itself receives the next ones while its prefetch
+  (and ``x-group-prefetch``, the most unacknowledged messages of one key, default no limit)
+  allows. When it has settled them all, the key is free for any consumer.
+* Dispatch picks consumers as a plain queue does (priorities, round-robin, prefetch, single
+  active consumer) and gives each the head message of a key it holds, else of the next free
+  key; when no key is free it serves the holders whose keys have messages waiting, then stops.
+* A requeued message (reject, nack, recover, channel closed) goes back ahead of the later
+  messages of its key (by sequence number). Order therefore holds across redeliveries as long
+  as a consumer does not acknowledge a later message of a key after requeueing an earlier
+  one (it cannot, with ``x-group-prefetch: 1`` or a consumer prefetch of 1; a consumer that
+  dies returns all of its messages at once, in order).
+* No-ack consumers take messages without holding keys (a no-ack delivery is settled at once).
+* Expiry (``x-message-ttl``, ``expiration``) and ``x-max-length`` drop-head act on the oldest
+  ready message, whatever its key, and a message found expired when its key is dispatched is
+  dead-lettered instead of delivered; counts, dead lettering and the queue index are those of
+  the plain queue.
+* Restart: messages are recovered in publish order and grouped again; holders are not
+  persistent (every consumer is gone), so each key starts free.
+
+The publish path of other queues is untouched: they are plain ``Queue`` objects.
+``x-max-priority`` is refused with ``x-group-by`` (406): a priority would overtake the
+order of a key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queue_store.backing import QueuedMessage
+from queue_store.consumer import Consumer
+from queue_store.dedup_queue import DeduplicatingQueue, deduplicating
+from queue_store.message_groups import GET_HOLDER, GroupKey, MessageGroups, key_function
+from queue_store.queue import Queue
+
+__all__ = ["GroupedDeduplicatingQueue", "GroupedQueue", "grouped", "queue_class"]
+
+
+def grouped(arguments: dict[str, Any]) -> bool:
+    """True when Queue.Declare ``arguments`` ask for message groups."""
+    return arguments.get("x-group-by") is not None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class GroupedQueue(Queue):
+    """A queue with message groups (see the module docstring); takes
+    :class:`~queue_store.queue.Queue`'s arguments; ``arguments`` (validated) hold
+    ``x-group-by`` and optionally ``x-group-prefetch``."""
+
+    def __init__(self, name: str, vhost_name: str, **kwargs: Any) -> None:
+        super().__init__(name, vhost_name, **kwargs)
+        self.group_by = _text(self.arguments["x-group-by"])
+        self.groups = MessageGroups(self.ready, key_function(self.group_by),
+                                    int(self.arguments.get("x-group-prefetch") or 0))
+        self.ready = self.groups
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        """Deliver ready messages by the group rule until consumers or messages run out."""
+        if self._dispatching or self.deleted:
+            return
+        self._dispatching = True
+        try:
+            groups = self.groups
+            now = self._now() if self._has_ttl else 0.0
+            while self._levels:
+                consumer = self._next_consumer()
+                if consumer is None:
+                    break
+                found = groups.take_for(consumer)
+                if found is None:
+                    self._serve_holders(now)
+                    break
+                self._deliver(consumer, found[0], found[1], now)
+        finally:
+            self._dispatching = False
+        if self._has_ttl:
+            self._arm_ttl_timer()
+
+    def _serve_holders(self, now: float) -> None:
+        """No key is free: give holders that can take more the waiting messages of their
+        keys (with single active consumer, only the active one)."""
+        groups = self.groups
+        sac = self.settings.single_active_consumer
+        for holder in list(groups.pending):
+            if sac and holder is not self._consumer_order[0]:
+                continue
+            while holder.can_take():
+                found = groups.take_pending(holder)
+                if found is None:
+                    break
+                self._deliver(holder, found[0], found[1], now)
+
+    def _deliver(self, consumer: Consumer, g: GroupKey, qm: QueuedMessage, now: float) -> None:
+        groups = self.groups
+        # strictly past: TTL 0 still reaches a consumer that can take it at once
+        if self._has_ttl and qm.expires_at is not None and qm.expires_at < now:
+            groups.put_back(g)
+            if self.vhost is not None:
+                self.vhost.dead_letter(self, qm.message, "expired")
+            self._forget(qm)
+            return
+        self.delivered += 1
+        if self.quorum:
+            self._stamp_delivery_count(qm)
+        if consumer.no_ack:
+            groups.put_back(g)
+            consumer.channel.deliver(consumer, qm, self)
+            self._forget(qm)
+            return
+        groups.hold(g, qm, consumer)
+        consumer.unacked += 1
+        self.unacked_count += 1
+        if qm.indexed:
+            self._log_delivery(qm)
+        consumer.channel.deliver(consumer, qm, self)
+
+    def get(self, no_ack: bool = False) -> QueuedMessage | None:
+        """Basic.Get: the head message of the next free key (None when no key is free). The
+        key is held until the delivery is settled, as for a consumer."""
+        self.touch()
+        if self._has_ttl:
+            self._expire_head()
+        groups = self.groups
+        while True:
+            found = groups.take_for(GET_HOLDER)
+            if found is None:
+                return None
+            g, qm = found
+            if self._has_ttl and qm.expires_at is not None and qm.expires_at <= self._now():
+                groups.put_back(g)
+                if self.vhost is not None:
+                    self.vhost.dead_letter(self, qm.message, "expired")
+                self._forget(qm)
+                continue
+            break
+        self.delivered += 1
+        if self.quorum:
+            self._stamp_delivery_count(qm)
+        if no_ack:
+            groups.put_back(g)
+            self._forget(qm)
+        else:
+            groups.hold(g, qm, GET_HOLDER)
+            self.unacked_count += 1
+            self._log_delivery(qm)
+        if self._has_ttl:
+            self._expire_head()  # GetOk's message_count must not count expired ones
+        return qm
+
+    # ---- settlement and consumers --------------------------------------------------------
+
+    def _forget(self, qm: QueuedMessage) -> None:
+        self.groups.settled(qm)
+        super()._forget(qm)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """As :meth:`Queue.remove_consumer`; the consumer's keys stay held until its
+        deliveries are settled (acked, or requeued when its channel closes)."""
+        self.groups.holder_gone(consumer)
+        super().remove_consumer(consumer)
+
+    # ---- stats ---------------------------------------------------------------------------
+
+    def group_stats(self) -> dict[str, Any]:
+        """For the management API: ``{"group_by", "keys", "keys_held", "holders": [(holder,
+        keys held, unacked messages)]}`` with every consumer (subscription order), then
+        cancelled consumers and Basic.Get (holder :data:`GET_HOLDER`) still holding keys.
+        ``keys`` counts the keys with messages in RAM (staged) or unacknowledged."""
+        groups = self.groups
+        holders: list[tuple[Any, int, int]] = []
+        seen = set()
+        for consumer in self._consumer_order:
+            seen.add(id(consumer))
+            holders.append((consumer, groups.keys_held_by(consumer), consumer.unacked))
+        unacked: dict[int, int] = {}
+        for g in groups.inflight.values():
+            if g.holder is not None and id(g.holder) not in seen:
+                unacked[id(g.holder)] = unacked.get(id(g.holder), 0) + 1
+        for holder, keys in groups.held.items():
+            if id(holder) not in seen:
+                holders.append((holder, keys, unacked.get(id(holder), 0)))
+        return {"group_by": self.group_by, "keys": groups.key_count,
+                "keys_held": sum(groups.held.values()), "holders": holders}
+
+
+class GroupedDeduplicatingQueue(GroupedQueue, DeduplicatingQueue):
+    """``x-group-by`` and ``x-message-deduplication`` together."""
+
+
+def queue_class(arguments: dict[str, Any]) -> type[Queue]:
+    """The queue class for validated Queue.Declare ``arguments``."""
+    if grouped(arguments):
+        return GroupedDeduplicatingQueue if deduplicating(arguments) else GroupedQueue
+    return DeduplicatingQueue if deduplicating(arguments) else Queue
