@@ -76,7 +76,7 @@ class GroupedQueue(Queue):
         try:
             groups = self.groups
             now = self._now() if self._has_ttl else 0.0
-            while self._levels:
+            while self._levels and len(groups):
                 consumer = self._next_consumer()
                 if consumer is None:
                     break
