@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote_plus
 
 from exchanges.binding import Binding
+from management.group_stats import message_groups_json
 from queue_store.consumer import Consumer
 from queue_store.queue import Queue
 from queue_store.queue_args import merge_operator_definition
@@ -286,6 +287,9 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
     }
     if q.quorum:  # one node: it leads and is the only member
         out.update(leader=st.node, members=[st.node], online=[st.node])
+    groups = message_groups_json(q, lambda c: consumer_json(c, st)["channel_details"])
+    if groups is not None:  # x-group-by queues only
+        out["message_groups"] = groups
     owner = q.exclusive_owner if q.exclusive else None
     if owner is not None and owner in st.broker.connections:
         peer_host, peer_port = owner.peer or ("127.0.0.1", 0)
