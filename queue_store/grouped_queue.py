@@ -34,13 +34,24 @@ order of a key.
 
 from __future__ import annotations
 
+import itertools
+import sys
+from collections.abc import Callable
 from typing import Any
 
-from queue_store.backing import QueuedMessage
+from queue_store.backing import BackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.dedup_queue import DeduplicatingQueue, deduplicating
-from queue_store.message_groups import GET_HOLDER, GroupKey, MessageGroups, key_function
+from queue_store.message_groups import (
+    GET_HOLDER,
+    SPILL_KEEP,
+    STAGE_MESSAGES,
+    GroupKey,
+    MessageGroups,
+    key_function,
+)
 from queue_store.queue import Queue
+from queue_store.variable_queue import VariableQueue
 
 __all__ = ["GroupedDeduplicatingQueue", "GroupedQueue", "grouped", "queue_class"]
 
@@ -62,9 +73,31 @@ class GroupedQueue(Queue):
     def __init__(self, name: str, vhost_name: str, **kwargs: Any) -> None:
         super().__init__(name, vhost_name, **kwargs)
         self.group_by = _text(self.arguments["x-group-by"])
+        spill = None
+        window = sys.maxsize  # everything is in RAM anyway: no window
+        if self.storage is not None:
+            spill, window = self._spill_factory(self.storage.backing_queue_factory(name)), \
+                STAGE_MESSAGES
         self.groups = MessageGroups(self.ready, key_function(self.group_by),
-                                    int(self.arguments.get("x-group-prefetch") or 0))
+                                    int(self.arguments.get("x-group-prefetch") or 0),
+                                    stage_messages=window, spill_factory=spill)
         self.ready = self.groups
+
+    @staticmethod
+    def _spill_factory(paging: Callable[[int], BackingQueue]) -> Callable[[], BackingQueue]:
+        """Spill queues of held keys: paging FIFOs with no RAM budget, read back
+        ``SPILL_KEEP`` messages at a time (files ``<queue>.<n>.delta``, n >= 1000, next to
+        the queue's own paging file; deleted when drained, and at start)."""
+        numbers = itertools.count(1000)
+
+        def make() -> BackingQueue:
+            vq = paging(next(numbers))
+            if isinstance(vq, VariableQueue):
+                vq.ram_messages = vq._base_ram_messages = 0
+                vq.read_batch = SPILL_KEEP
+            return vq
+
+        return make
 
     # ---- dispatch ------------------------------------------------------------------------
 

@@ -25,10 +25,20 @@ work unchanged) wrapped around the ordinary one, the *inner* FIFO (in RAM or pag
 Dispatch (:meth:`MessageGroups.take_for`) gives a consumer the head message of one of its
 pending keys, else of the first ready key (the consumer becomes its holder), staging more
 messages from the inner FIFO when there is no ready key; both FIFOs hold each key at most
-once in a valid entry, so finding the next deliverable key is O(1) amortized and a key whose
-holder is busy never blocks the others (no head-of-line blocking within the staging window).
-Entries that went stale (the key moved, or its messages expired) are skipped when popped,
-never searched for.
+once in a valid entry, so finding the next deliverable key is O(1) amortized. Entries that
+went stale (the key moved, or its messages expired) are skipped when popped, never searched.
+
+Spilling: when the staging window is full and nothing in it may be taken (every staged key is
+held by a busy consumer), each key with more than ``spill_keep`` (32) staged messages keeps
+that many in RAM and pages the rest out to a *spill queue* of its own (a paging
+:class:`~queue_store.variable_queue.VariableQueue` with no RAM budget, file
+``<queue>.<n>.delta``); later messages of the key are appended there too, and the key reads
+``spill_keep`` back at a time as it drains (the file is deleted once empty). Staging then
+goes on past the busy keys, so a key whose holder is busy does not block the others however
+long its backlog (no head-of-line blocking), while RAM holds at most the window plus
+``spill_keep`` per spilled key. Only held keys spill, and a consumer's prefetch bounds how
+many keys it holds, so there are few spill files. A queue without storage (tests) has no
+window: everything is in RAM anyway.
 
 Settling (:meth:`settled`, :meth:`requeue`): each delivery remembers its key by sequence
 number. An ack or reject lowers the key's ``unacked``; at zero the key is released: it has no
@@ -68,6 +78,7 @@ __all__ = ["GET_HOLDER", "GroupKey", "MessageGroups", "key_function", "normal_ke
 STAGE_MESSAGES = 50_000
 STAGE_BYTES = 32 * 1024 * 1024
 PRESSURE_STAGE_MESSAGES = 2_000  # while memory is past the paging threshold
+SPILL_KEEP = 32  # messages of a spilled key kept in RAM (and read back at a time)
 
 
 class _Holder:
@@ -88,11 +99,12 @@ class GroupKey:
     (``unacked``). ``queued_in`` is where its one valid queue entry is (the ready keys, a
     holder's pending keys, or None: nowhere)."""
 
-    __slots__ = ("key", "fifo", "holder", "unacked", "queued_in")
+    __slots__ = ("key", "fifo", "spill", "holder", "unacked", "queued_in")
 
     def __init__(self, key: Hashable | None) -> None:
         self.key = key
         self.fifo: deque[QueuedMessage] = deque()
+        self.spill: BackingQueue | None = None  # later messages, paged out (fifo not empty)
         self.holder: Any = None
         self.unacked = 0
         self.queued_in: Any = None
@@ -149,8 +161,11 @@ class MessageGroups:
 
     def __init__(self, inner: BackingQueue, key_of: Callable[[Message], Hashable | None],
                  key_prefetch: int = 0, stage_messages: int = STAGE_MESSAGES,
-                 stage_bytes: int = STAGE_BYTES) -> None:
+                 stage_bytes: int = STAGE_BYTES,
+                 spill_factory: Callable[[], BackingQueue] | None = None) -> None:
         self.inner = inner
+        self.spill_factory = spill_factory
+        self.spill_keep = SPILL_KEEP
         self.key_of = key_of
         self.key_prefetch = key_prefetch
         self.stage_messages = self._base_stage_messages = stage_messages
@@ -161,8 +176,10 @@ class MessageGroups:
         self.held: dict[Any, int] = {}  # holder -> keys it holds
         self.gone: set[Any] = set()  # cancelled consumers that still hold keys
         self.inflight: dict[int, GroupKey] = {}  # seq of a delivered message -> its key
-        self.staged = 0  # messages
+        self.staged = 0  # messages (spilled ones included)
         self.staged_bytes = 0
+        self.spilled = 0  # messages in the keys' spill queues (on disk)
+        self.spilled_bytes = 0
         self._heap: list[tuple[int, int, GroupKey]] | None = None  # (head seq, tick, key)
         self._tick = itertools.count()
 
@@ -182,8 +199,7 @@ class MessageGroups:
 
     def append(self, qm: QueuedMessage) -> None:
         """A new ready message (publish, recovery): staged now when it can be (order)."""
-        if self.staged < self.stage_messages and self.staged_bytes < self.stage_bytes and (
-                not len(self.inner)):
+        if not len(self.inner) and self._window_has_room():
             self._stage(qm)
         else:
             self.inner.append(qm)
@@ -240,12 +256,16 @@ class MessageGroups:
             out.extend(g.fifo)
             g.fifo.clear()
             g.queued_in = None
+            if g.spill is not None:
+                out.extend(g.spill.clear())
+                g.spill.close()
+                g.spill = None
         out.sort()
         out.extend(self.inner.clear())
         self.keys = {k: g for k, g in self.keys.items() if g.unacked}
         self.ready_keys.clear()
         self.pending.clear()
-        self.staged = self.staged_bytes = 0
+        self.staged = self.staged_bytes = self.spilled = self.spilled_bytes = 0
         self._heap = None
         return out
 
@@ -276,7 +296,7 @@ class MessageGroups:
                 g = self._pop_valid(self.ready_keys, _READY)
             if g is not None:
                 return g, self._pop_head(g)
-            if not self._stage_one():
+            if not self._stage_one() and not self._spill_blocked():
                 return None
 
     def take_pending(self, holder: Any) -> tuple[GroupKey, QueuedMessage] | None:
@@ -344,9 +364,15 @@ class MessageGroups:
 
     def _stage(self, qm: QueuedMessage) -> None:
         g = self._key(self.key_of(qm.message))
-        g.fifo.append(qm)
+        size = len(qm.message.body)
         self.staged += 1
-        self.staged_bytes += len(qm.message.body)
+        self.staged_bytes += size
+        if g.spill is not None:  # behind the messages already paged out
+            g.spill.append(qm)
+            self.spilled += 1
+            self.spilled_bytes += size
+            return
+        g.fifo.append(qm)
         if len(g.fifo) == 1:
             self._push_head(g)
             self._enqueue(g)
@@ -354,14 +380,57 @@ class MessageGroups:
     def _stage_one(self) -> bool:
         """Move the inner FIFO's head into its key's FIFO; False when it cannot (empty, or
         the staging window is full)."""
-        if (self.staged >= self.stage_messages or self.staged_bytes >= self.stage_bytes
-                or not len(self.inner)):
+        if not len(self.inner) or not self._window_has_room():
             return False
         qm = self.inner.popleft()
         if qm is None:
             return False
         self._stage(qm)
         return True
+
+    def _window_has_room(self) -> bool:
+        return (self.staged - self.spilled < self.stage_messages
+                and self.staged_bytes - self.spilled_bytes < self.stage_bytes)
+
+    def _spill_blocked(self) -> bool:
+        """The staging window is full of messages nobody may take now (their keys are held):
+        page out all but the first ``SPILL_KEEP`` of each such key (to a spill queue of its
+        own, read back as the key drains), so that staging can look further. False when
+        there is nothing to page out (or nowhere to)."""
+        if self.spill_factory is None or self._window_has_room():
+            return False
+        moved = 0
+        for g in self.keys.values():
+            fifo = g.fifo
+            if len(fifo) <= self.spill_keep:
+                continue
+            tail = [fifo.pop() for _ in range(len(fifo) - self.spill_keep)]
+            tail.reverse()
+            if g.spill is None:
+                spill = g.spill = self.spill_factory()
+                for qm in tail:
+                    spill.append(qm)
+            else:  # requeued messages made the RAM part grow: ahead of what is paged out
+                g.spill.requeue(tail)
+            self.spilled += len(tail)
+            self.spilled_bytes += sum(len(qm.message.body) for qm in tail)
+            moved += len(tail)
+        return moved > 0
+
+    def _refill(self, g: GroupKey) -> None:
+        """``g``'s RAM messages ran out: read the next ones back from its spill queue."""
+        spill = g.spill
+        assert spill is not None
+        for _ in range(self.spill_keep):
+            qm = spill.popleft()
+            if qm is None:
+                break
+            g.fifo.append(qm)
+            self.spilled -= 1
+            self.spilled_bytes -= len(qm.message.body)
+        if not len(spill):
+            spill.close()
+            g.spill = None
 
     def _enqueue(self, g: GroupKey, front: bool = False) -> None:
         """File ``g`` where it can be taken from, if it has staged messages and can be: the
@@ -404,6 +473,8 @@ class MessageGroups:
         qm = g.fifo.popleft()
         self.staged -= 1
         self.staged_bytes -= len(qm.message.body)
+        if not g.fifo and g.spill is not None:
+            self._refill(g)
         if g.fifo:
             self._push_head(g)
         return qm

@@ -12,6 +12,10 @@ from typing import Any
 import pytest
 
 from amqp_common.errors import PreconditionFailed
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
+from queue_store.consumer import Consumer
 from queue_store.dedup_queue import DeduplicatingQueue
 from queue_store.grouped_queue import GroupedDeduplicatingQueue, GroupedQueue
 from queue_store.message_groups import GET_HOLDER, key_function, normal_key
@@ -434,3 +438,62 @@ def test_group_stats(world: World) -> None:
     assert stats["group_by"] == "header:k"
     assert stats["keys"] == 5 and stats["keys_held"] == 2
     assert stats["holders"] == [(ca, 2, 3), (cb, 0, 0)]
+
+
+def test_a_held_keys_backlog_beyond_the_window_is_paged_out_not_blocking(
+        world: World, tmp_path: Path) -> None:
+    q = grouped(world)
+    made: list[VariableQueue] = []
+
+    def spill() -> VariableQueue:
+        vq = VariableQueue(tmp_path / f"spill{len(made)}.delta", ram_messages=0, read_batch=4)
+        made.append(vq)
+        return vq
+
+    q.groups.stage_messages, q.groups.spill_factory, q.groups.spill_keep = 10, spill, 4
+    a, b = FakeChannel(), FakeChannel()
+    world.consume("g", "A", prefetch=1, channel=a)
+    publish_all(world, " ".join(f"a{i:03d}" for i in range(200)) + " b1 c1")
+    world.consume("g", "B", prefetch=1, channel=b)
+    assert got(b) == ["b1"]  # behind 199 messages of a held key, 10 staged at most
+    assert made and made[0].delta_count > 0  # key a's backlog went to a spill file
+    assert q.groups.staged - q.groups.spilled <= 10
+    ack(b, "b1")
+    assert got(b) == ["c1"]
+    ack(b, "c1")
+    requeue(a, "a000")  # back ahead of the paged-out ones
+    order = []
+    for _ in range(200):
+        ch = a if a.deliveries else b
+        body = got(ch)[0]
+        order.append(body)
+        ack(ch, body)
+    assert order == [f"a{i:03d}" for i in range(200)]
+    assert q.message_count == 0 and q.groups.spilled == 0
+    assert all(vq._fd < 0 or vq.delta_count == 0 for vq in made)
+    assert not any(p.stat().st_size for p in tmp_path.glob("spill*.delta"))
+
+
+def test_spill_files_of_a_durable_queue_with_persistent_messages(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment(storage=True))
+    vhost = broker.vhosts["/"]
+    q = vhost.declare_queue("g", durable=True, arguments={"x-group-by": "header:k"})
+    assert isinstance(q, GroupedQueue) and vhost.storage is not None
+    q.groups.stage_messages, q.groups.spill_keep = 10, 4
+    a, b = FakeChannel(), FakeChannel()
+    q.add_consumer(Consumer("A", b"A", a, q, False, False, 1))
+    for i in range(100):
+        q.publish(make_message("g", f"a{i:03d}".encode(), headers={"k": "a"}, delivery_mode=2))
+    q.publish(make_message("g", b"b1", headers={"k": "b"}, delivery_mode=2))
+    broker.after_batch()
+    q.add_consumer(Consumer("B", b"B", b, q, False, False, 1))
+    assert got(b) == ["b1"]
+    assert list(vhost.storage.paging_dir.glob("*.1000.delta"))  # key a's spill file
+    ack(b, "b1")
+    order = []
+    while a.deliveries or b.deliveries:
+        ch = a if a.deliveries else b
+        order.append(got(ch)[0])
+        ack(ch, order[-1])
+    assert order == [f"a{i:03d}" for i in range(100)]
+    assert not list(vhost.storage.paging_dir.glob("*.1000.delta"))  # drained: deleted

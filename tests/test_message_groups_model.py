@@ -8,7 +8,7 @@ holds (as a consumer that keeps order must). After every step:
 * no two holders (consumers, Basic.Get) have unacknowledged messages of one key;
 * each delivery of a key is the oldest ready message of that key;
 * for every key, the first acknowledgements come in publish order;
-* with an unbounded staging window, no consumer that can take a message is left idle while a
+* with an unbounded staging window, or one that pages held keys' messages out, no consumer that can take a message is left idle while a
   message it may take (of a free key, or of a key it holds) is ready: nothing blocks;
 * the queue's counts (ready, unacked, each consumer's unacked) are the model's.
 """
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from queue_store.backing import QueuedMessage
+from queue_store.backing import MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.grouped_queue import GroupedQueue
 from queue_store.outcomes import Settlement
@@ -65,16 +65,23 @@ class GroupMachine(RuleBasedStateMachine):
         self.key_prefetch = 0
         self.unbounded = True
 
-    @initialize(key_prefetch=st.sampled_from([0, 0, 1, 2]), window=st.sampled_from([3, 10**6]))
+    @initialize(key_prefetch=st.sampled_from([0, 0, 1, 2]),
+                window=st.sampled_from([3, 5, 10**6]))
     def declare(self, key_prefetch: int, window: int) -> None:
+        """``window`` 3: a staging window that can fill up with held keys' messages (head-of-
+        line blocking allowed); 5: the same with spilling (the four keys cannot fill it, 1
+        message each kept in RAM: nothing may block); 10**6: no limit."""
         args: dict[str, Any] = {"x-group-by": "header:k"}
         if key_prefetch:
             args["x-group-prefetch"] = key_prefetch
         self.q = self.world.declare("g", **args)
         assert isinstance(self.q, GroupedQueue)
         self.q.groups.stage_messages = window
+        if window == 5:
+            self.q.groups.spill_factory = MemoryBackingQueue
+            self.q.groups.spill_keep = 1
         self.key_prefetch = key_prefetch
-        self.unbounded = window > 1000
+        self.unbounded = window != 3
 
     # ---- helpers -------------------------------------------------------------------------
 
