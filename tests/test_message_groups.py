@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqp_common.errors import PreconditionFailed
 from broker.broker import Broker
@@ -152,6 +154,26 @@ def test_key_functions() -> None:
     assert by_header(make_message("rk", headers={"other": 1})) is None
     assert normal_key([1, 2]) == "[1, 2]" and normal_key(7) == 7
     assert key_function("routing-key")(m) == "rk"
+
+
+_VALUES = st.one_of(st.text(max_size=20), st.integers(-2**31, 2**31 - 1), st.booleans(),
+                   st.none(), st.binary(max_size=10).map(bytearray),
+                   st.lists(st.integers(0, 100), max_size=3),
+                   st.dictionaries(st.sampled_from(["x", "k"]), st.text(max_size=5), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers=st.dictionaries(st.sampled_from(["k", "a", "kk", "K", "x-k"]), _VALUES,
+                               max_size=4),
+       content_type=st.sampled_from([None, "application/json"]),
+       content_encoding=st.sampled_from([None, "gzip"]))
+def test_the_header_key_read_from_raw_bytes_equals_the_decoded_one(
+        headers: dict[str, Any], content_type: str | None, content_encoding: str | None) -> None:
+    m = make_message("rk", headers=headers, content_type=content_type,
+                     content_encoding=content_encoding, message_id="m1", delivery_mode=2)
+    decoded = make_message("rk", headers=headers)
+    expected = normal_key((decoded.headers or {}).get("k"))
+    assert key_function("header:k")(m) == expected
 
 
 # ---- the dispatch rule -------------------------------------------------------------------
