@@ -17,6 +17,7 @@ from amqp_common.errors import PreconditionFailed
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment
+from management.group_stats import message_groups_json
 from queue_store.consumer import Consumer
 from queue_store.dedup_queue import DeduplicatingQueue
 from queue_store.grouped_queue import GroupedDeduplicatingQueue, GroupedQueue
@@ -519,3 +520,21 @@ def test_spill_files_of_a_durable_queue_with_persistent_messages(tmp_path: Path)
         ack(ch, order[-1])
     assert order == [f"a{i:03d}" for i in range(100)]
     assert not list(vhost.storage.paging_dir.glob("*.1000.delta"))  # drained: deleted
+
+
+def test_management_message_groups_object(world: World) -> None:
+    q = grouped(world)
+    plain = world.declare("plain")
+    a = FakeChannel()
+    world.consume("g", "A", prefetch=5, channel=a)
+    publish_all(world, "a1 a2 b1")
+    a.open = False
+    publish_all(world, "c1 d1")
+    assert q.get() is not None  # Basic.Get holds key c
+    shown = message_groups_json(q, lambda c: {"channel": c.tag})
+    assert shown == {
+        "group_by": "header:k", "keys": 4, "keys_held": 3,
+        "consumers": [
+            {"consumer_tag": "A", "channel_details": {"channel": "A"}, "keys": 2, "unacked": 3},
+            {"consumer_tag": None, "channel_details": None, "keys": 1, "unacked": 1}]}
+    assert message_groups_json(plain, lambda c: {}) is None
