@@ -538,3 +538,15 @@ def test_management_message_groups_object(world: World) -> None:
             {"consumer_tag": "A", "channel_details": {"channel": "A"}, "keys": 2, "unacked": 3},
             {"consumer_tag": None, "channel_details": None, "keys": 1, "unacked": 1}]}
     assert message_groups_json(plain, lambda c: {}) is None
+
+
+def test_consumer_priorities_pick_who_takes_free_keys(world: World) -> None:
+    grouped(world)
+    low, high = FakeChannel(), FakeChannel()
+    world.consume("g", "low", prefetch=5, priority=0, channel=low)
+    world.consume("g", "high", prefetch=2, priority=5, channel=high)
+    publish_all(world, "a1 b1 c1 a2")
+    assert got(high) == ["a1", "b1"]  # the higher priority first, while it has room
+    assert got(low) == ["c1"]  # a2: key a is high's, and high is full
+    ack(high, "b1")
+    assert got(high) == ["a1", "a2"]
