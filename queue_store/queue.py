@@ -54,7 +54,7 @@ __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", 
 
 log = logging.getLogger("amqpq.queue")
 
-_REQUEUE, _REJECT = Settlement.REQUEUE, Settlement.REJECT
+_ACK, _REQUEUE, _REJECT = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
 
 #: An outstanding delivery: (message, its queue, the consumer or None for Basic.Get).
 Delivery = tuple[QueuedMessage, "Queue", "Consumer | None"]
@@ -121,7 +121,10 @@ class Queue:
         self._ttl_timer: TimerHandle | None = None
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
-        self.delivered = 0
+        self.delivered = 0  # every delivery and Basic.GetOk (deliver_get)
+        # the rest of message_stats (redelivered is counted by the channel that delivers)
+        self.delivered_no_ack = self.got = self.got_no_ack = self.get_empty = 0
+        self.redelivered = self.acked = 0
         self.index: QueueIndex | None = None
         if durable and self.storage is not None:
             self.index = self.storage.open_index(name)
@@ -331,6 +334,7 @@ class Queue:
                 if self.quorum:
                     self._stamp_delivery_count(qm)
                 if consumer.no_ack:
+                    self.delivered_no_ack += 1
                     consumer.channel.deliver(consumer, qm, self)
                     self._forget(qm)
                     continue
@@ -354,13 +358,17 @@ class Queue:
         if self._has_ttl:
             self._expire_head()
         qm = self.ready.popleft()
-        if qm is not None:
+        if qm is None:
+            self.get_empty += 1
+        else:
             self.delivered += 1
             if self.quorum:
                 self._stamp_delivery_count(qm)
             if no_ack:
+                self.got_no_ack += 1
                 self._forget(qm)
             else:
+                self.got += 1
                 self.unacked_count += 1
                 self._log_delivery(qm)
             if self._has_ttl:
@@ -388,6 +396,8 @@ class Queue:
                     self._consumer_settled(consumer)
             self._requeue([d[0] for d in deliveries])
             return
+        if outcome == _ACK:
+            self.acked += len(deliveries)
         reject = outcome == _REJECT and self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:
