@@ -48,6 +48,11 @@ class Confirms:
             self._nacked.append(seq)
 
     @property
+    def unconfirmed_count(self) -> int:
+        """Sequence numbers not yet settled (published, awaiting their confirm)."""
+        return len(self._unconfirmed)
+
+    @property
     def sequence(self) -> int:
         """Sequence numbers handed out so far (publishes received in confirm mode)."""
         return self._seq
