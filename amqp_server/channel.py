@@ -50,6 +50,7 @@ from amqp_server import topology_methods
 from amqp_server.assembler import CommandAssembler, PublishFields
 from amqp_server.confirms import Confirms
 from broker import direct_reply_to
+from broker.message_stats import ChannelCounters
 from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
@@ -94,10 +95,7 @@ class Channel:
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
         self.reply_address: str | None = None
         self.assembler = CommandAssembler(self)  # frames -> whole commands
-        # message_stats counts (plain ints; deliver is derived from next_tag, see message_counts)
-        self.n_publish = self.n_returned = self.n_dropped = self.n_deliver_no_ack = 0
-        self.n_get = self.n_get_no_ack = self.n_get_empty = self.n_redeliver = self.n_ack = 0
-        self._counted = False  # counts handed to the broker's totals at release
+        self.counters = ChannelCounters()  # message_stats (deliver: see message_counts)
         connection.broker.message_totals.channels_opened += 1
         self._handlers: dict[type, Callable[[Any], None]] = {
             commands.Channel.Close: self._channel_close,
@@ -234,14 +232,14 @@ class Channel:
         if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
             self._publish_reply(msg, mandatory)
             return
-        self.n_publish += 1
+        self.counters.publish += 1
         result = self.vhost.publish(x, msg)
         if not result:
             if mandatory:
-                self.n_returned += 1
+                self.counters.returned += 1
                 self._return_unroutable(without_bcc(msg))
             else:
-                self.n_dropped += 1
+                self.counters.dropped += 1
         confirms = self.confirms
         if confirms is not None:
             if result & REJECTED:
@@ -280,15 +278,15 @@ class Channel:
 
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""
-        self.n_publish += 1
+        self.counters.publish += 1
         target = self.connection.broker.reply_to.lookup(msg.routing_key)
         if target is not None:
             target.deliver_reply(msg)
         elif mandatory:
-            self.n_returned += 1
+            self.counters.returned += 1
             self._return_unroutable(msg)
         else:
-            self.n_dropped += 1
+            self.counters.dropped += 1
         if self.confirms is not None:
             self.confirms.next_seq()
             self.connection.confirms_dirty.add(self)
@@ -300,7 +298,7 @@ class Channel:
             return
         tag = self.next_tag
         self.next_tag = tag + 1
-        self.n_deliver_no_ack += 1
+        self.counters.deliver_no_ack += 1
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(0, framing.deliver_frame(self.number, framing.encode_shortstr(tag_str), tag,
@@ -311,16 +309,16 @@ class Channel:
         """This channel's counts under RabbitMQ's ``message_stats`` names (messages; see
         :data:`broker.message_stats.COUNTERS`). Manual-ack deliveries are every delivery tag
         handed out that was not a no-ack delivery or a Basic.GetOk."""
-        confirms = self.confirms
-        no_ack, get, get_no_ack = self.n_deliver_no_ack, self.n_get, self.n_get_no_ack
+        confirms, c = self.confirms, self.counters
+        no_ack, get, get_no_ack = c.deliver_no_ack, c.get, c.get_no_ack
         return {
-            "publish": self.n_publish,
+            "publish": c.publish,
             "confirm": 0 if confirms is None else confirms.confirmed,
             "received_confirm": 0 if confirms is None else confirms.sequence,
-            "return_unroutable": self.n_returned, "drop_unroutable": self.n_dropped,
+            "return_unroutable": c.returned, "drop_unroutable": c.dropped,
             "deliver": self.next_tag - 1 - no_ack - get - get_no_ack,
             "deliver_no_ack": no_ack, "get": get, "get_no_ack": get_no_ack,
-            "get_empty": self.n_get_empty, "redeliver": self.n_redeliver, "ack": self.n_ack,
+            "get_empty": c.get_empty, "redeliver": c.redeliver, "ack": c.ack,
         }
 
     def ack_overdue(self, now: float, timeout: float) -> bool:
@@ -365,10 +363,10 @@ class Channel:
         if not consumer.no_ack:
             self.unacked[tag] = (qm, queue, consumer)
         else:
-            self.n_deliver_no_ack += 1
+            self.counters.deliver_no_ack += 1
         if qm.redelivered:
-            self.n_redeliver += 1
-            queue.redelivered += 1
+            self.counters.redeliver += 1
+            queue.counters.redelivered += 1
         msg = qm.message
         conn = self.connection
         if len(msg.body) <= SMALL_BODY:
@@ -469,19 +467,19 @@ class Channel:
         q = self.vhost.queue(self.queue_name(m.queue), self.connection)
         qm = q.get(m.no_ack)
         if qm is None:
-            self.n_get_empty += 1
+            self.counters.get_empty += 1
             self.send(commands.Basic.GetEmpty())
             return
         tag = self.next_tag
         self.next_tag = tag + 1
         if qm.redelivered:
-            self.n_redeliver += 1
-            q.redelivered += 1
+            self.counters.redeliver += 1
+            q.counters.redelivered += 1
         if not m.no_ack:
-            self.n_get += 1
+            self.counters.get += 1
             self.unacked[tag] = (qm, q, None)
         else:
-            self.n_get_no_ack += 1
+            self.counters.get_no_ack += 1
         msg = qm.message
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
@@ -523,7 +521,7 @@ class Channel:
             entry = self.unacked.pop(tag, None)
             if entry is None:
                 raise PreconditionFailed(f"unknown delivery tag {tag}")
-            self.n_ack += 1
+            self.counters.ack += 1
             entry[1].settle((entry,), ACK)
             if self.global_prefetch:
                 self._dispatch_consumers()
@@ -546,7 +544,7 @@ class Channel:
         None), requeue (True) or reject (False)."""
         outcome = ACK if requeue is None else (REQUEUE if requeue else REJECT_MESSAGE)
         if requeue is None:
-            self.n_ack += len(entries)
+            self.counters.ack += len(entries)
         if len(entries) == 1:
             entries[0][1].settle(entries, outcome)
         else:
@@ -623,8 +621,8 @@ class Channel:
     def release(self) -> None:
         """Channel closing: cancel consumers, requeue unacked deliveries, drop tx state."""
         self.closing = True  # no more deliveries to this channel (can_deliver is False)
-        if not self._counted:  # release may run twice (error, then connection close)
-            self._counted = True
+        if not self.counters.folded:  # release may run twice (error, then connection close)
+            self.counters.folded = True
             self.connection.broker.message_totals.channel_closed(self.vhost.name,
                                                                  self.message_counts())
         self._drop_reply_consumer()

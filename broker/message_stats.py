@@ -29,6 +29,29 @@ COUNTERS: tuple[str, ...] = (
 )
 
 
+class ChannelCounters:
+    """One channel's counts (messages), in one slotted object so that the channel's own
+    attributes stay few (CPython keeps attribute access fast only up to 30 per class).
+
+    Attributes:
+        publish, returned, dropped: Basic.Publish received; of which returned (mandatory)
+            or dropped as unroutable.
+        deliver_no_ack: Basic.Deliver without acknowledgement (direct reply-to included).
+        get, get_no_ack, get_empty: Basic.GetOk (manual / automatic ack), GetEmpty.
+        redeliver: deliveries and GetOks flagged redelivered.
+        ack: deliveries acknowledged.
+        folded: the counts were added to :class:`MessageTotals` (the channel closed).
+    """
+
+    __slots__ = ("publish", "returned", "dropped", "deliver_no_ack", "get", "get_no_ack",
+                 "get_empty", "redeliver", "ack", "folded")
+
+    def __init__(self) -> None:
+        self.publish = self.returned = self.dropped = self.deliver_no_ack = 0
+        self.get = self.get_no_ack = self.get_empty = self.redeliver = self.ack = 0
+        self.folded = False
+
+
 def add_counts(into: Counter[str], counts: Mapping[str, int]) -> Counter[str]:
     """Add ``counts`` to ``into`` (in place) and return it."""
     for key, value in counts.items():

@@ -293,11 +293,12 @@ class UnackedTotals:
 
 def queue_message_stats(q: Queue, rates: Rates | None) -> dict[str, Any]:
     """A queue's ``message_stats`` (RabbitMQ's queue keys: no publisher-side ones)."""
-    manual = q.delivered - q.delivered_no_ack - q.got - q.got_no_ack
+    c = q.counters
+    manual = q.delivered - c.delivered_no_ack - c.got - c.got_no_ack
     return details(rates, ("queue", q.vhost_name, q.name), publish=q.published,
-                   deliver=manual, deliver_no_ack=q.delivered_no_ack, get=q.got,
-                   get_no_ack=q.got_no_ack, get_empty=q.get_empty, deliver_get=q.delivered,
-                   redeliver=q.redelivered, ack=q.acked)
+                   deliver=manual, deliver_no_ack=c.delivered_no_ack, get=c.got,
+                   get_no_ack=c.got_no_ack, get_empty=c.get_empty, deliver_get=q.delivered,
+                   redeliver=c.redelivered, ack=c.acked)
 
 
 def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,

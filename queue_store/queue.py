@@ -43,6 +43,7 @@ from amqp_common.properties import Long, with_header
 from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.consumer import Consumer
+from queue_store.counters import QueueCounters
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.queue_args import QueueSettings, queue_type_of
@@ -122,9 +123,7 @@ class Queue:
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
         self.delivered = 0  # every delivery and Basic.GetOk (deliver_get)
-        # the rest of message_stats (redelivered is counted by the channel that delivers)
-        self.delivered_no_ack = self.got = self.got_no_ack = self.get_empty = 0
-        self.redelivered = self.acked = 0
+        self.counters = QueueCounters()  # the rest of message_stats
         self.index: QueueIndex | None = None
         if durable and self.storage is not None:
             self.index = self.storage.open_index(name)
@@ -334,7 +333,7 @@ class Queue:
                 if self.quorum:
                     self._stamp_delivery_count(qm)
                 if consumer.no_ack:
-                    self.delivered_no_ack += 1
+                    self.counters.delivered_no_ack += 1
                     consumer.channel.deliver(consumer, qm, self)
                     self._forget(qm)
                     continue
@@ -359,16 +358,16 @@ class Queue:
             self._expire_head()
         qm = self.ready.popleft()
         if qm is None:
-            self.get_empty += 1
+            self.counters.get_empty += 1
         else:
             self.delivered += 1
             if self.quorum:
                 self._stamp_delivery_count(qm)
             if no_ack:
-                self.got_no_ack += 1
+                self.counters.got_no_ack += 1
                 self._forget(qm)
             else:
-                self.got += 1
+                self.counters.got += 1
                 self.unacked_count += 1
                 self._log_delivery(qm)
             if self._has_ttl:
@@ -397,7 +396,7 @@ class Queue:
             self._requeue([d[0] for d in deliveries])
             return
         if outcome == _ACK:
-            self.acked += len(deliveries)
+            self.counters.acked += len(deliveries)
         reject = outcome == _REJECT and self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:

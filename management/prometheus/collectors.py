@@ -431,7 +431,7 @@ class BrokerCollector(Collector):
             yield fam
         for name, help_text, gauge in (
             ("publishers", "Current number of publishers",
-             sum(1 for ch in channels if ch.n_publish)),
+             sum(1 for ch in channels if ch.counters.publish)),
             ("consumers", "Current number of consumers",
              sum(len(ch.consumers) for ch in channels)),
         ):
