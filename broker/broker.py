@@ -170,6 +170,8 @@ class Broker:
             vhost.remove_queue(queue)
         if vhost.storage is not None:
             vhost.storage.destroy()
+        self.message_totals.vhost_deleted(name, vhost.queues_declared, vhost.queues_created,
+                                          vhost.queues_deleted)
         self.limits.clear("vhost", name)
         self.permissions.forget_vhost(name)
         self.extras.forget_vhost(name)

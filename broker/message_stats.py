@@ -82,6 +82,7 @@ class MessageTotals:
         self.connections_closed = 0
         self.channels_opened = 0
         self.channels_closed = 0
+        self.deleted_vhosts: Counter[str] = Counter()  # counts and queue churn of those gone
 
     def channel_closed(self, vhost: str, counts: Mapping[str, int]) -> None:
         """A channel of ``vhost`` closed with ``counts`` (call once per channel)."""
@@ -90,6 +91,15 @@ class MessageTotals:
         if bucket is None:
             bucket = self.closed[vhost] = Counter()
         add_counts(bucket, counts)
+
+    def vhost_deleted(self, name: str, queues_declared: int, queues_created: int,
+                      queues_deleted: int) -> None:
+        """Vhost ``name`` is gone: its counts stay in the node's totals (a vhost made again
+        under that name starts from zero, as in RabbitMQ)."""
+        add_counts(self.deleted_vhosts, self.closed.pop(name, {}))
+        add_counts(self.deleted_vhosts, {"queues_declared": queues_declared,
+                                         "queues_created": queues_created,
+                                         "queues_deleted": queues_deleted})
 
     def vhost_totals(self, vhost: str, open_counts: Iterable[Mapping[str, int]]
                      ) -> Counter[str]:
@@ -101,7 +111,8 @@ class MessageTotals:
 
     def node_totals(self, open_counts: Iterable[Mapping[str, int]]) -> Counter[str]:
         """Counts of the node: every closed channel plus ``open_counts``."""
-        out: Counter[str] = Counter()
+        out: Counter[str] = Counter(
+            {k: v for k, v in self.deleted_vhosts.items() if not k.startswith("queues_")})
         for bucket in self.closed.values():
             add_counts(out, bucket)
         for counts in open_counts:

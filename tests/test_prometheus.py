@@ -319,3 +319,21 @@ def test_in_process_runner_stops(tmp_path: Path) -> None:
         return up and not _listening(port)
 
     assert asyncio.run(run())
+
+
+def test_deleting_a_vhost_keeps_the_node_totals() -> None:
+    broker = Broker(BrokerConfig())
+    broker.add_vhost("gone")
+    vhost = broker.vhosts["gone"]
+    vhost.declare_queue("a")
+    vhost.delete_queue("a")
+    vhost.declare_queue("b")
+    totals = broker.message_totals
+    totals.channel_closed("gone", {"publish": 3, "ack": 2})
+    assert totals.vhost_totals("gone", [{"publish": 1}]) == {"publish": 4, "ack": 2}
+    broker.delete_vhost("gone")
+    assert totals.node_totals([]) == {"publish": 3, "ack": 2}
+    assert (totals.deleted_vhosts["queues_declared"], totals.deleted_vhosts["queues_created"],
+            totals.deleted_vhosts["queues_deleted"]) == (2, 2, 2)
+    broker.add_vhost("gone")  # made again: starts from zero, as in RabbitMQ
+    assert totals.vhost_totals("gone", []) == {}

@@ -366,6 +366,7 @@ class BrokerCollector(Collector):
         broker = self.st.broker
         t = broker.message_totals
         vhosts = list(broker.vhosts.values())
+        gone = t.deleted_vhosts
         for name, help_text, value in (
             ("connections_opened_total", "Total number of connections opened",
              t.connections_opened),
@@ -374,11 +375,11 @@ class BrokerCollector(Collector):
             ("channels_opened_total", "Total number of channels opened", t.channels_opened),
             ("channels_closed_total", "Total number of channels closed", t.channels_closed),
             ("queues_declared_total", "Total number of queues declared",
-             sum(v.queues_declared for v in vhosts)),
+             gone["queues_declared"] + sum(v.queues_declared for v in vhosts)),
             ("queues_created_total", "Total number of queues created",
-             sum(v.queues_created for v in vhosts)),
+             gone["queues_created"] + sum(v.queues_created for v in vhosts)),
             ("queues_deleted_total", "Total number of queues deleted",
-             sum(v.queues_deleted for v in vhosts)),
+             gone["queues_deleted"] + sum(v.queues_deleted for v in vhosts)),
         ):
             yield _single(prefix + name, "counter", help_text, value)
 
