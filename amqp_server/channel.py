@@ -308,9 +308,14 @@ class Channel:
     def message_counts(self) -> dict[str, int]:
         """This channel's counts under RabbitMQ's ``message_stats`` names (messages; see
         :data:`broker.message_stats.COUNTERS`). Manual-ack deliveries are every delivery tag
-        handed out that was not a no-ack delivery or a Basic.GetOk."""
+        handed out that was not a no-ack delivery or a Basic.GetOk; acks are the rest of the
+        ack-requiring ones once the outstanding and the negatively settled are taken away."""
         confirms, c = self.confirms, self.counters
         no_ack, get, get_no_ack = c.deliver_no_ack, c.get, c.get_no_ack
+        # every ack-requiring hand-out is acked, nacked/rejected/requeued, outstanding, or
+        # settled inside a transaction not yet committed
+        in_tx = sum(len(arg[0]) for kind, arg in self.tx or () if kind != "publish")
+        acked = self.next_tag - 1 - no_ack - get_no_ack - c.nacked - len(self.unacked) - in_tx
         return {
             "publish": c.publish,
             "confirm": 0 if confirms is None else confirms.confirmed,
@@ -318,7 +323,7 @@ class Channel:
             "return_unroutable": c.returned, "drop_unroutable": c.dropped,
             "deliver": self.next_tag - 1 - no_ack - get - get_no_ack,
             "deliver_no_ack": no_ack, "get": get, "get_no_ack": get_no_ack,
-            "get_empty": c.get_empty, "redeliver": c.redeliver, "ack": c.ack,
+            "get_empty": c.get_empty, "redeliver": c.redeliver, "ack": acked,
         }
 
     def ack_overdue(self, now: float, timeout: float) -> bool:
@@ -521,7 +526,6 @@ class Channel:
             entry = self.unacked.pop(tag, None)
             if entry is None:
                 raise PreconditionFailed(f"unknown delivery tag {tag}")
-            self.counters.ack += 1
             entry[1].settle((entry,), ACK)
             if self.global_prefetch:
                 self._dispatch_consumers()
@@ -543,8 +547,8 @@ class Channel:
         """End taken deliveries through their queues' :meth:`~Queue.settle`: ack (requeue
         None), requeue (True) or reject (False)."""
         outcome = ACK if requeue is None else (REQUEUE if requeue else REJECT_MESSAGE)
-        if requeue is None:
-            self.counters.ack += len(entries)
+        if requeue is not None:  # acks are derived (message_counts), not counted
+            self.counters.nacked += len(entries)
         if len(entries) == 1:
             entries[0][1].settle(entries, outcome)
         else:

@@ -39,16 +39,17 @@ class ChannelCounters:
         deliver_no_ack: Basic.Deliver without acknowledgement (direct reply-to included).
         get, get_no_ack, get_empty: Basic.GetOk (manual / automatic ack), GetEmpty.
         redeliver: deliveries and GetOks flagged redelivered.
-        ack: deliveries acknowledged.
+        nacked: deliveries settled other than by an ack (nack, reject, requeue, recover,
+            channel closed); acks are derived from it, so the ack path adds nothing.
         folded: the counts were added to :class:`MessageTotals` (the channel closed).
     """
 
     __slots__ = ("publish", "returned", "dropped", "deliver_no_ack", "get", "get_no_ack",
-                 "get_empty", "redeliver", "ack", "folded")
+                 "get_empty", "redeliver", "nacked", "folded")
 
     def __init__(self) -> None:
         self.publish = self.returned = self.dropped = self.deliver_no_ack = 0
-        self.get = self.get_no_ack = self.get_empty = self.redeliver = self.ack = 0
+        self.get = self.get_no_ack = self.get_empty = self.redeliver = self.nacked = 0
         self.folded = False
 
 

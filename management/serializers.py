@@ -84,14 +84,17 @@ def channel_message_stats(ch: Channel, rates: Rates | None, key: tuple[str, ...]
 
 
 def vhost_message_counts(broker: Broker, name: str) -> Counter[str]:
-    """Counts of vhost ``name``: its closed channels plus its open ones."""
+    """Counts of vhost ``name``: its closed channels plus its open ones (a channel closing,
+    awaiting its CloseOk, is counted with the closed ones already)."""
     return broker.message_totals.vhost_totals(
-        name, (ch.message_counts() for ch in open_channels(broker) if ch.vhost.name == name))
+        name, (ch.message_counts() for ch in open_channels(broker)
+               if ch.vhost.name == name and not ch.counters.folded))
 
 
 def node_message_counts(broker: Broker) -> Counter[str]:
     """Counts of the node (every vhost, closed channels included)."""
-    return broker.message_totals.node_totals(ch.message_counts() for ch in open_channels(broker))
+    return broker.message_totals.node_totals(
+        ch.message_counts() for ch in open_channels(broker) if not ch.counters.folded)
 
 
 # ---- users, vhosts, permissions ----------------------------------------------------------
@@ -294,9 +297,10 @@ class UnackedTotals:
 def queue_message_stats(q: Queue, rates: Rates | None) -> dict[str, Any]:
     """A queue's ``message_stats`` (RabbitMQ's queue keys: no publisher-side ones)."""
     c = q.counters
-    manual = q.delivered - c.delivered_no_ack - c.got - c.got_no_ack
+    manual = c.manual_deliveries(q.unacked_count)
     return details(rates, ("queue", q.vhost_name, q.name), publish=q.published,
-                   deliver=manual, deliver_no_ack=c.delivered_no_ack, get=c.got,
+                   deliver=manual, deliver_no_ack=q.delivered - manual - c.got - c.got_no_ack,
+                   get=c.got,
                    get_no_ack=c.got_no_ack, get_empty=c.get_empty, deliver_get=q.delivered,
                    redeliver=c.redelivered, ack=c.acked)
 

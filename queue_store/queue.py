@@ -333,7 +333,6 @@ class Queue:
                 if self.quorum:
                     self._stamp_delivery_count(qm)
                 if consumer.no_ack:
-                    self.counters.delivered_no_ack += 1
                     consumer.channel.deliver(consumer, qm, self)
                     self._forget(qm)
                     continue
@@ -390,6 +389,7 @@ class Queue:
         """
         self.unacked_count -= len(deliveries)
         if outcome == _REQUEUE:
+            self.counters.requeued += len(deliveries)
             for _, _, consumer in deliveries:
                 if consumer is not None:
                     self._consumer_settled(consumer)
@@ -397,7 +397,10 @@ class Queue:
             return
         if outcome == _ACK:
             self.counters.acked += len(deliveries)
-        reject = outcome == _REJECT and self.vhost is not None and not self.deleted
+            reject = False
+        else:
+            self.counters.rejected += len(deliveries)
+            reject = self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:
                 consumer.unacked -= 1

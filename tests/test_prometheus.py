@@ -337,3 +337,25 @@ def test_deleting_a_vhost_keeps_the_node_totals() -> None:
             totals.deleted_vhosts["queues_deleted"]) == (2, 2, 2)
     broker.add_vhost("gone")  # made again: starts from zero, as in RabbitMQ
     assert totals.vhost_totals("gone", []) == {}
+
+
+def test_acks_in_a_transaction_count_once_committed(prom: Scraper) -> None:
+    q = f"prom-tx-{uuid.uuid4().hex[:6]}"
+    conn = prom.connect()
+    ch = conn.channel()
+    ch.queue_declare(q)
+    for _ in range(3):
+        ch.basic_publish("", q, b"t")
+    acked = "rabbitmq_global_messages_acknowledged_total"
+    before = prom.value(acked)
+    ch.tx_select()
+    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(3)]
+    ch.basic_ack(tags[0])
+    ch.basic_reject(tags[1], requeue=False)
+    assert prom.value(acked) == before  # settled inside the transaction: not yet
+    ch.tx_commit()
+    assert prom.value(acked) == before + 1  # the reject is no ack; tags[2] is outstanding
+    ch.tx_rollback()
+    ch.queue_delete(q)
+    conn.close()
+    assert prom.value(acked) == before + 1  # closing requeued tags[2]: still no ack

@@ -340,7 +340,9 @@ class BrokerCollector(Collector):
             yield from _rows(prefix, CHANNEL_METRICS, ["channel"], ch_objects, per_object)
         if scope.wants("channel_exchange_metrics") or scope.wants("channel_queue_metrics"):
             counts = [(labels, ch.message_counts()) for labels, ch in ch_objects]
-            node = broker.message_totals.node_totals(c for _, c in counts)
+            node = broker.message_totals.node_totals(
+                c for (_, c), (_, ch) in zip(counts, ch_objects, strict=True)
+                if not ch.counters.folded)
             for family, rows in (("channel_exchange_metrics", CHANNEL_EXCHANGE),
                                  ("channel_queue_metrics", CHANNEL_QUEUE)):
                 if not scope.wants(family):
@@ -424,7 +426,7 @@ class BrokerCollector(Collector):
 
     def _global(self, channels: list[Channel]) -> Iterator[Metric]:
         node: Counter[str] = self.st.broker.message_totals.node_totals(
-            ch.message_counts() for ch in channels)
+            ch.message_counts() for ch in channels if not ch.counters.folded)
         for name, help_text, value in GLOBAL_PROTOCOL:
             fam = CounterMetricFamily("rabbitmq_global_" + name, help_text,
                                       labels=["protocol"])
