@@ -50,6 +50,7 @@ from amqp_server import topology_methods
 from amqp_server.assembler import CommandAssembler, PublishFields
 from amqp_server.confirms import Confirms
 from broker import direct_reply_to
+from broker.message_stats import ChannelCounters
 from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
@@ -94,6 +95,8 @@ class Channel:
         self.reply_consumer_tag: str | None = None  # direct reply-to consumer
         self.reply_address: str | None = None
         self.assembler = CommandAssembler(self)  # frames -> whole commands
+        self.counters = ChannelCounters()  # message_stats (deliver: see message_counts)
+        connection.broker.message_totals.channels_opened += 1
         self._handlers: dict[type, Callable[[Any], None]] = {
             commands.Channel.Close: self._channel_close,
             commands.Channel.CloseOk: lambda m: None,  # no Close of ours pending: ignored
@@ -229,9 +232,14 @@ class Channel:
         if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
             self._publish_reply(msg, mandatory)
             return
+        self.counters.publish += 1
         result = self.vhost.publish(x, msg)
-        if not result and mandatory:
-            self._return_unroutable(without_bcc(msg))
+        if not result:
+            if mandatory:
+                self.counters.returned += 1
+                self._return_unroutable(without_bcc(msg))
+            else:
+                self.counters.dropped += 1
         confirms = self.confirms
         if confirms is not None:
             if result & REJECTED:
@@ -270,11 +278,15 @@ class Channel:
 
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""
+        self.counters.publish += 1
         target = self.connection.broker.reply_to.lookup(msg.routing_key)
         if target is not None:
             target.deliver_reply(msg)
         elif mandatory:
+            self.counters.returned += 1
             self._return_unroutable(msg)
+        else:
+            self.counters.dropped += 1
         if self.confirms is not None:
             self.confirms.next_seq()
             self.connection.confirms_dirty.add(self)
@@ -286,11 +298,33 @@ class Channel:
             return
         tag = self.next_tag
         self.next_tag = tag + 1
+        self.counters.deliver_no_ack += 1
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(0, framing.deliver_frame(self.number, framing.encode_shortstr(tag_str), tag,
                                             False, msg.ex_rk_raw))
         conn.send_frames(out)
+
+    def message_counts(self) -> dict[str, int]:
+        """This channel's counts under RabbitMQ's ``message_stats`` names (messages; see
+        :data:`broker.message_stats.COUNTERS`). Manual-ack deliveries are every delivery tag
+        handed out that was not a no-ack delivery or a Basic.GetOk; acks are the rest of the
+        ack-requiring ones once the outstanding and the negatively settled are taken away."""
+        confirms, c = self.confirms, self.counters
+        no_ack, get, get_no_ack = c.deliver_no_ack, c.get, c.get_no_ack
+        # every ack-requiring hand-out is acked, nacked/rejected/requeued, outstanding, or
+        # settled inside a transaction not yet committed
+        in_tx = sum(len(arg[0]) for kind, arg in self.tx or () if kind != "publish")
+        acked = self.next_tag - 1 - no_ack - get_no_ack - c.nacked - len(self.unacked) - in_tx
+        return {
+            "publish": c.publish,
+            "confirm": 0 if confirms is None else confirms.confirmed,
+            "received_confirm": 0 if confirms is None else confirms.sequence,
+            "return_unroutable": c.returned, "drop_unroutable": c.dropped,
+            "deliver": self.next_tag - 1 - no_ack - get - get_no_ack,
+            "deliver_no_ack": no_ack, "get": get, "get_no_ack": get_no_ack,
+            "get_empty": c.get_empty, "redeliver": c.redeliver, "ack": acked,
+        }
 
     def ack_overdue(self, now: float, timeout: float) -> bool:
         """True when the oldest unacknowledged delivery is older than ``timeout`` seconds.
@@ -333,6 +367,11 @@ class Channel:
         self.next_tag = tag + 1
         if not consumer.no_ack:
             self.unacked[tag] = (qm, queue, consumer)
+        else:
+            self.counters.deliver_no_ack += 1
+        if qm.redelivered:
+            self.counters.redeliver += 1
+            queue.counters.redelivered += 1
         msg = qm.message
         conn = self.connection
         if len(msg.body) <= SMALL_BODY:
@@ -433,12 +472,19 @@ class Channel:
         q = self.vhost.queue(self.queue_name(m.queue), self.connection)
         qm = q.get(m.no_ack)
         if qm is None:
+            self.counters.get_empty += 1
             self.send(commands.Basic.GetEmpty())
             return
         tag = self.next_tag
         self.next_tag = tag + 1
+        if qm.redelivered:
+            self.counters.redeliver += 1
+            q.counters.redelivered += 1
         if not m.no_ack:
+            self.counters.get += 1
             self.unacked[tag] = (qm, q, None)
+        else:
+            self.counters.get_no_ack += 1
         msg = qm.message
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
@@ -501,6 +547,8 @@ class Channel:
         """End taken deliveries through their queues' :meth:`~Queue.settle`: ack (requeue
         None), requeue (True) or reject (False)."""
         outcome = ACK if requeue is None else (REQUEUE if requeue else REJECT_MESSAGE)
+        if requeue is not None:  # acks are derived (message_counts), not counted
+            self.counters.nacked += len(entries)
         if len(entries) == 1:
             entries[0][1].settle(entries, outcome)
         else:
@@ -577,6 +625,10 @@ class Channel:
     def release(self) -> None:
         """Channel closing: cancel consumers, requeue unacked deliveries, drop tx state."""
         self.closing = True  # no more deliveries to this channel (can_deliver is False)
+        if not self.counters.folded:  # release may run twice (error, then connection close)
+            self.counters.folded = True
+            self.connection.broker.message_totals.channel_closed(self.vhost.name,
+                                                                 self.message_counts())
         self._drop_reply_consumer()
         # deliveries settled inside an uncommitted transaction are still unacked: requeue them
         pending = [item for kind, arg in (self.tx or []) if kind != "publish" for item in arg[0]]

@@ -20,13 +20,14 @@ class Confirms:
     ``drain()`` returns ``[(delivery_tag, multiple, ack)]`` to send, in order.
     """
 
-    __slots__ = ("_seq", "_unconfirmed", "_acked", "_nacked")
+    __slots__ = ("_seq", "_unconfirmed", "_acked", "_nacked", "confirmed")
 
     def __init__(self) -> None:
         self._seq = 0
         self._unconfirmed: dict[int, None] = {}  # insertion order == seq order
         self._acked: list[int] = []
         self._nacked: list[int] = []
+        self.confirmed = 0  # sequence numbers acked to the publisher (stats)
 
     def next_seq(self, pending: bool = False) -> int:
         """Allocate the next sequence number; ``pending`` keeps it unconfirmed until
@@ -47,6 +48,16 @@ class Confirms:
             self._nacked.append(seq)
 
     @property
+    def unconfirmed_count(self) -> int:
+        """Sequence numbers not yet settled (published, awaiting their confirm)."""
+        return len(self._unconfirmed)
+
+    @property
+    def sequence(self) -> int:
+        """Sequence numbers handed out so far (publishes received in confirm mode)."""
+        return self._seq
+
+    @property
     def dirty(self) -> bool:
         return bool(self._acked or self._nacked)
 
@@ -60,6 +71,7 @@ class Confirms:
             return out
         acked = sorted(self._acked)
         self._acked.clear()
+        self.confirmed += len(acked)
         oldest = next(iter(self._unconfirmed), None)
         below = acked if oldest is None else [s for s in acked if s < oldest]
         above = [] if oldest is None else [s for s in acked if s > oldest]

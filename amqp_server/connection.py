@@ -122,6 +122,7 @@ class Connection:
         self.last_sent = now
         self._close_deadline: float | None = None
         broker.connections.add(self)
+        broker.message_totals.connections_opened += 1
 
     # ---- output --------------------------------------------------------------------------
 
@@ -437,7 +438,9 @@ class Connection:
                 self.vhost.remove_queue(q)
         self.exclusive_queues.clear()
         self.confirms_dirty.clear()
-        self.broker.connections.discard(self)
+        if self in self.broker.connections:
+            self.broker.connections.discard(self)
+            self.broker.message_totals.connections_closed += 1
 
     def connection_lost(self) -> None:
         """The socket is gone (whatever the state): release everything."""

@@ -37,6 +37,8 @@ from broker.listeners import ListenError, bind_all, format_host
 from broker.persistence import recover_messages
 from management import options as management
 from management import stop_management
+from management.prometheus import options as prometheus
+from management.prometheus import stop_prometheus
 
 log = logging.getLogger("amqpq.server")
 
@@ -181,7 +183,10 @@ class BrokerServer:
                          ", ".join(self.config.listen_hosts), self.tls_port)
             self.management = await management.start_for_server(self.broker, self.config,
                                                                 self.port)
+            self.prometheus = await prometheus.start_for_server(self.broker, self.config,
+                                                                self.port)
         except BaseException:
+            await stop_management(getattr(self, "management", None))
             for server in self._servers:
                 server.close()
             raise
@@ -251,6 +256,7 @@ class BrokerServer:
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
         await stop_management(getattr(self, "management", None))
+        await stop_prometheus(getattr(self, "prometheus", None))
         for server in self._servers:
             server.close()
         if self._ticker is not None:
@@ -321,6 +327,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
     p.add_argument("--disk-free-limit", type=int, default=50_000_000,
                    help="disk alarm: bytes that must stay free in the data dir")
     management.add_arguments(p)
+    prometheus.add_arguments(p)
     tls.add_arguments(p)
     a = p.parse_args(argv)
     try:
@@ -352,6 +359,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
         tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
         max_connections=a.max_connections, management=management.from_args(a, p),
+        prometheus=prometheus.from_args(a, p),
     )
     if conf is not None:
         conf.apply(config)

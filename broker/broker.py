@@ -15,6 +15,7 @@ from broker.alarms import Alarms
 from broker.config import BrokerConfig
 from broker.direct_reply_to import ReplyToRegistry
 from broker.environment import BrokerEnvironment
+from broker.message_stats import MessageTotals
 from broker.persistence import TopologyStore
 from queue_store.durability import Durability
 from queue_store.storage import VhostStorage, name_id
@@ -76,6 +77,7 @@ class Broker:
         self.permissions = PermissionStore()
         self.limits = Limits()
         self.connections: set[Connection] = set()
+        self.message_totals = MessageTotals()  # closed channels' counts, churn (stats)
         self.reply_to = ReplyToRegistry()
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
@@ -168,6 +170,8 @@ class Broker:
             vhost.remove_queue(queue)
         if vhost.storage is not None:
             vhost.storage.destroy()
+        self.message_totals.vhost_deleted(name, vhost.queues_declared, vhost.queues_created,
+                                          vhost.queues_deleted)
         self.limits.clear("vhost", name)
         self.permissions.forget_vhost(name)
         self.extras.forget_vhost(name)

@@ -44,6 +44,7 @@ class Exchange:
         self.router = make_exchange_type(type_name, self.arguments)
         self.bindings: dict[Any, Binding] = {}
         self.published = 0  # messages published to this exchange (stats)
+        self.unroutable = 0  # of which reached no queue (publish_out = the rest)
         self.policy_alternate_exchange: str | None = None  # from a matching policy
 
     def __repr__(self) -> str:

@@ -1,5 +1,5 @@
-"""The management HTTP API (RabbitMQ's ``rabbitmq_management`` equivalent) and Prometheus
-metrics, served by aiohttp in the broker's event loop.
+"""The management HTTP API (RabbitMQ's ``rabbitmq_management`` equivalent) and, in
+:mod:`management.prometheus`, the Prometheus metrics; served by aiohttp in the broker's event loop.
 
 Source: https://www.rabbitmq.com/docs/management.
 """

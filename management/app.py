@@ -23,7 +23,6 @@ from aiohttp import web
 
 from amqp_common.errors import AMQPError
 from broker.listeners import bind_all
-from management import metrics
 from management.auth import Handler, auth_middleware
 from management.errors import ApiError, from_amqp, not_found
 from management.listing import list_query_middleware
@@ -84,7 +83,6 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
     app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
     for table in all_routes():
         app.add_routes(table)
-    app.add_routes(metrics.routes)
     return app
 
 

@@ -79,7 +79,7 @@ PRINCIPAL_KEY: Any = (web.RequestKey("amqpq_principal", Principal)
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Authenticate ``/api`` requests; others (``/metrics``) pass unauthenticated."""
+    """Authenticate ``/api`` requests; others (the web UI's files) pass unauthenticated."""
     if not request.path.startswith("/api/"):
         return await handler(request)
     credentials = parse_basic(request.headers.get("Authorization"))

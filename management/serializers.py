@@ -14,11 +14,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote_plus
 
+from broker.message_stats import deliver_get
 from exchanges.binding import Binding
 from management.group_stats import message_groups_json
 from queue_store.consumer import Consumer
@@ -52,6 +54,50 @@ def details(_rates: Rates | None = None, _key: tuple[str, ...] = (),
     return out
 
 
+#: ``message_stats`` keys of vhosts, /api/overview and channels, in RabbitMQ's order
+MESSAGE_STATS_KEYS: tuple[str, ...] = (
+    "publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
+    "deliver_no_ack", "get", "get_no_ack", "get_empty", "deliver_get", "redeliver", "ack")
+_PUBLISHER_KEYS = ("publish", "confirm", "return_unroutable", "drop_unroutable")
+
+
+def message_stats(counts: Mapping[str, int], rates: Rates | None, key: tuple[str, ...],
+                  keys: Iterable[str] = MESSAGE_STATS_KEYS) -> dict[str, Any]:
+    """RabbitMQ's ``message_stats`` from :mod:`broker.message_stats` counts (messages), each
+    with its ``_details.rate`` (messages/s); ``deliver_get`` is derived."""
+    values = {k: deliver_get(counts) if k == "deliver_get" else counts.get(k, 0)
+              for k in keys}
+    return details(rates, key, **values)
+
+
+def channel_message_stats(ch: Channel, rates: Rates | None, key: tuple[str, ...]
+                          ) -> dict[str, Any]:
+    """A channel's ``message_stats``: the publisher keys once it has published, the consumer
+    keys once it has fetched, been delivered or acked anything (as RabbitMQ, which shows
+    only what a channel did; ``{}`` for an idle channel)."""
+    counts = ch.message_counts()
+    keys = [k for k in MESSAGE_STATS_KEYS if k not in _PUBLISHER_KEYS] \
+        if any(counts[k] for k in ("deliver", "deliver_no_ack", "get", "get_no_ack",
+                                   "get_empty", "ack")) else []
+    if counts["publish"]:
+        keys = [*_PUBLISHER_KEYS, *keys]
+    return message_stats(counts, rates, key, keys)
+
+
+def vhost_message_counts(broker: Broker, name: str) -> Counter[str]:
+    """Counts of vhost ``name``: its closed channels plus its open ones (a channel closing,
+    awaiting its CloseOk, is counted with the closed ones already)."""
+    return broker.message_totals.vhost_totals(
+        name, (ch.message_counts() for ch in open_channels(broker)
+               if ch.vhost.name == name and not ch.counters.folded))
+
+
+def node_message_counts(broker: Broker) -> Counter[str]:
+    """Counts of the node (every vhost, closed channels included)."""
+    return broker.message_totals.node_totals(
+        ch.message_counts() for ch in open_channels(broker) if not ch.counters.folded)
+
+
 # ---- users, vhosts, permissions ----------------------------------------------------------
 
 
@@ -78,10 +124,8 @@ def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
         "cluster_state": {node: "running"},
         **details(rates, ("vhost", name), messages=ready + unacked, messages_ready=ready,
                   messages_unacknowledged=unacked),
-        "message_stats": details(
-            rates, ("vhost", name),
-            publish=sum(q.published for q in vhost.queues.values()),
-            deliver_get=sum(q.delivered for q in vhost.queues.values())),
+        "message_stats": message_stats(vhost_message_counts(broker, name), rates,
+                                       ("vhost", name)),
     }
 
 
@@ -101,7 +145,8 @@ def exchange_json(vhost: str, x: Exchange | None, full: bool = False,
                "arguments": jsonable(x.arguments),
                "user_who_performed_action": INTERNAL_USER}
         out["message_stats"] = details(rates, ("exchange", vhost, x.name),
-                                       publish_in=x.published)
+                                       publish_in=x.published,
+                                       publish_out=x.published - x.unroutable)
     if full:
         out["incoming"] = []
         out["outgoing"] = []
@@ -201,7 +246,9 @@ def channel_json(ch: Channel, st: ManagementState) -> dict[str, Any]:
         "global_prefetch_count": ch.global_prefetch, "confirm": ch.confirms is not None,
         "transactional": tx is not None, "messages_unacknowledged": len(ch.unacked),
         "messages_uncommitted": len(tx) if tx else 0, "acks_uncommitted": 0,
-        "messages_unconfirmed": 0, "pending_raft_commands": 0,
+        "messages_unconfirmed": 0 if ch.confirms is None else ch.confirms.unconfirmed_count,
+        "pending_raft_commands": 0,
+        "message_stats": channel_message_stats(ch, st.rates, ("channel", channel_name(ch, st))),
     }
 
 
@@ -248,6 +295,17 @@ class UnackedTotals:
         return self.by_queue.get(id(q), (0, 0))[1]
 
 
+def queue_message_stats(q: Queue, rates: Rates | None) -> dict[str, Any]:
+    """A queue's ``message_stats`` (RabbitMQ's queue keys: no publisher-side ones)."""
+    c = q.counters
+    manual = c.manual_deliveries(q.unacked_count)
+    return details(rates, ("queue", q.vhost_name, q.name), publish=q.published,
+                   deliver=manual, deliver_no_ack=q.delivered - manual - c.got - c.got_no_ack,
+                   get=c.got,
+                   get_no_ack=c.got_no_ack, get_empty=c.get_empty, deliver_get=q.delivered,
+                   redeliver=c.redelivered, ack=c.acked)
+
+
 def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
                full: bool = False) -> dict[str, Any]:
     vhost = st.broker.vhosts.get(q.vhost_name)
@@ -282,8 +340,7 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "message_bytes": ready_bytes + unacked_bytes, "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
         "message_bytes_ram": ready_bytes + unacked_bytes, "message_bytes_paged_out": 0,
-        "message_stats": details(st.rates, ("queue", q.vhost_name, q.name),
-                                 publish=q.published, deliver_get=q.delivered),
+        "message_stats": queue_message_stats(q, st.rates),
     }
     if q.quorum:  # one node: it leads and is the only member
         out.update(leader=st.node, members=[st.node], online=[st.node])

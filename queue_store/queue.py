@@ -43,6 +43,7 @@ from amqp_common.properties import Long, with_header
 from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.consumer import Consumer
+from queue_store.counters import QueueCounters
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.queue_args import QueueSettings, queue_type_of
@@ -54,7 +55,7 @@ __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", 
 
 log = logging.getLogger("amqpq.queue")
 
-_REQUEUE, _REJECT = Settlement.REQUEUE, Settlement.REJECT
+_ACK, _REQUEUE, _REJECT = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
 
 #: An outstanding delivery: (message, its queue, the consumer or None for Basic.Get).
 Delivery = tuple[QueuedMessage, "Queue", "Consumer | None"]
@@ -121,7 +122,8 @@ class Queue:
         self._ttl_timer: TimerHandle | None = None
         self._expiry_timer: TimerHandle | None = None
         self.published = 0  # messages (stats)
-        self.delivered = 0
+        self.delivered = 0  # every delivery and Basic.GetOk (deliver_get)
+        self.counters = QueueCounters()  # the rest of message_stats
         self.index: QueueIndex | None = None
         if durable and self.storage is not None:
             self.index = self.storage.open_index(name)
@@ -354,13 +356,17 @@ class Queue:
         if self._has_ttl:
             self._expire_head()
         qm = self.ready.popleft()
-        if qm is not None:
+        if qm is None:
+            self.counters.get_empty += 1
+        else:
             self.delivered += 1
             if self.quorum:
                 self._stamp_delivery_count(qm)
             if no_ack:
+                self.counters.got_no_ack += 1
                 self._forget(qm)
             else:
+                self.counters.got += 1
                 self.unacked_count += 1
                 self._log_delivery(qm)
             if self._has_ttl:
@@ -383,12 +389,18 @@ class Queue:
         """
         self.unacked_count -= len(deliveries)
         if outcome == _REQUEUE:
+            self.counters.requeued += len(deliveries)
             for _, _, consumer in deliveries:
                 if consumer is not None:
                     self._consumer_settled(consumer)
             self._requeue([d[0] for d in deliveries])
             return
-        reject = outcome == _REJECT and self.vhost is not None and not self.deleted
+        if outcome == _ACK:
+            self.counters.acked += len(deliveries)
+            reject = False
+        else:
+            self.counters.rejected += len(deliveries)
+            reject = self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:
                 consumer.unacked -= 1

@@ -89,7 +89,7 @@ product.name = orders-broker
     assert config.disk_free_limit == 2**30
     assert config.management.definitions == definitions
     assert (config.management.port, config.management.host) == (15673, "127.0.0.1")
-    assert config.prometheus.port == 15693 and not config.prometheus.enabled
+    assert config.prometheus.port == 15693 and config.prometheus.enabled  # on by default
     log = config.log
     assert (log.file, log.file_level, log.level, log.format) == (
         tmp_path / "amqpq.log", "debug", "warning", "json")

@@ -80,6 +80,7 @@ class VirtualHost:
         self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        self.queues_declared = self.queues_created = self.queues_deleted = 0  # stats
         # bindings by destination, so deleting a queue/exchange finds its inbound bindings
         self._inbound: dict[Destination, dict[Any, Binding]] = {}
         for xname, xtype in DEFAULT_EXCHANGES.items():
@@ -212,6 +213,7 @@ class VirtualHost:
                 q.check_exclusive_access(connection)
             q.touch()
             return q
+        self.queues_declared += 1
         arguments = arguments or {}
         if name == "":
             check_server_named_allowed(arguments)
@@ -244,6 +246,7 @@ class VirtualHost:
                 vhost=self,
             )
             self.queues[name] = q
+            self.queues_created += 1
             self.changed()
             return q
         # strict exclusive check: the requested owner must be the current one
@@ -288,6 +291,7 @@ class VirtualHost:
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
+        self.queues_deleted += 1
         self.changed()
         count = q.message_count
         for consumer in q.mark_deleted():
@@ -513,6 +517,8 @@ class VirtualHost:
         if accept is not None:
             queues = [q for q in queues if accept(q)]
         if not queues:
+            if exchange is not None:
+                exchange.unroutable += 1
             return UNROUTABLE
         result = ROUTED
         for q in queues:

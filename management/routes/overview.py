@@ -12,7 +12,7 @@ from exchanges import EXCHANGE_TYPES
 from management.auth import check_permission, principal
 from management.messages import get_messages, publish
 from management.routes.common import ok, readable_vhost
-from management.serializers import details, open_channels
+from management.serializers import details, message_stats, node_message_counts, open_channels
 from management.state import RABBITMQ_VERSION, state
 
 routes = web.RouteTableDef()
@@ -45,9 +45,7 @@ async def overview(request: web.Request) -> web.Response:
         "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": st.node, "node": st.node,
         "disable_stats": False, "enable_queue_totals": False,
         "statistics_db_event_queue": 0,
-        "message_stats": details(st.rates, ("overview",),
-                                 publish=sum(q.published for q in queues),
-                                 deliver_get=sum(q.delivered for q in queues)),
+        "message_stats": message_stats(node_message_counts(broker), st.rates, ("overview",)),
         "queue_totals": details(st.rates, ("overview",),
                                 messages=ready + unacked, messages_ready=ready,
                                 messages_unacknowledged=unacked),

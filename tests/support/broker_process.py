@@ -81,6 +81,8 @@ def broker_command(port: int, data_dir: Path | str, *,
         management: False adds ``--no-management``; True keeps the broker's default; a number
             is the ``--management-port``.
         args: more options, appended as they are (``--ssl-*``, ``--definitions``, ...).
+            Without ``--prometheus-port`` among them, ``--no-prometheus`` is added (a restart
+            on a fixed AMQP port would otherwise take the Prometheus default, 15692).
     """
     cmd = [python, "-m", "amqp_server",
            *[arg for host in hosts or () for arg in ("--host", host)],
@@ -89,6 +91,8 @@ def broker_command(port: int, data_dir: Path | str, *,
         cmd.append("--no-management")
     elif management is not True:
         cmd += ["--management-port", str(management)]
+    if "--prometheus-port" not in args and "--no-prometheus" not in args:
+        cmd.append("--no-prometheus")
     return [*cmd, *args]
 
 
