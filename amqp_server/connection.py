@@ -80,6 +80,15 @@ class Connection:
             None: the first listen address and the AMQP port.
     """
 
+    # slots: more than 30 instance attributes leave CPython's shared-key instance dicts, which
+    # makes every attribute access on the hot path slower
+    __slots__ = ("broker", "peer", "local", "_logged_accept", "clock", "state", "reader",
+                 "frame_max", "channel_max", "heartbeat", "channels", "exclusive_queues",
+                 "confirms_dirty", "client_properties", "user", "peer_cn", "vhost_name",
+                 "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
+                 "_out", "_out_size", "_throttled", "_header_buf", "auth_mechanism",
+                 "created_at", "last_received", "last_sent", "_close_deadline", "__weakref__")
+
     def __init__(
         self,
         broker: Broker,
