@@ -27,6 +27,7 @@ from management.auth import Handler, auth_middleware
 from management.errors import ApiError, from_amqp, not_found
 from management.listing import list_query_middleware
 from management.routes import all_routes
+from management.routes.ui_files import add_ui_routes
 from management.state import STATE_KEY, ManagementState
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
     app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
     for table in all_routes():
         app.add_routes(table)
+    add_ui_routes(app)  # the web UI at /, after the API
     return app
 
 

@@ -14,6 +14,7 @@ from management.routes import (
     exchanges,
     health,
     limits,
+    move,
     nodes,
     overview,
     parameters,
@@ -30,4 +31,4 @@ def all_routes() -> list[web.RouteTableDef]:
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
             exchanges.routes, queues.routes, bindings.routes, policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
-            health.routes]
+            health.routes, move.routes]

@@ -1,0 +1,166 @@
+// Boot, login, layout and the hash router of the management UI.
+import { ApiError, api, basic, credentials, forgetCredentials, get, storeCredentials } from "./api.js";
+import { fill, form, h } from "./dom.js";
+import * as admin from "./pages/admin.js";
+import * as connections from "./pages/connections.js";
+import * as exchanges from "./pages/exchanges.js";
+import * as overview from "./pages/overview.js";
+import * as policies from "./pages/policies.js";
+import * as queues from "./pages/queues.js";
+
+const isAdmin = (u) => u.tags.includes("administrator");
+const isPolicymaker = (u) => isAdmin(u) || u.tags.includes("policymaker");
+const anyone = () => true;
+
+// [hash prefix, tab title, who sees it]
+const TABS = [
+  ["#/", "Overview", anyone], ["#/connections", "Connections", anyone],
+  ["#/channels", "Channels", anyone], ["#/exchanges", "Exchanges", anyone],
+  ["#/queues", "Queues", anyone], ["#/bindings", "Bindings", anyone],
+  ["#/users", "Users", isAdmin], ["#/vhosts", "Virtual hosts", isAdmin],
+  ["#/permissions", "Permissions", isAdmin], ["#/policies", "Policies", isPolicymaker],
+  ["#/limits", "Limits", isAdmin],
+];
+
+// [pattern, render(ctx, ...decoded groups)]
+const ROUTES = [
+  [/^#\/?$/, overview.render],
+  [/^#\/connections$/, connections.list],
+  [/^#\/connections\/(.+)$/, connections.detail],
+  [/^#\/channels$/, connections.channels],
+  [/^#\/exchanges$/, exchanges.list],
+  [/^#\/exchanges\/([^/]+)\/([^/]*)$/, exchanges.detail],
+  [/^#\/queues$/, queues.list],
+  [/^#\/queues\/([^/]+)\/([^/]+)$/, queues.detail],
+  [/^#\/bindings$/, exchanges.bindings],
+  [/^#\/users$/, admin.users],
+  [/^#\/vhosts$/, admin.vhosts],
+  [/^#\/permissions$/, admin.permissions],
+  [/^#\/policies$/, policies.list],
+  [/^#\/limits$/, policies.limits],
+];
+
+const VHOST_KEY = "amqpq.vhost";
+let timers = [];
+let user = null;
+
+function clearTimers() {
+  timers.forEach(clearInterval);
+  timers = [];
+}
+
+/** What a page gets: the user, the vhost filter, its container and a refresh scheduler. */
+function context(main) {
+  return {
+    user,
+    isAdmin: isAdmin(user),
+    isPolicymaker: isPolicymaker(user),
+    isMonitor: isAdmin(user) || user.tags.includes("monitoring"),
+    vhost: sessionStorage.getItem(VHOST_KEY) || "",
+    main,
+    every(ms, fn) { timers.push(setInterval(() => fn().catch(showError), ms)); },
+  };
+}
+
+function showError(err) {
+  if (err instanceof ApiError && err.status === 401 && err.reason === "Login failed") {
+    logout();
+    return;
+  }
+  const bar = document.getElementById("status");
+  fill(bar, h("span", { class: "error" }, err.message));
+}
+
+async function route() {
+  clearTimers();
+  const main = document.getElementById("main");
+  const hash = location.hash || "#/";
+  document.querySelectorAll("#nav a").forEach((a) => {
+    const target = a.getAttribute("href");
+    a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" : hash.startsWith(target));
+  });
+  fill(document.getElementById("status"));
+  for (const [pattern, render] of ROUTES) {
+    const m = hash.match(pattern);
+    if (m) {
+      fill(main, h("p", { class: "loading" }, "Loading…"));
+      try {
+        await render(context(main), ...m.slice(1).map(decodeURIComponent));
+      } catch (err) {
+        fill(main, h("p", { class: "error" }, err.message));
+      }
+      return;
+    }
+  }
+  fill(main, h("h1", {}, "Not found"), h("p", {}, `No page ${hash}.`));
+}
+
+async function vhostPicker() {
+  const names = (await get("/vhosts")).map((v) => v.name);
+  const current = sessionStorage.getItem(VHOST_KEY) || "";
+  const select = h("select", { id: "vhost-filter", onchange: (e) => {
+    sessionStorage.setItem(VHOST_KEY, e.target.value);
+    route();
+  } }, h("option", { value: "" }, "All"),
+  names.map((n) => h("option", { value: n, selected: n === current }, n)));
+  return h("label", { class: "vhost-filter" }, "Virtual host ", select);
+}
+
+function logout() {
+  forgetCredentials();
+  user = null;
+  clearTimers();
+  loginPage();
+}
+
+async function layout() {
+  const header = document.getElementById("header");
+  fill(header,
+    h("div", { class: "brand" }, h("span", { class: "logo" }, "amqpq"), " Management"),
+    h("div", { class: "who" }, await vhostPicker(), " ",
+      h("span", { id: "user" }, `User ${user.name}`), " ",
+      h("button", { id: "logout", onclick: logout }, "Log out")));
+  fill(document.getElementById("nav"),
+    TABS.filter(([, , who]) => who(user)).map(([href, title]) => h("a", { href }, title)));
+  window.onhashchange = route;
+  await route();
+}
+
+function loginPage() {
+  fill(document.getElementById("header"),
+    h("div", { class: "brand" }, h("span", { class: "logo" }, "amqpq"), " Management"));
+  fill(document.getElementById("nav"));
+  fill(document.getElementById("status"));
+  window.onhashchange = null;
+  fill(document.getElementById("main"), h("div", { class: "login" },
+    h("h1", {}, "Log in"),
+    form([
+      { name: "username", label: "Username", required: true },
+      { name: "password", label: "Password", type: "password" },
+    ], "Login", async ({ username, password }) => {
+      const token = basic(username, password);
+      try {
+        user = await api("GET", "/whoami", undefined, { token });
+      } catch (err) {
+        throw new Error(err instanceof ApiError ? err.reason || `HTTP ${err.status}` : err.message);
+      }
+      storeCredentials(token);
+      await layout();
+      return "Logged in.";
+    }, { id: "login" })));
+}
+
+async function boot() {
+  if (credentials()) {
+    try {
+      user = await get("/whoami");
+      await layout();
+      return;
+    } catch {
+      forgetCredentials();
+    }
+  }
+  loginPage();
+}
+
+boot();

@@ -1,0 +1,79 @@
+// Connections (one can be closed with a reason) and channels.
+import { del, enc, get } from "../api.js";
+import { facts, fill, form, h, link, num, section, table } from "../dom.js";
+
+const REFRESH_MS = 5000;
+
+function inVhost(ctx, path) {
+  return ctx.vhost ? `/vhosts/${enc(ctx.vhost)}/${path}` : `/${path}`;
+}
+
+function clientName(c) {
+  const p = c.client_properties ?? {};
+  return [p.product, p.version].filter(Boolean).join(" ");
+}
+
+export async function list(ctx) {
+  const box = h("div", { id: "connections" });
+  fill(ctx.main, h("h1", {}, "Connections"), box);
+  const refresh = async () => fill(box, table([
+    { title: "Name", value: (c) => h("span", {}, link(`#/connections/${enc(c.name)}`, c.name),
+      c.user_provided_name ? h("small", {}, ` ${c.user_provided_name}`) : null) },
+    { title: "Virtual host", value: (c) => c.vhost },
+    { title: "User", value: (c) => c.user },
+    { title: "State", value: (c) => h("span", { class: `state ${c.state}` }, c.state) },
+    { title: "Protocol", value: (c) => c.protocol },
+    { title: "Client", value: clientName },
+    { title: "Channels", value: (c) => num(c.channels), cls: "n" },
+    { title: "Heartbeat", value: (c) => `${c.timeout}s`, cls: "n" },
+  ], await get(inVhost(ctx, "connections"))));
+  await refresh();
+  ctx.every(REFRESH_MS, refresh);
+}
+
+export async function detail(ctx, name) {
+  const c = await get(`/connections/${enc(name)}`);
+  const chans = await get(`/connections/${enc(name)}/channels`);
+  fill(ctx.main, h("h1", {}, "Connection ", h("b", {}, name)),
+    section("Overview", facts([
+      ["User", c.user], ["Virtual host", c.vhost], ["State", c.state], ["Protocol", c.protocol],
+      ["Authentication", c.auth_mechanism], ["Client", clientName(c)],
+      ["Client-provided name", c.user_provided_name ?? ""],
+      ["Heartbeat", `${c.timeout}s`], ["Frame max", `${num(c.frame_max)} bytes`],
+      ["Channel limit", num(c.channel_max)],
+      ["Connected at", new Date(c.connected_at).toLocaleString("en-GB")],
+    ])),
+    section("Channels", channelTable(chans)),
+    section("Close this connection",
+      form([{ name: "reason", label: "Reason", value: "Closed via management plugin" }],
+        "Force Close", async ({ reason }) => {
+          await del(`/connections/${enc(name)}`, { headers: { "X-Reason": reason } });
+          location.hash = "#/connections";
+          return "Closed.";
+        }, { id: "close-connection" })));
+}
+
+function mode(ch) {
+  return [ch.confirm ? "C" : "", ch.transactional ? "T" : ""].join("");
+}
+
+function channelTable(rows) {
+  return table([
+    { title: "Channel", value: (ch) => ch.name },
+    { title: "User", value: (ch) => ch.user },
+    { title: "Virtual host", value: (ch) => ch.vhost },
+    { title: "Mode", value: (ch) => h("abbr", { title: "C: confirm, T: transactional" }, mode(ch)) },
+    { title: "State", value: (ch) => ch.state },
+    { title: "Prefetch", value: (ch) => num(ch.prefetch_count), cls: "n" },
+    { title: "Unacked", value: (ch) => num(ch.messages_unacknowledged), cls: "n" },
+    { title: "Consumers", value: (ch) => num(ch.consumer_count), cls: "n" },
+  ], rows);
+}
+
+export async function channels(ctx) {
+  const box = h("div", { id: "channels" });
+  fill(ctx.main, h("h1", {}, "Channels"), box);
+  const refresh = async () => fill(box, channelTable(await get(inVhost(ctx, "channels"))));
+  await refresh();
+  ctx.every(REFRESH_MS, refresh);
+}
