@@ -42,7 +42,8 @@ export async function api(method, path, body, { token, headers } = {}) {
     h["Content-Type"] = "application/json";
     payload = typeof body === "string" ? body : JSON.stringify(body);
   }
-  const res = await fetch(`api${path}`, { method, headers: h, body: payload });
+  // credentials "omit": our own Authorization header only, and no browser login prompt on 401
+  const res = await fetch(`api${path}`, { method, headers: h, body: payload, credentials: "omit" });
   const text = res.status === 204 ? "" : await res.text();
   let data = null;
   if (text) {

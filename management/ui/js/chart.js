@@ -34,7 +34,7 @@ export function lineChart(series, { width = 520, height = 160, unit = "" } = {})
     const v = (top * i) / 4;
     root.append(svg("line", { x1: pad.l, x2: pad.l + w, y1: y(v), y2: y(v), class: "grid" }));
     root.append(svg("text", { x: pad.l - 4, y: y(v) + 4, "text-anchor": "end", class: "axis" },
-      `${Number.isInteger(v) ? v : v.toFixed(1)}${unit}`));
+      `${Number.isInteger(v) ? v : v.toFixed(2).replace(/0$/, "")}${unit}`));
   }
   const clock = (t) => new Date(t).toLocaleTimeString("en-GB");
   root.append(svg("text", { x: pad.l, y: height - 4, class: "axis" }, clock(t0)));
@@ -46,6 +46,8 @@ export function lineChart(series, { width = 520, height = 160, unit = "" } = {})
     if (s.points.length) {
       const d = s.points.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("");
       root.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": 2 }));
+      const [t, v] = s.points[s.points.length - 1]; // the latest sample, visible from the first one
+      root.append(svg("circle", { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 3, fill: color }));
     }
     const last = s.points.length ? s.points[s.points.length - 1][1] : 0;
     const item = document.createElement("li");

@@ -132,7 +132,14 @@ function showMessage(m, i) {
     h("p", {}, `The server reported ${num(m.message_count)} messages remaining.`),
     facts([["Exchange", m.exchange === "" ? "(AMQP default)" : m.exchange], ["Routing Key", m.routing_key],
       ["Redelivered", m.redelivered ? "●" : "○"],
-      ["Properties", Array.isArray(m.properties) ? "" : args(m.properties)],
+      ["Properties", properties(m.properties)],
       ["Payload", h("div", {}, h("small", {}, `${num(m.payload_bytes)} bytes, encoding: ${m.payload_encoding}`),
         h("pre", { class: "payload" }, m.payload))]]));
+}
+
+/** A message's properties, headers one per line (RabbitMQ shows [] for none). */
+function properties(props) {
+  if (Array.isArray(props) || !props) return "";
+  return facts(Object.entries(props).map(([k, v]) => [k, k === "headers" ? args(v)
+    : typeof v === "object" ? JSON.stringify(v) : String(v)]));
 }
