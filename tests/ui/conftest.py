@@ -1,55 +1,16 @@
-"""A broker process with its management listener (the web UI) for the UI tests, and an HTTP
-helper speaking to its API as guest.
-
-The browser tests (``test_ui_browser.py``) save a screenshot of every page under
-``test-output/ui-screenshots/`` in the repository (git-ignored); the path is printed in
-pytest's summary.
+"""A broker process with its management listener (the web UI) for the UI tests; helpers in
+:mod:`tests.ui.support`. The browser tests' screenshots are listed in pytest's summary.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.broker_process import REPO_ROOT, BrokerProcess, free_port
-
-SCREENSHOTS = REPO_ROOT / "test-output" / "ui-screenshots"
-_taken: list[Path] = []
-
-
-class Http:
-    """Requests to the management listener: ``call("GET", "/api/overview")`` ->
-    (status, headers, body bytes); ``json(...)`` -> parsed JSON (raises on status >= 400)."""
-
-    def __init__(self, port: int, user: str = "guest", password: str = "guest") -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-
-    def call(self, method: str, path: str, body: Any = None,
-             auth: bool = True) -> tuple[int, dict[str, str], bytes]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        if auth:
-            request.add_header("Authorization", self.auth)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                return response.status, dict(response.headers), response.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
-
-    def json(self, method: str, path: str, body: Any = None) -> Any:
-        status, _, raw = self.call(method, path, body)
-        assert status < 400, f"{method} {path}: {status} {raw!r}"
-        return json.loads(raw) if raw else None
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.ui.support import SCREENSHOTS, Http, taken
 
 
 @pytest.fixture(scope="package")
@@ -70,15 +31,6 @@ def http(ui_broker: BrokerProcess) -> Http:
     return Http(ui_broker.management_port)
 
 
-def screenshot_path(name: str) -> Path:
-    """Where the screenshot ``name`` goes (the folder is made; noted for the summary)."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    _taken.append(path)
-    return path
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _taken:
-        terminalreporter.write_line(
-            f"web UI screenshots ({len(_taken)}): {SCREENSHOTS}")
+    if taken:
+        terminalreporter.write_line(f"web UI screenshots ({len(taken)}): {SCREENSHOTS}")

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import PurePosixPath
 
-from tests.ui.conftest import Http
+from tests.ui.support import Http
 
 _IMPORT = re.compile(r'^import\s[^;]*?from\s+"(\.[^"]+)";', re.MULTILINE | re.DOTALL)
 

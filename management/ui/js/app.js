@@ -87,7 +87,7 @@ async function route() {
       try {
         await render(context(main), ...m.slice(1).map(decodeURIComponent));
       } catch (err) {
-        fill(main, h("p", { class: "error" }, err.message));
+        fill(main, h("h1", {}, "Error"), h("p", { class: "error" }, err.message));
       }
       return;
     }
