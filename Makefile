@@ -54,6 +54,15 @@ interop-deps: install
 	command -v amqp-consume >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y amqp-tools; }
 	cd interop_tests/matrix/node && npm install --no-audit --no-fund --no-package-lock
 
+# Debian's Chromium for the web UI's browser tests (tests/ui/, Playwright drives it through
+# executable_path; Playwright's own browser download is not used). Never fails the build:
+# without apt (or root/sudo) it warns, and the browser tests skip with that reason.
+.PHONY: ui-deps
+ui-deps: SUDO = $(if $(filter 0,$(shell id -u)),,sudo -n)
+ui-deps:
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; } \
+	  || echo "warning: could not install chromium (apt-get failed): the web UI browser tests will be skipped"
+
 # benchmark suite, amqpq vs the reference RabbitMQ (on demand only; not part of `make test`):
 #   make bench BENCH_ARGS="--quick"      BENCH_ARGS="--only 1,3,7 --reps 5 --no-rabbitmq"
 BENCH_ARGS ?=

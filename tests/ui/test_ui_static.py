@@ -71,3 +71,19 @@ def test_no_path_escapes_the_ui_folder(http: Http) -> None:
     status, _, body = http.call("GET", "/js/../../app.py", auth=False)
     assert status == 404
     assert b"aiohttp" not in body
+
+
+def test_every_ui_file_ships_as_package_data() -> None:
+    """pyproject's package-data globs cover every file of management/ui (a non-editable
+    install serves the same UI)."""
+    import tomllib
+
+    from tests.support.broker_process import REPO_ROOT
+
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    globs = config["tool"]["setuptools"]["package-data"]["management"]
+    package = REPO_ROOT / "management"
+    files = {p.relative_to(package).as_posix() for p in (package / "ui").rglob("*")
+             if p.is_file()}
+    shipped = {p.relative_to(package).as_posix() for g in globs for p in package.glob(g)}
+    assert files and files <= shipped, sorted(files - shipped)
