@@ -56,6 +56,8 @@ def page(browser: Any, http: Http) -> Iterator[Any]:
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
     tab.set_default_timeout(WAIT_MS)
     tab.goto(http.base + "/")
+    tab.wait_for_selector("#login")
+    shoot(tab, "login")
     log_in(tab, "guest", "guest")
     tab.wait_for_selector("#nav a")
     yield tab
@@ -101,6 +103,27 @@ def test_user_without_management_tag_is_refused(browser: Any, http: Http) -> Non
         log_in(tab, "guest", "wrong")
         tab.wait_for_function(
             "document.querySelector('#login .note.error')?.textContent === 'Login failed'")
+    finally:
+        tab.close()
+
+
+def test_tabs_follow_the_users_tags(browser: Any, http: Http) -> None:
+    http.json("PUT", "/api/users/ui-manager", {"password": "secret", "tags": "management"})
+    http.json("PUT", "/api/permissions/%2F/ui-manager",
+              {"configure": ".*", "write": ".*", "read": ".*"})
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        tab.goto(http.base + "/")
+        log_in(tab, "ui-manager", "secret")
+        tab.wait_for_selector("#nav a")
+        tabs = tab.locator("#nav a").all_inner_texts()
+        assert tabs == ["Overview", "Connections", "Channels", "Exchanges", "Queues",
+                        "Bindings"]
+        tab.wait_for_selector("#nodes p.empty")  # /api/nodes needs monitoring
+        assert tab.locator("#import").count() == 0  # definitions: administrators only
+        shoot(tab, "overview-management-user")
+        tab.click("#logout")
+        tab.wait_for_selector("#login")
     finally:
         tab.close()
 
@@ -181,6 +204,14 @@ def test_import_definitions_file(page: Any, http: Http, tmp_path: Path) -> None:
     assert "ui-imported" in row.inner_text()
     go(page, http, "#/bindings")
     page.locator("#bindings tr", has_text="ui-events").wait_for()
+    # the header's virtual host filter narrows the lists
+    go(page, http, "#/queues")
+    page.select_option("#vhost-filter", "ui-imported")
+    page.locator("#queues-table tr", has_text="ui-audit").wait_for()
+    assert page.locator("#queues-table tr", has_text="ui-orders").count() == 0
+    shoot(page, "queues-filtered-by-vhost")
+    page.select_option("#vhost-filter", "")
+    page.locator("#queues-table tr", has_text="ui-orders").wait_for()
 
 
 def test_close_connection_with_reason(page: Any, http: Http, ui_broker: BrokerProcess) -> None:
@@ -190,6 +221,7 @@ def test_close_connection_with_reason(page: Any, http: Http, ui_broker: BrokerPr
     page.locator("#connections a", has_text="->").first.wait_for()
     page.locator("#connections tr", has_text="ui-doomed").locator("a").click()
     page.wait_for_selector("#close-connection")
+    shoot(page, "connection")
     page.fill("#close-connection-reason", "bye from the UI")
     page.click("#close-connection button[type=submit]")
     page.wait_for_url("**/#/connections")

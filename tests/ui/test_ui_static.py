@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import PurePosixPath
 
+from tests.support.broker_process import REPO_ROOT
 from tests.ui.support import Http
 
 _IMPORT = re.compile(r'^import\s[^;]*?from\s+"(\.[^"]+)";', re.MULTILINE | re.DOTALL)
@@ -76,10 +78,6 @@ def test_no_path_escapes_the_ui_folder(http: Http) -> None:
 def test_every_ui_file_ships_as_package_data() -> None:
     """pyproject's package-data globs cover every file of management/ui (a non-editable
     install serves the same UI)."""
-    import tomllib
-
-    from tests.support.broker_process import REPO_ROOT
-
     config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     globs = config["tool"]["setuptools"]["package-data"]["management"]
     package = REPO_ROOT / "management"

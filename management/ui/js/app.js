@@ -43,6 +43,7 @@ const ROUTES = [
 const VHOST_KEY = "amqpq.vhost";
 let timers = [];
 let user = null;
+let generation = 0; // bumped per route: a slower, older page never schedules or shows
 
 function clearTimers() {
   timers.forEach(clearInterval);
@@ -51,6 +52,7 @@ function clearTimers() {
 
 /** What a page gets: the user, the vhost filter, its container and a refresh scheduler. */
 function context(main) {
+  const mine = generation;
   return {
     user,
     isAdmin: isAdmin(user),
@@ -58,7 +60,9 @@ function context(main) {
     isMonitor: isAdmin(user) || user.tags.includes("monitoring"),
     vhost: sessionStorage.getItem(VHOST_KEY) || "",
     main,
-    every(ms, fn) { timers.push(setInterval(() => fn().catch(showError), ms)); },
+    every(ms, fn) {
+      if (mine === generation) timers.push(setInterval(() => fn().catch(showError), ms));
+    },
   };
 }
 
@@ -73,13 +77,19 @@ function showError(err) {
 
 async function route() {
   clearTimers();
-  const main = document.getElementById("main");
+  generation += 1;
+  const mine = generation;
   const hash = location.hash || "#/";
   document.querySelectorAll("#nav a").forEach((a) => {
     const target = a.getAttribute("href");
     a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" : hash.startsWith(target));
   });
   fill(document.getElementById("status"));
+  await updateVhosts().catch(showError);
+  if (mine !== generation) return;
+  // each visit renders into its own element, so a stale render lands nowhere visible
+  const main = h("div", { class: "page" });
+  fill(document.getElementById("main"), main);
   for (const [pattern, render] of ROUTES) {
     const m = hash.match(pattern);
     if (m) {
@@ -96,14 +106,24 @@ async function route() {
 }
 
 async function vhostPicker() {
-  const names = (await get("/vhosts")).map((v) => v.name);
-  const current = sessionStorage.getItem(VHOST_KEY) || "";
   const select = h("select", { id: "vhost-filter", onchange: (e) => {
     sessionStorage.setItem(VHOST_KEY, e.target.value);
     route();
-  } }, h("option", { value: "" }, "All"),
-  names.map((n) => h("option", { value: n, selected: n === current }, n)));
+  } });
+  await updateVhosts(select);
   return h("label", { class: "vhost-filter" }, "Virtual host ", select);
+}
+
+/** The filter's options: "All" and every vhost the user sees (read again on each page). */
+async function updateVhosts(select = document.getElementById("vhost-filter")) {
+  if (!select) return;
+  const names = (await get("/vhosts")).map((v) => v.name);
+  let current = sessionStorage.getItem(VHOST_KEY) || "";
+  if (!names.includes(current)) current = "";
+  sessionStorage.setItem(VHOST_KEY, current);
+  fill(select, h("option", { value: "" }, "All"),
+    names.map((n) => h("option", { value: n, selected: n === current }, n)));
+  select.value = current;
 }
 
 function logout() {
