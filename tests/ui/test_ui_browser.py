@@ -160,6 +160,15 @@ def test_publish_from_exchange_page_then_get_it_back(page: Any, http: Http, amqp
     # requeued, as RabbitMQ's UI default does: a client still gets it
     method, _, body = amqp.basic_get("ui-orders", auto_ack=True)
     assert body == b"hello from the UI" and method.redelivered
+    # the queue page publishes through the default exchange
+    page.fill("#queue-publish-payload", "aGk=")
+    page.select_option("#queue-publish-encoding", "base64")
+    page.select_option("#queue-publish-delivery_mode", "2")
+    page.click("#queue-publish button[type=submit]")
+    page.wait_for_selector("#queue-publish .note.ok")
+    method, props, body = amqp.basic_get("ui-orders", auto_ack=True)
+    assert (body, method.exchange, method.routing_key, props.delivery_mode) == \
+        (b"hi", "", "ui-orders", 2)
 
 
 def test_move_messages_to_another_queue(page: Any, http: Http, amqp: Any) -> None:
