@@ -188,6 +188,7 @@ def test_move_messages_to_another_queue(page: Any, http: Http, amqp: Any) -> Non
 
 
 def test_import_definitions_file(page: Any, http: Http, tmp_path: Path) -> None:
+    http.call("PUT", "/api/queues/%2F/ui-orders", {"durable": True})
     doc = {"vhosts": [{"name": "ui-imported"}],
            "permissions": [{"user": "guest", "vhost": "ui-imported", "configure": ".*",
                             "write": ".*", "read": ".*"}],
@@ -207,6 +208,12 @@ def test_import_definitions_file(page: Any, http: Http, tmp_path: Path) -> None:
     note = page.locator("#import .note")
     page.wait_for_selector("#import .note.ok, #import .note.error")
     assert note.inner_text() == "Your definitions were imported successfully."
+    with page.expect_download() as download:
+        page.click("#export button[type=submit]")
+    exported = json.loads(Path(download.value.path()).read_text())
+    assert {"name": "ui-audit", "vhost": "ui-imported"}.items() <= next(
+        q for q in exported["queues"] if q["name"] == "ui-audit").items()
+    assert download.value.suggested_filename == "amqpq-definitions.json"
     go(page, http, "#/queues")
     row = page.locator("#queues-table tr", has_text="ui-audit")
     row.wait_for()
