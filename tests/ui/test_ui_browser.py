@@ -228,6 +228,9 @@ def test_import_definitions_file(page: Any, http: Http, tmp_path: Path) -> None:
     shoot(page, "queues-filtered-by-vhost")
     page.select_option("#vhost-filter", "")
     page.locator("#queues-table tr", has_text="ui-orders").wait_for()
+    page.fill("#queues-filter", "AUDIT")  # the name filter: case-insensitive substring
+    assert page.locator("#queues-table tbody tr").all_inner_texts()[0].count("ui-audit") == 1
+    assert page.locator("#queues-table tbody tr").count() == 1
 
 
 def test_close_connection_with_reason(page: Any, http: Http, ui_broker: BrokerProcess) -> None:

@@ -42,6 +42,18 @@ export function table(columns, rows, { empty = "... no items ...", id } = {}) {
       columns.map((c) => h("td", { class: c.cls }, c.value(row)))))));
 }
 
+/** A name filter over a list: calls onChange(text) as the user types. */
+export function filterBox(id, onChange) {
+  return h("p", { class: "filter" }, h("label", {}, "Filter ",
+    h("input", { id, type: "search", placeholder: "name contains…", oninput: (e) => onChange(e.target.value) })));
+}
+
+/** The rows whose name contains `text` (case-insensitive). */
+export function matching(rows, text) {
+  const needle = text.toLowerCase();
+  return needle ? rows.filter((r) => String(r.name).toLowerCase().includes(needle)) : rows;
+}
+
 /** Label/value pairs as a two-column table (an object's details). */
 export function facts(pairs) {
   return h("table", { class: "facts" },

@@ -1,6 +1,6 @@
 // Exchanges (list, add, detail with bindings, publish a message, delete) and bindings.
 import { del, enc, get, post, put } from "../api.js";
-import { args, facts, features, fill, form, h, link, parseArgs, rate, section, showName, table } from "../dom.js";
+import { args, facts, features, fill, filterBox, form, h, link, matching, parseArgs, rate, section, showName, table } from "../dom.js";
 import { bindingPath, scoped, vhostField, xname } from "./common.js";
 
 const REFRESH_MS = 5000;
@@ -8,7 +8,9 @@ const TYPES = ["direct", "fanout", "topic", "headers", "x-consistent-hash", "x-m
 
 export async function list(ctx) {
   const box = h("div", { id: "exchanges" });
-  fill(ctx.main, h("h1", {}, "Exchanges"), box,
+  let rows = [];
+  let text = "";
+  fill(ctx.main, h("h1", {}, "Exchanges"), filterBox("exchanges-filter", (t) => { text = t; draw(); }), box,
     section("Add a new exchange", form([
       await vhostField(ctx),
       { name: "name", label: "Name", required: true },
@@ -24,13 +26,17 @@ export async function list(ctx) {
       return `Exchange ${v.name} added.`;
     }, { id: "add-exchange" })));
   async function refresh() {
+    rows = await get(scoped(ctx, "exchanges"));
+    draw();
+  }
+  function draw() {
     fill(box, table([
       { title: "Virtual host", value: (x) => x.vhost },
       { title: "Name", value: (x) => link(`#/exchanges/${enc(x.vhost)}/${enc(x.name)}`, showName(x.name)) },
       { title: "Type", value: (x) => x.type },
       { title: "Features", value: features },
       { title: "Message rate in", value: (x) => rate(x.message_stats?.publish_in_details), cls: "n" },
-    ], await get(scoped(ctx, "exchanges"))));
+    ], matching(rows, text)));
   }
   await refresh();
   ctx.every(REFRESH_MS, refresh);

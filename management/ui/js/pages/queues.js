@@ -1,7 +1,7 @@
 // Queues: list and add; a queue's page: details, consumers, bindings, publish, get messages
 // (requeued by default, as RabbitMQ's UI does), move messages, delete and purge.
 import { del, enc, get, post, put } from "../api.js";
-import { args, bytes, facts, features, fill, form, h, link, num, parseArgs, rate, section, table } from "../dom.js";
+import { args, bytes, facts, features, fill, filterBox, form, h, link, matching, num, parseArgs, rate, section, table } from "../dom.js";
 import { bindingTable, publish, PUBLISH_FIELDS } from "./exchanges.js";
 import { scoped, vhostField, xname } from "./common.js";
 
@@ -13,7 +13,9 @@ const ACK_MODES = [["ack_requeue_true", "Nack message requeue true"],
 
 export async function list(ctx) {
   const box = h("div", { id: "queues" });
-  fill(ctx.main, h("h1", {}, "Queues"), box,
+  let rows = [];
+  let text = "";
+  fill(ctx.main, h("h1", {}, "Queues"), filterBox("queues-filter", (t) => { text = t; draw(); }), box,
     section("Add a new queue", form([
       await vhostField(ctx),
       { name: "type", label: "Type", type: "select", value: "classic", options: [["classic", "Classic"], ["quorum", "Quorum"]] },
@@ -30,6 +32,10 @@ export async function list(ctx) {
       return `Queue ${v.name} added.`;
     }, { id: "add-queue" })));
   async function refresh() {
+    rows = await get(scoped(ctx, "queues"));
+    draw();
+  }
+  function draw() {
     fill(box, table([
       { title: "Virtual host", value: (q) => q.vhost },
       { title: "Name", value: (q) => link(`#/queues/${enc(q.vhost)}/${enc(q.name)}`, q.name) },
@@ -43,7 +49,7 @@ export async function list(ctx) {
       { title: "Incoming", value: (q) => rate(q.message_stats?.publish_details), cls: "n" },
       { title: "Deliver / get", value: (q) => rate(q.message_stats?.deliver_get_details), cls: "n" },
       { title: "Ack", value: (q) => rate(q.message_stats?.ack_details), cls: "n" },
-    ], await get(scoped(ctx, "queues")), { id: "queues-table" }));
+    ], matching(rows, text), { id: "queues-table" }));
   }
   await refresh();
   ctx.every(REFRESH_MS, refresh);
