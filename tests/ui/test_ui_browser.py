@@ -54,6 +54,8 @@ def page(browser: Any, http: Http) -> Iterator[Any]:
     tab = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    tab.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and
+           "status of 40" not in msg.text else None)  # 4xx the tests provoke are logged too
     tab.set_default_timeout(WAIT_MS)
     tab.goto(http.base + "/")
     tab.wait_for_selector("#login")
@@ -62,7 +64,7 @@ def page(browser: Any, http: Http) -> Iterator[Any]:
     tab.wait_for_selector("#nav a")
     yield tab
     tab.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
+    assert not errors, f"errors in the page (uncaught, CSP, ...): {errors}"
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ def test_index_at_root_loads_the_app_module(http: Http) -> None:
     status, headers, body = http.call("GET", "/", auth=False)
     assert status == 200
     assert headers["Content-Type"].startswith("text/html")
+    assert "default-src 'self'" in headers["Content-Security-Policy"]
     page = body.decode()
     assert '<script type="module" src="js/app.js">' in page
     assert 'href="css/ui.css"' in page
