@@ -255,7 +255,7 @@ def test_close_connection_with_reason(page: Any, http: Http, ui_broker: BrokerPr
 
 PAGES = ["#/", "#/connections", "#/channels", "#/exchanges", "#/queues", "#/bindings",
          "#/users", "#/vhosts", "#/permissions", "#/policies", "#/limits",
-         "#/queues/%2F/ui-orders", "#/exchanges/%2F/amq.direct"]
+         "#/queues/%2F/ui-orders", "#/exchanges/%2F/amq.direct", "#/exchanges/%2F/"]
 
 
 def test_every_page_renders(page: Any, http: Http, amqp: Any) -> None:
@@ -269,7 +269,8 @@ def test_every_page_renders(page: Any, http: Http, amqp: Any) -> None:
         page.wait_for_load_state("networkidle")
         assert page.locator("main .error").count() == 0, page.inner_text("main")
         assert page.locator("#nav a.active").count() == 1
-        name = hash_.strip("#/").replace("/%2F/", "-").replace("/", "-") or "overview"
+        name = (hash_.strip("#/").replace("/%2F/", "-").replace("/%2F", "-amq.default")
+                .replace("/", "-") or "overview")
         shoot(page, name)
     go(page, http, "#/")
     page.locator("#chart-rates svg path").first.wait_for()
