@@ -97,7 +97,8 @@ class Broker:
             storage = None
             if self.storage_enabled:
                 directory = self.config.data_dir / "vhosts" / name_id(name)
-                storage = VhostStorage(directory, self.durability)
+                storage = VhostStorage(directory, self.durability,
+                                       self.config.queue_index_embed_msgs_below)
             vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits)
             vhost.changed = self.mark_changed
             self.mark_changed()

@@ -111,6 +111,9 @@ class BrokerConfig:
         max_connections: open connections allowed (0 = no limit; beyond: 530 at open).
         memory_high_watermark: memory alarm threshold, fraction of RAM (<= 1) or bytes.
         disk_free_limit: disk alarm threshold (bytes free in the data dir's file system).
+        queue_index_embed_msgs_below: persistent messages with a smaller body (bytes) are
+            kept in their queue's index, not the shared message store (RabbitMQ's setting
+            of that name, 4096; 0 embeds none).
         tls: the AMQPS listener (off unless a certificate is set).
         management: the management HTTP API (off unless enabled).
         prometheus: the Prometheus listener (off unless enabled).
@@ -133,6 +136,7 @@ class BrokerConfig:
     max_connections: int = 0
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
+    queue_index_embed_msgs_below: int = 4096
     tls: TLSConfig = field(default_factory=TLSConfig)
     management: ManagementOptions = field(default_factory=ManagementOptions)
     prometheus: PrometheusOptions = field(default_factory=PrometheusOptions)

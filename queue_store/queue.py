@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from amqp_common.errors import ResourceLocked, rs
@@ -45,6 +45,7 @@ from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.consumer import Consumer
 from queue_store.counters import QueueCounters
 from queue_store.message import FLAG_EXPIRATION, Message
+from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
@@ -205,11 +206,14 @@ class Queue:
         result = ACCEPTED
         index = self.index
         if index is not None and (message.persistent or self.quorum):  # quorum: every one
-            store = self.storage.store  # type: ignore[union-attr]
-            qm.msg_id = store.write(message)
+            storage = self.storage
             qm.indexed = True
             expiry_wall = int(time.time() * 1000 + ttl) if ttl is not None else 0
-            index.publish(qm.seq, qm.msg_id, expiry_wall, priority)
+            if len(message.body) < storage.embed_below:  # type: ignore[union-attr]
+                index.publish_embedded(qm.seq, encode_payload(message), expiry_wall, priority)
+            else:
+                qm.msg_id = storage.store.write(message)  # type: ignore[union-attr]
+                index.publish(qm.seq, qm.msg_id, expiry_wall, priority)
             self.storage.durability.index_dirty(index)  # type: ignore[union-attr]
             result = ACCEPTED_UNSYNCED
         self.ready.append(qm)
@@ -472,21 +476,31 @@ class Queue:
             self._forget(qm)
         return len(dropped)
 
-    def restore(self, entries: list[IndexEntry]) -> None:
-        """Recovery: rebuild the ready list from the queue index's live entries (whose store
-        references the caller has retained), then rewrite the index compactly."""
-        store = self.storage.store if self.storage is not None else None
-        if store is None or self.index is None:
+    def restore(self, entries: Iterable[IndexEntry]) -> None:
+        """Recovery: rebuild the ready list from the queue index's live entries (streamed, in
+        sequence order; store references already retained by the caller), rewriting the
+        index compactly as they go by."""
+        if self.storage is None or self.index is None:
             return
+        self.index.compact(self._restored(entries, self.storage.store))
+        if self._has_ttl:
+            self._expire_head()
+
+    def _restored(self, entries: Iterable[IndexEntry], store: MessageStore
+                  ) -> Iterator[IndexEntry]:
+        """Append each entry's message to the ready list; yield the ones kept."""
         now_wall = time.time() * 1000
         now = self._now()
-        kept: list[IndexEntry] = []
         for e in entries:
             try:
-                message = store.read(e.msg_id)
+                if e.payload is not None:
+                    message = decode_payload(e.payload)
+                else:
+                    message = store.read(e.msg_id)
             except (KeyError, OSError, ValueError) as exc:
-                log.error("%s: message %d lost: %s", self.name, e.msg_id, exc)
-                store.release(e.msg_id)
+                log.error("%s: message %d lost: %s", self.name, e.msg_id or e.seq, exc)
+                if e.payload is None:
+                    store.release(e.msg_id)
                 continue
             expires_at = None
             if e.expiry_ms:
@@ -499,10 +513,7 @@ class Queue:
             qm.returns = e.returns
             self.ready.append(qm)
             self._seq = max(self._seq, e.seq)
-            kept.append(e)
-        self.index.compact(kept)
-        if self._has_ttl:
-            self._expire_head()
+            yield e
 
     # ---- consumers -----------------------------------------------------------------------
 

@@ -7,8 +7,15 @@ and *ack* (the message is gone). Each record is 30 bytes with a CRC-32::
 
     u8 kind | u64 seq | u64 msg_id | u64 expiry (wall-clock ms, 0 = none) | u8 priority | u32 crc
 
-Recovery replays the journal: published and not acked is live; a torn or corrupt record is
-logged and skipped (a torn tail is truncated). The journal is segmented: the current segment
+A small message (body below ``queue_index_embed_msgs_below`` bytes, 4,096 by default, as in
+RabbitMQ) is not written to the shared message store: its publish record *embeds* it (the
+payload follows the record; see :mod:`queue_store.index_scan`), so the store keeps no
+in-RAM index entry for it and a deep backlog of small persistent messages costs no RAM per
+message.
+
+Recovery replays the journal (:func:`queue_store.index_scan.live_entries`, streamed):
+published and not acked is live; a torn or corrupt record is logged and skipped (a torn tail
+is truncated). The journal is segmented: the current segment
 is rotated when acked records dominate it, and a rotated segment is deleted once all its
 messages are acked; at recovery the journal is rewritten with only its live records (write
 temp + fsync + rename).
@@ -22,35 +29,50 @@ import logging
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from queue_store.disk_writes import write_buffer
+from queue_store.index_scan import (
+    ACK,
+    DELIVER,
+    EMBED,
+    MAX_EMBED,
+    PUBLISH,
+    RECORD_SIZE,
+    RETURN,
+    IndexEntry,
+    live_entries,
+    segment_numbers,
+)
+
+__all__ = ["ACK", "DELIVER", "EMBED", "PUBLISH", "RECORD_SIZE", "RETURN", "IndexEntry",
+           "QueueIndex"]
 
 log = logging.getLogger("amqpq.queue_index")
 
 _body = struct.Struct(">BQQQB")
-RECORD_SIZE = _body.size + 4
-PUBLISH, DELIVER, ACK, RETURN = 1, 2, 3, 4
+_crc = struct.Struct(">I")
 COMPACT_MIN_ACKS = 10_000
-
-
-@dataclass(slots=True)
-class IndexEntry:
-    """A live message recovered from the index."""
-
-    seq: int
-    msg_id: int
-    delivered: bool = False
-    expiry_ms: int = 0  # wall-clock ms since the epoch, 0 = none
-    priority: int = 0
-    returns: int = 0  # quorum queues: times given back to the queue (delivery count)
+EMBED_MSGS_BELOW = 4096  # bytes of body (RabbitMQ's queue_index_embed_msgs_below)
 
 
 def _record(kind: int, seq: int, msg_id: int = 0, expiry_ms: int = 0, priority: int = 0
             ) -> bytes:
     body = _body.pack(kind, seq, msg_id, expiry_ms, priority)
-    return body + struct.pack(">I", zlib.crc32(body))
+    return body + _crc.pack(zlib.crc32(body))
+
+
+def embedded_record(seq: int, payload: bytes, expiry_ms: int = 0, priority: int = 0) -> bytes:
+    """A publish record that carries the message ``payload`` itself.
+
+    Raises:
+        ValueError: the payload is larger than ``MAX_EMBED`` bytes.
+    """
+    if len(payload) > MAX_EMBED:
+        raise ValueError(f"payload of {len(payload)} bytes is too large to embed")
+    body = _body.pack(EMBED, seq, len(payload), expiry_ms, priority)
+    return body + _crc.pack(zlib.crc32(payload, zlib.crc32(body))) + payload
 
 
 class QueueIndex:
@@ -81,17 +103,25 @@ class QueueIndex:
         self.dirty = False  # records in the buffer
         self.unsynced = False  # records written but not fsynced
 
-    @staticmethod
-    def _segment_numbers(path: Path) -> list[int]:
-        prefix = path.name + "."
-        return sorted(int(p.name[len(prefix):]) for p in path.parent.glob(prefix + "*")
-                      if p.name[len(prefix):].isdigit())
+    _segment_numbers = staticmethod(segment_numbers)
 
     def _segment_path(self, number: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{number}")
 
     def publish(self, seq: int, msg_id: int, expiry_ms: int = 0, priority: int = 0) -> None:
         self._buffer += _record(PUBLISH, seq, msg_id, expiry_ms, priority)
+        self.live += 1
+        self._cur_live += 1
+        if not self._cur_first:
+            self._cur_first = seq
+        self._cur_last = seq
+        self.dirty = True
+
+    def publish_embedded(self, seq: int, payload: bytes, expiry_ms: int = 0,
+                         priority: int = 0) -> None:
+        """Publish a message whose ``payload`` (:func:`msg_store.encode_payload`) lives in
+        the journal itself rather than in the message store."""
+        self._buffer += embedded_record(seq, payload, expiry_ms, priority)
         self.live += 1
         self._cur_live += 1
         if not self._cur_first:
@@ -187,28 +217,44 @@ class QueueIndex:
     def needs_compaction(self) -> bool:
         return self.acked > COMPACT_MIN_ACKS and self.acked > 2 * max(self._cur_live, 1)
 
-    def compact(self, entries: list[IndexEntry]) -> bool:
-        """Rewrite the journal with only ``entries`` (the whole live state), atomically, and
-        drop the rotated segments and any records still buffered. False when the new journal
-        cannot be written (disk full): the old journal then stays as it is (it replays to the
-        same live state) and only the counters are reset."""
+    def compact(self, entries: Iterable[IndexEntry]) -> bool:
+        """Rewrite the journal with only ``entries`` (the whole live state, in sequence
+        order; consumed once, streamed to the new file), atomically, and drop the rotated
+        segments and any records still buffered. False when the new journal cannot be
+        written (disk full): the old journal then stays as it is (it replays to the same
+        live state; ``entries`` is still consumed) and only the counters are reset."""
         tmp = self.path.with_suffix(".tmp")
-        data = bytearray()
-        for e in entries:
-            data += _record(PUBLISH, e.seq, e.msg_id, e.expiry_ms, e.priority)
-            if e.delivered:
-                data += _record(DELIVER, e.seq)
-            if e.returns:
-                data += _record(RETURN, e.seq, e.returns)
+        count = first = last = 0
+        it = iter(entries)
         try:
             with open(tmp, "wb") as fh:
+                data = bytearray()
+                for e in it:
+                    count += 1
+                    first = first or e.seq
+                    last = e.seq
+                    if e.payload is not None:
+                        data += embedded_record(e.seq, e.payload, e.expiry_ms, e.priority)
+                    else:
+                        data += _record(PUBLISH, e.seq, e.msg_id, e.expiry_ms, e.priority)
+                    if e.delivered:
+                        data += _record(DELIVER, e.seq)
+                    if e.returns:
+                        data += _record(RETURN, e.seq, e.returns)
+                    if len(data) >= 1 << 20:
+                        fh.write(data)
+                        data.clear()
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
+            for e in it:
+                count += 1
+                first = first or e.seq
+                last = e.seq
             tmp.unlink(missing_ok=True)
             log.error("queue index %s: not compacted: %s", self.path, exc)
-            self._reset_counts(entries)
+            self._reset_counts(count, first, last)
             return False
         os.replace(tmp, self.path)
         self._buffer.clear()
@@ -218,13 +264,13 @@ class QueueIndex:
             self._segment_path(number).unlink(missing_ok=True)
         self._rotated.clear()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self._reset_counts(entries)
+        self._reset_counts(count, first, last)
         return True
 
-    def _reset_counts(self, entries: list[IndexEntry]) -> None:
-        self.live = self._cur_live = len(entries)
-        self._cur_first = entries[0].seq if entries else 0
-        self._cur_last = entries[-1].seq if entries else 0
+    def _reset_counts(self, count: int, first: int, last: int) -> None:
+        self.live = self._cur_live = count
+        self._cur_first = first
+        self._cur_last = last
         self.acked = 0
 
     def close(self) -> None:
@@ -255,38 +301,10 @@ class QueueIndex:
     @staticmethod
     def recover(path: Path) -> list[IndexEntry]:
         """The live entries of journal ``path`` (and its rotated segments ``path.N``) in
-        sequence order (empty if missing)."""
-        path = Path(path)
-        entries: dict[int, IndexEntry] = {}
-        numbers = QueueIndex._segment_numbers(path)
-        for file in [path.with_name(f"{path.name}.{n}") for n in numbers] + [path]:
-            QueueIndex._replay(file, entries)
-        return [entries[s] for s in sorted(entries)]
+        sequence order (empty if missing), as a list; :meth:`iter_live` streams them."""
+        return list(live_entries(Path(path)))
 
     @staticmethod
-    def _replay(path: Path, entries: dict[int, IndexEntry]) -> None:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return
-        usable = len(data) - len(data) % RECORD_SIZE
-        if usable != len(data):
-            log.error("queue index %s: torn record of %d bytes at the end truncated", path,
-                      len(data) - usable)
-            with open(path, "r+b") as fh:
-                fh.truncate(usable)
-        for pos in range(0, usable, RECORD_SIZE):
-            body = data[pos:pos + _body.size]
-            (crc,) = struct.unpack_from(">I", data, pos + _body.size)
-            if zlib.crc32(body) != crc:
-                log.error("queue index %s: corrupt record at offset %d skipped", path, pos)
-                continue
-            kind, seq, msg_id, expiry, priority = _body.unpack(body)
-            if kind == PUBLISH:
-                entries[seq] = IndexEntry(seq, msg_id, False, expiry, priority)
-            elif kind == DELIVER and seq in entries:
-                entries[seq].delivered = True
-            elif kind == RETURN and seq in entries:
-                entries[seq].returns = msg_id
-            elif kind == ACK:
-                entries.pop(seq, None)
+    def iter_live(path: Path) -> Iterator[IndexEntry]:
+        """:meth:`recover` streamed, in bounded memory (see :mod:`queue_store.index_scan`)."""
+        return live_entries(Path(path))

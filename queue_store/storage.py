@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from queue_store.backing import BackingQueue
 from queue_store.durability import Durability
 from queue_store.msg_store import MessageStore
-from queue_store.queue_index import IndexEntry, QueueIndex
+from queue_store.queue_index import EMBED_MSGS_BELOW, IndexEntry, QueueIndex
 from queue_store.variable_queue import VariableQueue
 
 
@@ -30,11 +30,16 @@ class VhostStorage:
     Args:
         directory: the vhost's folder (created).
         durability: the broker's group-commit coordinator (the store registers with it).
+        embed_below: persistent messages whose body is smaller (bytes) are embedded in their
+            queue's index instead of the message store (RabbitMQ's
+            ``queue_index_embed_msgs_below``, 4,096; 0 embeds none).
     """
 
-    def __init__(self, directory: Path, durability: Durability) -> None:
+    def __init__(self, directory: Path, durability: Durability,
+                 embed_below: int = EMBED_MSGS_BELOW) -> None:
         self.directory = Path(directory)
         self.durability = durability
+        self.embed_below = embed_below
         self.store = MessageStore(self.directory / "msg_store")
         self.index_dir = self.directory / "queues"
         self.index_dir.mkdir(parents=True, exist_ok=True)
@@ -60,10 +65,12 @@ class VhostStorage:
     def open_index(self, queue: str) -> QueueIndex:
         return QueueIndex(self.index_path(queue))
 
-    def recover_index(self, queue: str) -> list[IndexEntry]:
-        """Live entries of ``queue``'s journal whose store record survived."""
-        entries = QueueIndex.recover(self.index_path(queue))
-        return [e for e in entries if self.store.retain(e.msg_id)]
+    def recover_index(self, queue: str) -> Iterator[IndexEntry]:
+        """Live entries of ``queue``'s journal, streamed in sequence order: the embedded
+        ones, and those whose store record survived (retained in the store)."""
+        for e in QueueIndex.iter_live(self.index_path(queue)):
+            if e.payload is not None or self.store.retain(e.msg_id):
+                yield e
 
     def delete_index(self, index: QueueIndex) -> None:
         """Remove a deleted queue's journal (after any fsync in flight)."""

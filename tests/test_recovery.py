@@ -100,6 +100,15 @@ def node(tmp_path: Path):
     return broker, topology
 
 
+@pytest.fixture
+def store_node(tmp_path: Path):
+    """A node that embeds nothing in queue indexes: every persistent message goes to the
+    shared message store (as bodies of 4,096 bytes and more do by default). Restarts
+    embed again, so journals then mix both kinds of publish record."""
+    broker, topology, _ = start(tmp_path, BrokerConfig(queue_index_embed_msgs_below=0))
+    return broker, topology
+
+
 # ---- messages ------------------------------------------------------------------------------
 
 
@@ -238,8 +247,8 @@ def test_many_restarts_keep_order_and_state(tmp_path: Path, node) -> None:
     assert drain(broker.vhosts["/"].queues["q"]) == [(f"m{i}".encode(), r) for i, r in model]
 
 
-def test_message_in_two_durable_queues(tmp_path: Path, node) -> None:
-    broker, topology = node
+def test_message_in_two_durable_queues(tmp_path: Path, store_node) -> None:
+    broker, topology = store_node
     v = broker.vhosts["/"]
     v.declare_exchange("fan", "fanout", durable=True)
     for name in ("a", "b"):
@@ -276,8 +285,8 @@ def test_message_in_durable_and_transient_queue(tmp_path: Path, node) -> None:
     assert "t" not in v.queues
 
 
-def test_purged_and_deleted_queues_leave_nothing(tmp_path: Path, node) -> None:
-    broker, topology = node
+def test_purged_and_deleted_queues_leave_nothing(tmp_path: Path, store_node) -> None:
+    broker, topology = store_node
     v = broker.vhosts["/"]
     for name in ("purged", "deleted", "kept"):
         q = v.declare_queue(name, durable=True)
@@ -371,8 +380,8 @@ def test_second_vhost_and_its_queue_recover(tmp_path: Path, node) -> None:
     assert bodies(broker.vhosts["/"].queues["q"]) == [b"in default vhost"]
 
 
-def test_recovery_compacts_the_index_and_drops_dead_records(tmp_path: Path, node) -> None:
-    broker, topology = node
+def test_recovery_compacts_the_index_and_drops_dead_records(tmp_path: Path, store_node) -> None:
+    broker, topology = store_node
     v = broker.vhosts["/"]
     q = v.declare_queue("q", durable=True)
     for i in range(50):
@@ -391,8 +400,8 @@ def test_recovery_compacts_the_index_and_drops_dead_records(tmp_path: Path, node
     assert bodies(broker.vhosts["/"].queues["q"]) == [f"m{i}".encode() for i in range(45, 51)]
 
 
-def test_corrupt_store_record_loses_only_that_message(tmp_path: Path, node) -> None:
-    broker, topology = node
+def test_corrupt_store_record_loses_only_that_message(tmp_path: Path, store_node) -> None:
+    broker, topology = store_node
     q = broker.vhosts["/"].declare_queue("q", durable=True)
     for i in range(5):
         q.publish(pmsg(f"message-{i}" * 5))
@@ -575,3 +584,55 @@ def test_quorum_delivery_count_survives_a_crash(tmp_path: Path, node) -> None:
     assert q2.message_count == 0
     broker3, _, counts = restart(tmp_path, broker2, topology2)
     assert broker3.vhosts["/"].queues["qq"].message_count == 0 and counts["messages"] == 0
+
+
+# ---- messages embedded in the queue index (queue_index_embed_msgs_below) ------------------
+
+
+def test_small_persistent_messages_are_embedded_in_the_index_not_the_store(
+        tmp_path: Path, node) -> None:
+    broker, topology = node
+    v = broker.vhosts["/"]
+    q = v.declare_queue("q", durable=True, arguments={"x-max-priority": 5})
+    small, large = b"s" * 4095, b"L" * 4096  # RabbitMQ's default threshold: 4,096 bytes
+    props = props_raw(delivery_mode=2, priority=3, message_id="id-1")
+    q.publish(pmsg(small, properties_raw=props))
+    q.publish(pmsg(large))
+    q.publish(pmsg(b"small-2"))
+    assert len(v.storage.store.index) == 1  # only the large one is in the shared store
+    first = q.get()
+    assert first is not None and first.message.body == small  # priority 3 first
+    broker, topology, counts = restart(tmp_path, broker, topology)
+    assert counts["messages"] == 3
+    q = broker.vhosts["/"].queues["q"]
+    assert len(broker.vhosts["/"].storage.store.index) == 1
+    head = q.get()
+    assert head is not None and head.message.body == small
+    assert head.redelivered  # delivered before the crash, never acked
+    assert head.message.properties_raw == props and head.message.priority == 3
+    assert bodies(q) == [large, b"small-2"]
+
+
+def test_embedded_messages_acked_stay_acked_after_restart(tmp_path: Path, node) -> None:
+    broker, topology = node
+    q = broker.vhosts["/"].declare_queue("q", durable=True)
+    for i in range(20):
+        q.publish(pmsg(f"m{i}"))
+    for _ in range(7):
+        qm = q.get()
+        q.settle([(qm, q, None)], Settlement.ACK)
+    broker, topology, _ = restart(tmp_path, broker, topology)
+    q = broker.vhosts["/"].queues["q"]
+    assert [m.message.body for m in q.ready] == [f"m{i}".encode() for i in range(7, 20)]
+    # twice: the compacted journal (embedded records rewritten) replays the same
+    q.publish(pmsg("m20"))
+    broker, topology, _ = restart(tmp_path, broker, topology)
+    assert bodies(broker.vhosts["/"].queues["q"]) == [f"m{i}".encode() for i in range(7, 21)]
+
+
+def test_embed_threshold_is_configurable(tmp_path: Path) -> None:
+    broker, _, _ = start(tmp_path, BrokerConfig(queue_index_embed_msgs_below=10))
+    q = broker.vhosts["/"].declare_queue("q", durable=True)
+    q.publish(pmsg(b"123456789"))  # 9 bytes: embedded
+    q.publish(pmsg(b"1234567890"))  # 10 bytes: in the store
+    assert len(broker.vhosts["/"].storage.store.index) == 1
