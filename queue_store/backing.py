@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Protocol
 
 from queue_store.message import Message
@@ -60,7 +61,10 @@ class BackingQueue(Protocol):
 
     def requeue(self, qms: list[QueuedMessage]) -> None: ...
 
-    def clear(self) -> list[QueuedMessage]: ...
+    def clear(self) -> Iterable[QueuedMessage]:
+        """Empty the queue; every message it held, head first (consume at once; messages
+        paged out may come without their bodies, ``message`` None)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -169,11 +173,8 @@ class PriorityBackingQueue:
         for index, items in by_level.items():
             self._levels[index].requeue(items)
 
-    def clear(self) -> list[QueuedMessage]:
-        out: list[QueuedMessage] = []
-        for level in self._levels:
-            out.extend(level.clear())
-        return out
+    def clear(self) -> Iterable[QueuedMessage]:
+        return chain.from_iterable([level.clear() for level in self._levels])
 
     def close(self) -> None:
         for level in self._levels:

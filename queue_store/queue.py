@@ -471,10 +471,11 @@ class Queue:
 
     def purge(self) -> int:
         """Drop every ready message (not dead-lettered); returns how many (messages)."""
-        dropped = self.ready.clear()
-        for qm in dropped:
+        dropped = 0
+        for qm in self.ready.clear():  # paged-out ones come without bodies: none are read
             self._forget(qm)
-        return len(dropped)
+            dropped += 1
+        return dropped
 
     def restore(self, entries: Iterable[IndexEntry]) -> None:
         """Recovery: rebuild the ready list from the queue index's live entries (streamed, in

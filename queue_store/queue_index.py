@@ -122,6 +122,8 @@ class QueueIndex:
         """Publish a message whose ``payload`` (:func:`msg_store.encode_payload`) lives in
         the journal itself rather than in the message store."""
         self._buffer += embedded_record(seq, payload, expiry_ms, priority)
+        if len(self._buffer) >= 1 << 20:  # bytes: a deep backlog's journal stays on disk
+            self.flush()
         self.live += 1
         self._cur_live += 1
         if not self._cur_first:
@@ -140,6 +142,8 @@ class QueueIndex:
 
     def ack(self, seq: int) -> None:
         self._buffer += _record(ACK, seq)
+        if len(self._buffer) >= 1 << 20:  # bytes (a purge of millions)
+            self.flush()
         self.live -= 1
         self.acked += 1
         self.dirty = True

@@ -4,31 +4,61 @@ Theory of operation
 -------------------
 RabbitMQ's classic queue keeps each message in one of four states: **alpha** (index and body
 in RAM), **beta** (index in RAM, body on disk), **gamma** (index in RAM and on disk, body on
-disk) and **delta** (index and body on disk only), in the sub-queues q1, q2, delta, q3, q4.
-This module keeps the two ends of that spectrum, in publish order::
+disk) and **delta** (index and body on disk only). This module keeps them in three runs, in
+publish order::
 
-    head                                                        tail
-    [ q4: alpha / gamma (RAM index) ][ delta: paging file on disk ]
+    head                                                                        tail
+    [ q4: alpha / gamma objects ][ q3: beta, typed arrays ][ delta: paging file ]
 
 * **q4** holds :class:`QueuedMessage` objects. Normally their bodies are in RAM (**alpha**).
-  A persistent message on a durable queue also has its body in the message store and its
-  record in the queue index; under memory pressure its body is dropped from RAM and only
-  the index entry stays (**gamma**: index in RAM and on disk, body on disk), read back from
-  the message store ahead of need, ``read_batch`` at a time.
+  A persistent message whose body is in the message store (and its record in the queue
+  index) may drop its body under memory pressure (**gamma**); gamma bodies are read back
+  from the store ahead of need, ``read_batch`` at a time.
+* **q3** (:class:`~queue_store.beta.BetaQueue`) holds **beta** messages: their index entries
+  (seq, expiry, priority, flags, store msg_id, size, body location; 46 bytes, no object)
+  in RAM, their bodies in a transient body file. Length, bytes, expiries and priorities
+  are known without reading a body.
 * **delta** is a per-queue paging file of whole records (sequence number, expiry,
   priority, flags, store msg_id, routing info, properties, body); nothing per message stays
   in RAM, only the region's count and byte total, so a backlog of millions costs no memory.
 
-**Beta** (index in RAM only, body on disk) is not used: a transient message that must leave
-RAM goes to delta whole, which frees more memory than beta would.
+A persistent message on a durable queue is in its queue index (embedded, or by msg_id in
+the message store) whatever its state here: this module only decides where the *ready copy*
+lives; the paging and body files are transient and deleted at start.
 
-Transitions: an append goes to q4 while q4 is under its budget (``ram_messages``,
-``ram_bytes``) and delta is empty; otherwise it is paged out to delta (alpha -> delta), so
-FIFO order holds. When q4 falls below a quarter of its budget and delta is not empty, a batch
-is read back (delta -> alpha, sequential reads of up to ``read_batch`` messages, not one
-read per message). Requeued messages always came from q4's head, so they go back into q4.
-The paging file is truncated whenever delta drains, and is deleted at start (its messages
-are transient; persistent ones are recovered from the queue index and message store).
+Transitions (deterministic, driven by the budgets: ``ram_messages``/``ram_bytes`` for q4,
+``beta_messages`` and ``BETA_FILE_LIMIT`` for q3; the broker's memory watermark switches
+``ram_messages`` to ``PRESSURE_RAM_MESSAGES``)::
+
+                 append, q4 under budget, nothing after it
+    publish ──────────────────────────────────────────────────────▶ alpha (q4)
+       │  append, q4 full, delta empty, q3 under budget               │  ▲
+       ├──────────────────────────────────────────────▶ beta (q3) ◀───┤  │ refill: q4 below
+       │  append otherwise (delta not empty, q3 full)   │  ▲          │  │ 1/4 of budget,
+       └──────────────────────────────────────────────▶ delta ◀───────┤  │ read_batch from
+                                                        │  │          │  │ q3, else delta
+             pressure: q4's tail past the budget ───────┘  └──────────┘  │ (sequential)
+             to delta if nothing follows q4, else to q3's head           │
+             pressure: bodies of stored persistent messages dropped ──▶ gamma ──▶ alpha
+                                                                   (read ahead at the head)
+
+* append -> q4 while q4 is under budget and q3 and delta are empty; else -> q3 while delta is
+  empty and q3 is under budget; else -> delta. So FIFO order holds: q4 < q3 < delta.
+* refill (pop or peek with q4 at or below a quarter of its budget): a batch of
+  ``read_batch`` from q3 (beta -> alpha, bodies read in contiguous runs), or, when q3 is
+  empty, from delta (delta -> alpha, sequential reads).
+* memory pressure: q4's alpha tail beyond ``PRESSURE_RAM_MESSAGES`` moves out (alpha ->
+  delta when q3 and delta are empty, else alpha -> beta at q3's head), but only messages
+  newer than any ever taken from the head, since a requeue may bring those back into q4;
+  then alpha -> gamma for messages whose bodies are safe in the message store.
+* requeue: requeued messages were taken from the head, so they are older than everything
+  in q3 and delta and merge back into q4 by sequence number.
+* clear (purge, delete): beta and delta messages come back without bodies (the caller only
+  needs their index entries), one batch at a time.
+* The body file is truncated whenever q3 drains, the paging file whenever delta drains.
+
+:meth:`VariableQueue.state_counts` gives the messages and bytes in each state (the
+management API's ``backing_queue_status`` and ``messages_ram``/``messages_paged_out``).
 
 Source: RabbitMQ ``rabbit_variable_queue`` (module documentation of states and sub-queues).
 """
@@ -40,10 +70,11 @@ import math
 import os
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from queue_store.backing import QueuedMessage
+from queue_store.beta import BetaQueue
 from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 
@@ -55,6 +86,8 @@ RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
 PRESSURE_RAM_MESSAGES = 2_000  # q4 budget while memory is past the paging threshold
 READ_CHUNK = 1 << 20  # bytes per read from the paging file
+BETA_MESSAGES = 1_000_000  # q3's budget of index entries in RAM (46 bytes each)
+BETA_FILE_LIMIT = 256 * 1024 * 1024  # bytes: q3 takes no more appends past this body file
 
 
 def _encode(qm: QueuedMessage) -> bytes:
@@ -76,19 +109,27 @@ class VariableQueue:
         store: the message store gamma bodies are read back from.
         errors: told when the paging file cannot be written (disk full): the unwritten
             records then stay in RAM, in order, and are retried.
+        beta_messages: q3's budget (index entries kept in RAM for beta messages); 0: no
+            beta, messages past q4's budget go straight to delta.
     """
 
     def __init__(self, path: Path, ram_messages: int = RAM_MESSAGES, ram_bytes: int = RAM_BYTES,
                  read_batch: int = READ_BATCH, store: MessageStore | None = None,
-                 errors: WriteErrors | None = None) -> None:
+                 errors: WriteErrors | None = None, beta_messages: int = BETA_MESSAGES) -> None:
         self.path = Path(path)
         self.ram_messages = self._base_ram_messages = ram_messages
         self.ram_bytes = ram_bytes
         self.read_batch = read_batch
         self.store = store  # where gamma messages' bodies are read back from
         self.errors = errors
+        self.beta_messages = beta_messages
         self.q4: deque[QueuedMessage] = deque()
         self.q4_bytes = 0
+        self.q3 = BetaQueue(self.path.with_suffix(".beta"), errors)
+        self.q3_count = 0  # len(q3), kept as an int for the hot path
+        # highest seq ever taken from the head: a requeue brings back nothing newer, so
+        # only messages newer than this may leave q4 for q3 or delta (order)
+        self.max_out_seq = 0
         self.gamma_count = 0  # q4 entries whose body is only on disk
         self.gamma_bytes = 0
         self.delta_count = 0
@@ -105,37 +146,55 @@ class VariableQueue:
 
     @property
     def bytes(self) -> int:
-        return self.q4_bytes + self.gamma_bytes + self.delta_bytes
+        return self.q4_bytes + self.gamma_bytes + self.q3.bytes + self.delta_bytes
 
     def __len__(self) -> int:
-        return len(self.q4) + self.delta_count
+        return len(self.q4) + self.q3_count + self.delta_count
 
     def __iter__(self) -> Iterator[QueuedMessage]:
         return iter(list(self.q4))  # the RAM head only: iterating delta would read it all
 
     def append(self, qm: QueuedMessage) -> None:
         size = len(qm.message.body)
-        if self.delta_count or len(self.q4) >= self.ram_messages or (
+        if self.delta_count or self.q3_count or len(self.q4) >= self.ram_messages or (
                 self.q4_bytes + size > self.ram_bytes and self.q4):
-            self._page_out(qm)
+            if (not self.delta_count and self.q3_count < self.beta_messages
+                    and self.q3.file_size < BETA_FILE_LIMIT):
+                self.q3.append(qm)  # alpha -> beta
+                self.q3_count += 1
+            else:
+                self._page_out(qm)  # alpha -> delta
             return
         self.q4.append(qm)
         self.q4_bytes += size
 
     def popleft(self) -> QueuedMessage | None:
-        if len(self.q4) <= self.ram_messages // 4 and self.delta_count:
-            self._page_in()
+        if len(self.q4) <= self.ram_messages // 4 and (self.q3_count or self.delta_count):
+            self._refill()
         if not self.q4:
             return None
         if self.gamma_count and self.q4[0].message is None:
             self._load_ahead()
         qm = self.q4.popleft()
         self.q4_bytes -= len(qm.message.body)
+        if qm.seq > self.max_out_seq:
+            self.max_out_seq = qm.seq
         return qm
 
-    def peek(self) -> QueuedMessage | None:
-        if not self.q4 and self.delta_count:
+    def _refill(self) -> None:
+        """Read a batch into q4 from what follows it: q3 (beta -> alpha) first, else delta
+        (delta -> alpha)."""
+        if self.q3_count:
+            for qm in self.q3.take(self.read_batch):
+                self.q4.append(qm)
+                self.q4_bytes += qm.size
+            self.q3_count = len(self.q3)
+        elif self.delta_count:
             self._page_in()
+
+    def peek(self) -> QueuedMessage | None:
+        if not self.q4 and (self.q3_count or self.delta_count):
+            self._refill()
         if not self.q4:
             return None
         if self.gamma_count and self.q4[0].message is None:
@@ -174,7 +233,8 @@ class VariableQueue:
         return dropped
 
     def requeue(self, qms: list[QueuedMessage]) -> None:
-        """Merge ``qms`` (sorted by seq, all older than delta) back into q4 by sequence."""
+        """Merge ``qms`` (sorted by seq, all taken from the head: older than q3 and delta)
+        back into q4 by sequence."""
         if not qms:
             return
         self.q4_bytes += sum(len(qm.message.body) for qm in qms)
@@ -183,17 +243,29 @@ class VariableQueue:
         else:
             self.q4 = deque(heapq.merge(qms, self.q4))
 
-    def clear(self) -> list[QueuedMessage]:
-        out = list(self.q4)
+    def clear(self) -> Iterable[QueuedMessage]:
+        """Empty the queue; yields every message, head first, for the caller to forget
+        (consume it at once). Beta and delta messages come without their bodies
+        (``message`` None): forgetting needs only their index entries, so purging a deep
+        backlog reads no bodies and holds one batch in RAM at a time."""
+        head = list(self.q4)
         self.q4.clear()
         self.q4_bytes = self.gamma_bytes = self.gamma_count = 0
+        return self._cleared(head)
+
+    def _cleared(self, head: list[QueuedMessage]) -> Iterator[QueuedMessage]:
+        yield from head
+        while self.q3_count:
+            batch = self.q3.take(self.read_batch, bodies=False)
+            self.q3_count = len(self.q3)
+            yield from batch
         while self.delta_count:
-            self._page_in()
-            out.extend(self.q4)
+            self._page_in(bodies=False)
+            batch = list(self.q4)
             self.q4.clear()
-        self.q4_bytes = 0
+            self.q4_bytes = 0
+            yield from batch
         self._reset_file()
-        return out
 
     # ---- paging --------------------------------------------------------------------------
 
@@ -229,8 +301,9 @@ class VariableQueue:
             self.errors.update(self, error)
         return error
 
-    def _page_in(self) -> None:
-        """Read up to ``read_batch`` messages from delta into q4."""
+    def _page_in(self, bodies: bool = True) -> None:
+        """Read up to ``read_batch`` messages from delta into q4 (``bodies`` False: index
+        entries only, ``message`` None, for :meth:`clear`)."""
         self.flush()
         loaded = 0
         buf, off = self._read_buf, self._read_off
@@ -255,18 +328,22 @@ class VariableQueue:
             length, seq, expires, priority, flags, msg_id, returns = _rec.unpack_from(buf, off)
             start = off + _rec.size
             off = start + length
-            message = decode_payload(buf[start:off])
-            message.store_id = msg_id
-            qm = QueuedMessage(seq, message, bool(flags & F_REDELIVERED),
+            if bodies:
+                message = decode_payload(buf[start:off])
+                message.store_id = msg_id
+                size = len(message.body)
+            else:
+                message, size = None, 0
+            qm = QueuedMessage(seq, message, bool(flags & F_REDELIVERED),  # type: ignore[arg-type]
                                None if math.isnan(expires) else expires, priority)
             qm.msg_id = msg_id
             qm.indexed = bool(flags & F_INDEXED)
             qm.delivery_logged = bool(flags & F_LOGGED)
             qm.returns = returns
             self.q4.append(qm)
-            self.q4_bytes += len(message.body)
+            self.q4_bytes += size
             self.delta_count -= 1
-            self.delta_bytes -= len(message.body)
+            self.delta_bytes -= size
             loaded += 1
         self._read_buf, self._read_off = buf, off
         if not self.delta_count:
@@ -285,25 +362,40 @@ class VariableQueue:
             os.ftruncate(self._fd, 0)
 
     def set_memory_pressure(self, on: bool) -> None:
-        """Memory past the paging threshold: a small RAM budget, and q4's tail beyond it
-        paged out now when delta is empty (otherwise order forbids it: q4 is older)."""
+        """Memory past the paging threshold: a small RAM budget, and q4's alpha tail beyond
+        it moved out now: to delta when nothing follows q4 (alpha -> delta), else to the
+        head of q3 (alpha -> beta; order forbids putting it after delta); then the bodies
+        of q4's messages that are safe in the message store are dropped (alpha -> gamma)."""
         self.ram_messages = PRESSURE_RAM_MESSAGES if on else self._base_ram_messages
-        if on and not self.delta_count:
+        if on:
             keep = self.ram_messages
             tail = []
-            while len(self.q4) > keep and self.q4[-1].message is not None:
+            while (len(self.q4) > keep and self.q4[-1].message is not None
+                   and self.q4[-1].seq > self.max_out_seq):
                 tail.append(self.q4.pop())
-            for qm in reversed(tail):
-                self.q4_bytes -= len(qm.message.body)
-                self._page_out(qm)
-            self.flush()
-        if on:
+            tail.reverse()
+            self.q4_bytes -= sum(len(qm.message.body) for qm in tail)
+            if not self.delta_count and not self.q3_count:
+                for qm in tail:
+                    self._page_out(qm)
+                self.flush()
+            else:
+                self.q3.prepend(tail)
+                self.q3_count = len(self.q3)
             self._drop_bodies()
+
+    def state_counts(self) -> dict[str, int]:
+        """Messages and body bytes in each state (RabbitMQ's alpha, beta, gamma, delta)."""
+        return {"alpha": len(self.q4) - self.gamma_count, "beta": self.q3_count,
+                "gamma": self.gamma_count, "delta": self.delta_count,
+                "alpha_bytes": self.q4_bytes, "beta_bytes": self.q3.bytes,
+                "gamma_bytes": self.gamma_bytes, "delta_bytes": self.delta_bytes}
 
     def close(self, delete: bool = True) -> None:
         """Release the paging file (deleted by default: its contents are transient)."""
         if self.errors is not None:
             self.errors.clear(self)
+        self.q3.close(delete)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

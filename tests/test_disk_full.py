@@ -249,7 +249,8 @@ def test_paging_file_full_keeps_messages_in_ram_in_order(tmp_path: Path, disk: F
     errors = WriteErrors()
     changes: list[bool] = []
     errors.on_change = changes.append
-    vq = VariableQueue(tmp_path / "p.delta", ram_messages=4, read_batch=3, errors=errors)
+    vq = VariableQueue(tmp_path / "p.delta", ram_messages=4, read_batch=3, errors=errors,
+                       beta_messages=0)  # straight to delta
     disk.room = 300  # a few paged records fit
     for i in range(30):
         vq.append(QueuedMessage(i, pmsg(f"body-{i}".encode() * 5, properties_raw=PERSISTENT)))
@@ -259,6 +260,26 @@ def test_paging_file_full_keeps_messages_in_ram_in_order(tmp_path: Path, disk: F
     while (qm := vq.popleft()) is not None:
         out.append(qm.seq)
     assert out == list(range(30))
+    assert not errors.active and changes == [True, False]
+    vq.close()
+
+
+def test_beta_body_file_full_keeps_bodies_in_ram_in_order(tmp_path: Path,
+                                                          disk: FullDisk) -> None:
+    errors = WriteErrors()
+    changes: list[bool] = []
+    errors.on_change = changes.append
+    vq = VariableQueue(tmp_path / "p.delta", ram_messages=4, read_batch=3, errors=errors)
+    disk.room = 300  # a few beta bodies fit
+    for i in range(30):
+        vq.append(QueuedMessage(i, pmsg(f"body-{i}".encode() * 5, properties_raw=PERSISTENT)))
+    assert vq.state_counts()["beta"] == 26
+    vq.q3.flush()
+    assert errors.active and changes == [True]
+    out = []
+    while (qm := vq.popleft()) is not None:
+        out.append((qm.seq, qm.message.body))
+    assert out == [(i, f"body-{i}".encode() * 5) for i in range(30)]
     assert not errors.active and changes == [True, False]
     vq.close()
 

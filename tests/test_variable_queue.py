@@ -1,6 +1,7 @@
-"""The variable queue (queue_store.variable_queue): a FIFO with a RAM head (q4) and an
-on-disk paging tail (delta). Order, accounting, requeue, clear, and what survives a page
-out/in round trip."""
+"""The variable queue (queue_store.variable_queue): a FIFO with a RAM head (q4: alpha and
+gamma), beta (q3: index entries in RAM, bodies on disk) and an on-disk paging tail (delta).
+Order, accounting, requeue, clear, what survives a page out/in round trip, and a model-based
+test of all four states under a changing budget."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def make(tmp_path: Path):
     made: list[VariableQueue] = []
 
     def factory(name: str = "q.delta", **kw) -> VariableQueue:
+        kw.setdefault("beta_messages", 0)  # alpha and delta only, unless a test asks
         vq = VariableQueue(tmp_path / name, **kw)
         made.append(vq)
         return vq
@@ -218,9 +220,11 @@ def test_clear_returns_ram_and_paged_messages_and_truncates(make) -> None:
         vq.append(qm(seq, b"z" * 50))
     vq.popleft()
     assert vq.path.exists()
-    out = vq.clear()
+    out = list(vq.clear())
     assert [m.seq for m in out] == list(range(2, 501))
-    assert all(m.message.body == b"z" * 50 for m in out)
+    # the RAM head keeps its bodies; paged-out ones are not read back (message None)
+    assert [m.message.body for m in out[:9]] == [b"z" * 50] * 9
+    assert all(m.message is None for m in out[9:])
     assert len(vq) == 0 and vq.bytes == 0 and vq.delta_count == 0
     assert vq.path.stat().st_size == 0
     assert vq.popleft() is None and vq.peek() is None
@@ -308,3 +312,108 @@ def test_memory_pressure_leaves_transient_messages_in_ram_without_a_store(make) 
     vq.set_memory_pressure(True)
     assert vq.gamma_count == 0
     assert all(item.message is not None for item in vq.q4)
+
+
+# ---- beta (q3) and the four states --------------------------------------------------------
+
+
+def test_beta_keeps_index_entries_in_ram_and_bodies_on_disk(make) -> None:
+    vq = make(ram_messages=10, read_batch=4, beta_messages=100)
+    for seq in range(1, 151):
+        vq.append(qm(seq, b"b" * 20, expires_at=float(seq), priority=seq % 7))
+    counts = vq.state_counts()
+    assert (counts["alpha"], counts["beta"], counts["delta"]) == (10, 100, 40)
+    assert counts["beta_bytes"] == 100 * 20 and vq.bytes == 150 * 20
+    assert list(vq.q3)[:3] == [11, 12, 13]  # seqs known without reading a body
+    vq.q3.flush()  # bodies go to the body file (through a 1 MB write buffer)
+    assert vq.q3.path.stat().st_size > 100 * 20
+    out = drain(vq)
+    assert [m.seq for m in out] == list(range(1, 151))
+    assert [(m.expires_at, m.priority, m.message.body) for m in out[10:12]] == [
+        (11.0, 4, b"b" * 20), (12.0, 5, b"b" * 20)]
+    assert vq.state_counts()["beta"] == 0 and vq.q3.file_size == 0
+
+
+def test_memory_pressure_moves_alpha_to_beta_ahead_of_delta(make, monkeypatch) -> None:
+    import queue_store.variable_queue as vqm
+
+    monkeypatch.setattr(vqm, "PRESSURE_RAM_MESSAGES", 5)
+    vq = make(ram_messages=20, beta_messages=0)  # delta right after q4
+    for seq in range(1, 41):
+        vq.append(qm(seq))
+    assert vq.delta_count == 20
+    vq.set_memory_pressure(True)  # q4's tail cannot go behind delta: it becomes beta
+    counts = vq.state_counts()
+    assert (counts["alpha"], counts["beta"], counts["delta"]) == (5, 15, 20)
+    assert [m.seq for m in drain(vq)] == list(range(1, 41))
+
+
+def _model_check(vq: VariableQueue, model: list[tuple[int, int]]) -> None:
+    counts = vq.state_counts()
+    assert len(vq) == len(model)
+    assert sum(counts[s] for s in ("alpha", "beta", "gamma", "delta")) == len(model)
+    assert vq.bytes == sum(size for _, size in model)
+    assert sum(counts[s + "_bytes"] for s in ("alpha", "beta", "gamma", "delta")) == vq.bytes
+    assert [m.seq for m in vq.q4] == [seq for seq, _ in model[:len(vq.q4)]]
+    after_q4 = model[len(vq.q4):len(vq.q4) + counts["beta"]]
+    assert list(vq.q3) == [seq for seq, _ in after_q4]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_model_random_operations_through_all_four_states(tmp_path: Path, seed: int,
+                                                         monkeypatch) -> None:
+    """Random appends (persistent in the store, or transient), pops, requeues, purges and
+    budget changes (q4 and q3 budgets, memory pressure on and off) against a plain list:
+    order, counts and bytes agree after every step, and every state is visited."""
+    import queue_store.variable_queue as vqm
+    from queue_store.msg_store import MessageStore
+
+    monkeypatch.setattr(vqm, "PRESSURE_RAM_MESSAGES", 3)
+    rnd = random.Random(seed)
+    store = MessageStore(tmp_path / "store")
+    vq = VariableQueue(tmp_path / "m.delta", ram_messages=8, read_batch=3, store=store,
+                       beta_messages=12)
+    model: list[tuple[int, int]] = []  # (seq, body bytes), head first
+    out: dict[int, QueuedMessage] = {}  # popped, not settled
+    seen: set[str] = set()
+    seq = 0
+    for _ in range(1500):
+        op = rnd.random()
+        if op < 0.45:
+            seq += 1
+            item = qm(seq, bytes(rnd.randrange(0, 40)))
+            if rnd.random() < 0.5:  # persistent: body safe in the store, a gamma candidate
+                item.msg_id = store.write(item.message)
+                item.indexed = True
+            vq.append(item)
+            model.append((seq, len(item.message.body)))
+        elif op < 0.75:
+            got = vq.popleft()
+            if not model:
+                assert got is None
+                continue
+            assert got is not None and (got.seq, len(got.message.body)) == model.pop(0)
+            out[got.seq] = got
+        elif op < 0.82 and out:
+            back = sorted(rnd.sample(sorted(out), rnd.randrange(1, len(out) + 1)))
+            items = [out.pop(s) for s in back]
+            vq.requeue(items)  # they all came from the head: older than everything left
+            model = sorted(model + [(m.seq, len(m.message.body)) for m in items])
+        elif op < 0.88:
+            vq.set_memory_pressure(rnd.random() < 0.5)
+        elif op < 0.94:
+            vq.ram_messages = vq._base_ram_messages = rnd.choice([0, 2, 8, 30])
+            vq.beta_messages = rnd.choice([0, 5, 12, 100])
+        elif op < 0.95:
+            assert [m.seq for m in vq.clear()] == [s for s, _ in model]
+            model = []
+        else:
+            head = vq.peek()
+            assert (head.seq if head else None) == (model[0][0] if model else None)
+        counts = vq.state_counts()
+        seen.update(s for s in ("alpha", "beta", "gamma", "delta") if counts[s])
+        _model_check(vq, model)
+    assert seen == {"alpha", "beta", "gamma", "delta"}
+    assert [m.seq for m in drain(vq)] == [s for s, _ in model]
+    vq.close()
+    store.close()
