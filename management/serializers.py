@@ -2,8 +2,9 @@
 
 Field names and value shapes follow RabbitMQ 3.10.8's answers (checked with curl): rates are
 ``{"rate": 0.0}`` (this broker keeps counts, not rates), ``null`` where RabbitMQ writes
-``null``. Erlang-runtime fields (``garbage_collection``, ``reductions``,
-``backing_queue_status``, ``recv_oct``...) are left out.
+``null``. Erlang-runtime fields (``garbage_collection``, ``reductions``, ``recv_oct``...)
+are left out; a queue's ``backing_queue_status`` and paging figures come from
+:mod:`queue_store.backing_status`.
 
 Source: https://www.rabbitmq.com/docs/management#http-api (the API reference page, "HTTP API
 Stats"), ``rabbit_mgmt_format.erl``.
@@ -23,6 +24,7 @@ from urllib.parse import quote_plus
 from broker.message_stats import deliver_get
 from exchanges.binding import Binding
 from management.group_stats import message_groups_json
+from queue_store.backing_status import memory_fields
 from queue_store.consumer import Consumer
 from queue_store.queue import Queue
 from queue_store.queue_args import merge_operator_definition
@@ -335,11 +337,11 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
         "recoverable_slaves": None,
         **details(st.rates, ("queue", q.vhost_name, q.name), messages=ready + unacked_n,
                   messages_ready=ready, messages_unacknowledged=unacked_n),
-        "messages_ram": ready + unacked_n, "messages_ready_ram": ready,
-        "messages_unacknowledged_ram": unacked_n, "messages_paged_out": 0,
         "message_bytes": ready_bytes + unacked_bytes, "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": unacked_bytes,
-        "message_bytes_ram": ready_bytes + unacked_bytes, "message_bytes_paged_out": 0,
+        **memory_fields(q, unacked_n, unacked_bytes,  # messages_ram, backing_queue_status...
+                        lambda name, value: st.rates.rate(("queue", q.vhost_name, q.name,
+                                                           "bqs", name), value)),
         "message_stats": queue_message_stats(q, st.rates),
     }
     if q.quorum:  # one node: it leads and is the only member

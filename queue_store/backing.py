@@ -70,6 +70,14 @@ class BackingQueue(Protocol):
 
     def set_memory_pressure(self, on: bool) -> None: ...
 
+    def state_counts(self) -> dict[str, int]:
+        """Messages and body bytes per state: ``alpha``, ``beta``, ``gamma``, ``delta`` and
+        ``<state>_bytes`` (see :mod:`queue_store.variable_queue`)."""
+        ...
+
+
+STATES = ("alpha", "beta", "gamma", "delta")
+
 
 class MemoryBackingQueue:
     """FIFO of ready messages in RAM; ``requeue`` puts messages back at their original
@@ -123,6 +131,11 @@ class MemoryBackingQueue:
 
     def set_memory_pressure(self, on: bool) -> None:
         """Nothing to page to (RAM only)."""
+
+    def state_counts(self) -> dict[str, int]:
+        """Every message is alpha (RAM only)."""
+        return {"alpha": len(self._q), "beta": 0, "gamma": 0, "delta": 0,
+                "alpha_bytes": self.bytes, "beta_bytes": 0, "gamma_bytes": 0, "delta_bytes": 0}
 
 
 class PriorityBackingQueue:
@@ -183,6 +196,14 @@ class PriorityBackingQueue:
     def set_memory_pressure(self, on: bool) -> None:
         for level in self._levels:
             level.set_memory_pressure(on)
+
+    def state_counts(self) -> dict[str, int]:
+        """The sums over the priority levels."""
+        out: dict[str, int] = {}
+        for level in self._levels:
+            for key, value in level.state_counts().items():
+                out[key] = out.get(key, 0) + value
+        return out
 
 
 def make_backing_queue(max_priority: int | None,

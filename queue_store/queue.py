@@ -585,6 +585,11 @@ class Queue:
         return len(self.ready)
 
     @property
+    def next_seq_id(self) -> int:
+        """The sequence number the next published message gets (backing_queue_status)."""
+        return self._seq + 1
+
+    @property
     def consumer_count(self) -> int:
         return len(self._consumer_order)
 

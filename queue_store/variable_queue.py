@@ -134,6 +134,7 @@ class VariableQueue:
         self.gamma_bytes = 0
         self.delta_count = 0
         self.delta_bytes = 0  # body bytes of paged messages
+        self.delta_transient = 0  # of which not in the queue index (RabbitMQ's delta tuple)
         self._fd = -1
         self._write_buf = bytearray()
         self._read_pos = 0  # file offset of the next byte to read
@@ -282,6 +283,8 @@ class VariableQueue:
             self._read_pos = self._file_size = 0
         self._write_buf += _encode(qm)
         self.delta_count += 1
+        if not qm.indexed:
+            self.delta_transient += 1
         self.delta_bytes += len(qm.message.body)
         self.paged_out += 1
         if len(self._write_buf) >= READ_CHUNK:
@@ -344,6 +347,8 @@ class VariableQueue:
             self.q4_bytes += size
             self.delta_count -= 1
             self.delta_bytes -= size
+            if not flags & F_INDEXED:
+                self.delta_transient -= 1
             loaded += 1
         self._read_buf, self._read_off = buf, off
         if not self.delta_count:
@@ -351,7 +356,7 @@ class VariableQueue:
 
     def _reset_file(self) -> None:
         """Delta is empty: drop the paging file's contents."""
-        self.delta_count = 0
+        self.delta_count = self.delta_transient = 0
         self.delta_bytes = 0
         self._write_buf.clear()
         if self.errors is not None:
@@ -389,7 +394,9 @@ class VariableQueue:
         return {"alpha": len(self.q4) - self.gamma_count, "beta": self.q3_count,
                 "gamma": self.gamma_count, "delta": self.delta_count,
                 "alpha_bytes": self.q4_bytes, "beta_bytes": self.q3.bytes,
-                "gamma_bytes": self.gamma_bytes, "delta_bytes": self.delta_bytes}
+                "gamma_bytes": self.gamma_bytes, "delta_bytes": self.delta_bytes,
+                "q4": len(self.q4), "delta_transient": self.delta_transient,
+                "target_ram_count": self.ram_messages}
 
     def close(self, delete: bool = True) -> None:
         """Release the paging file (deleted by default: its contents are transient)."""

@@ -1,0 +1,99 @@
+"""A queue's paging figures (queue_store.backing_status) as the management API's queue object
+shows them: RabbitMQ's messages_ram / messages_paged_out / backing_queue_status fields, and
+the per-state counts, with a queue driven through alpha, beta, gamma and delta."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pamqp import commands
+from pamqp.header import ContentHeader
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.environment import BrokerEnvironment
+from management.serializers import UnackedTotals, queue_json
+from management.state import ManagementState
+from queue_store.backing_status import memory_fields
+from queue_store.message import Message
+from queue_store.queue import Queue
+
+PERSISTENT = ContentHeader(0, 0, commands.Basic.Properties(delivery_mode=2)).marshal()[12:]
+TRANSIENT = ContentHeader(0, 0, commands.Basic.Properties(delivery_mode=1)).marshal()[12:]
+
+#: the keys of RabbitMQ 3.10.8's backing_queue_status for a classic queue, less the ack rates
+#: and next_deliver_seq_id (see the module docstring of queue_store.backing_status)
+RABBIT_BQS_KEYS = {"mode", "version", "q1", "q2", "q3", "q4", "delta", "len",
+                   "target_ram_count", "next_seq_id", "avg_ingress_rate", "avg_egress_rate"}
+
+
+def node(tmp_path: Path, embed: int = 4096) -> Broker:
+    return Broker(BrokerConfig(data_dir=tmp_path, queue_index_embed_msgs_below=embed),
+                  BrokerEnvironment(storage=True))
+
+
+def fill(q: Queue, n: int, persistent_every: int = 2) -> None:
+    for i in range(n):
+        props = PERSISTENT if i % persistent_every == 0 else TRANSIENT
+        q.publish(Message.create("", q.name, props, b"x" * 10))
+
+
+def test_memory_only_queue_is_all_alpha(tmp_path: Path) -> None:
+    broker = Broker(BrokerConfig(data_dir=tmp_path), BrokerEnvironment())  # no storage
+    q = broker.vhosts["/"].declare_queue("q")
+    fill(q, 5)
+    f = memory_fields(q, 0, 0)
+    assert (f["messages_ram"], f["messages_paged_out"], f["messages_alpha"]) == (5, 0, 5)
+    assert f["backing_queue_status"]["target_ram_count"] == "infinity"
+    assert f["messages_persistent"] == 0  # not durable: nothing persistent (RabbitMQ too)
+
+
+def test_queue_through_the_four_states(tmp_path: Path) -> None:
+    broker = node(tmp_path, embed=0)  # bodies in the message store: gamma is possible
+    q = broker.vhosts["/"].declare_queue("q", durable=True)
+    vq = q.ready
+    vq.ram_messages, vq.beta_messages = 10, 20
+    fill(q, 50)  # 10 alpha, 20 beta, 20 delta
+    f = memory_fields(q, 0, 0)
+    assert [f[f"messages_{s}"] for s in ("alpha", "beta", "gamma", "delta")] == [10, 20, 0, 20]
+    assert (f["messages_ram"], f["messages_ready_ram"], f["messages_paged_out"]) == (10, 10, 40)
+    assert (f["message_bytes_ram"], f["message_bytes_paged_out"]) == (100, 400)
+    assert f["messages_persistent"] == 25
+    bqs = f["backing_queue_status"]
+    assert set(bqs) == RABBIT_BQS_KEYS
+    assert (bqs["q1"], bqs["q2"], bqs["q3"], bqs["q4"], bqs["len"]) == (0, 0, 20, 10, 50)
+    assert bqs["delta"] == ["delta", "undefined", 20, 10, "undefined"]  # 10 transient
+    assert (bqs["target_ram_count"], bqs["next_seq_id"]) == (10, 51)
+    # one delivered, not acked: in RAM, counted as unacknowledged
+    got = q.get()
+    assert got is not None
+    f = memory_fields(q, 1, 10)
+    assert (f["messages_unacknowledged_ram"], f["messages_ram"]) == (1, 10)
+    # memory pressure: stored persistent bodies in q4 drop to gamma
+    broker.set_memory_pressure(True)
+    f = memory_fields(q, 1, 10)
+    assert f["messages_gamma"] > 0
+    assert f["messages_ram"] == f["messages_alpha"] + 1
+    assert sum(f[f"messages_{s}"] for s in ("alpha", "beta", "gamma", "delta")) == 49
+    broker.set_memory_pressure(False)
+    # draining reads everything back: all alpha again, then empty
+    bodies = 0
+    while q.get(no_ack=True) is not None:
+        bodies += 1
+    assert bodies == 49
+    f = memory_fields(q, 1, 10)
+    assert [f[f"messages_{s}"] for s in ("alpha", "beta", "gamma", "delta")] == [0, 0, 0, 0]
+
+
+def test_queue_object_of_the_http_api_carries_the_fields(tmp_path: Path) -> None:
+    broker = node(tmp_path)
+    q = broker.vhosts["/"].declare_queue("q", durable=True, arguments={"x-max-priority": 3})
+    for level in q.ready._levels:  # type: ignore[attr-defined]
+        level.ram_messages = 2
+    fill(q, 12)
+    st = ManagementState(broker)
+    out = queue_json(q, st, UnackedTotals.collect(broker))
+    assert out["messages"] == 12 and out["messages_paged_out"] == 10
+    assert out["messages_ready_ram"] == 2 and out["messages_persistent"] == 6
+    assert out["backing_queue_status"]["len"] == 12
+    assert out["backing_queue_status"]["avg_ingress_rate"] == 0.0  # first sample
