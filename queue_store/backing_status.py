@@ -47,7 +47,13 @@ def memory_fields(q: Queue, unacked: int, unacked_bytes: int,
         rate: rate of a named counter (``"ingress"``: messages published to the queue,
             ``"egress"``: messages delivered); None gives 0.0.
     """
-    counts = q.ready.state_counts()
+    state_counts = getattr(q.ready, "state_counts", None)
+    if state_counts is not None:
+        counts = state_counts()
+    else:  # a backing queue that does not page (or does not say): all counted as alpha
+        counts = {"alpha": len(q.ready), "beta": 0, "gamma": 0, "delta": 0,
+                  "alpha_bytes": int(q.ready.bytes), "beta_bytes": 0, "gamma_bytes": 0,
+                  "delta_bytes": 0}
     ready = sum(counts[s] for s in STATES)
     paged = counts["beta"] + counts["gamma"] + counts["delta"]
     paged_bytes = counts["beta_bytes"] + counts["gamma_bytes"] + counts["delta_bytes"]

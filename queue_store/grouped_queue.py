@@ -94,6 +94,7 @@ class GroupedQueue(Queue):
             vq = paging(next(numbers))
             if isinstance(vq, VariableQueue):
                 vq.ram_messages = vq._base_ram_messages = 0
+                vq.beta_messages = 0  # straight to delta: nothing per message in RAM
                 vq.read_batch = SPILL_KEEP
             return vq
 

@@ -430,7 +430,8 @@ def test_quorum_delivery_limit_releases_the_key(world: World) -> None:
 
 def test_paged_out_messages_keep_the_order_of_their_keys(world: World, tmp_path: Path) -> None:
     q = grouped(world)
-    q.groups.inner = VariableQueue(tmp_path / "g.delta", ram_messages=4, read_batch=3)
+    q.groups.inner = VariableQueue(tmp_path / "g.delta", ram_messages=4, read_batch=3,
+                                   beta_messages=0)  # past q4: straight to delta
     q.groups.stage_messages = 5
     keys = "abc"
     for i in range(60):
@@ -469,7 +470,8 @@ def test_a_held_keys_backlog_beyond_the_window_is_paged_out_not_blocking(
     made: list[VariableQueue] = []
 
     def spill() -> VariableQueue:
-        vq = VariableQueue(tmp_path / f"spill{len(made)}.delta", ram_messages=0, read_batch=4)
+        vq = VariableQueue(tmp_path / f"spill{len(made)}.delta", ram_messages=0, read_batch=4,
+                           beta_messages=0)
         made.append(vq)
         return vq
 
