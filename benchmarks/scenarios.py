@@ -22,6 +22,11 @@ Choices (documented here and printed with ``--describe``):
   bytes, auto-ack consumer; the first 0.5 s is warm-up and not counted;
 * (8) publishes the backlog without confirms (done when a passive declare counts every
   message), then drains it with one auto-ack consumer; peak RSS covers both phases;
+* (10) publishes a deep persistent backlog (persistent 200-byte messages, confirm window
+  1,000) to one durable queue, then drains it with one consumer acking every message
+  (prefetch 1,000); peak RSS covers both phases. RabbitMQ gets fewer messages by default
+  (``s10_rabbit``: it needs several GB per million), so its rates compare, its RSS does not
+  scale; the time limit is 3x the backlog one;
 * (9) opens connections 100 handshakes at a time, each with one channel and the heartbeat the
   broker proposes; RSS is sampled for 1 s after a 1 s settle while all are open; the delta is
   against the broker's settled RSS just before, and is also given per 1,000 connections (the
@@ -65,13 +70,15 @@ class Params:
     s8_rabbit: int = 1_000_000
     s9: int = 1_000
     s9_rabbit: int = 1_000
+    s10: int = 10_000_000
+    s10_rabbit: int = 2_000_000  # RabbitMQ 3.10.8 needs about 2.5 GB per million here
     time_limit: float = 120.0
     backlog_time_limit: float = 600.0
 
     @classmethod
     def quick(cls) -> Params:
         return cls(s1=30_000, s2=20_000, s3=10_000, s4=20_000, s5=5_000, s6=20_000,
-                   s7_duration=3.0, s8=100_000, s8_rabbit=100_000, s9=200, s9_rabbit=200, time_limit=30.0,
+                   s7_duration=3.0, s8=100_000, s8_rabbit=100_000, s9=200, s9_rabbit=200, s10=100_000, s10_rabbit=100_000, time_limit=30.0,
                    backlog_time_limit=60.0)
 
 
@@ -386,6 +393,28 @@ def s8_backlog(ctx: RunCtx) -> dict[str, Any]:
     return out
 
 
+def s10_deep_persistent(ctx: RunCtx) -> dict[str, Any]:
+    n = ctx.p.s10_rabbit if ctx.broker.name == "rabbitmq" else ctx.p.s10
+    tl = 3 * ctx.p.backlog_time_limit
+    q = ctx.queue("deep", durable=True)
+    t_go, (pub,) = ctx.run_workers([
+        ("publisher", {"exchange": "", "routing_keys": [q], "count": n, "body_size": BODY,
+                       "confirm": 1000, "batch": 100, "persistent": True}),
+    ], tl)
+    out: dict[str, Any] = {"backlog": n, "publish_rate": _rate(n, t_go, pub.get("t_done")),
+                           "error": _errors(pub)}
+    if out["error"]:
+        return out
+    t_go2, (con,) = ctx.run_workers([
+        ("consumer", {"queues": [q], "expected": n, "body_size": BODY, "no_ack": False,
+                      "prefetch": 1000, "consume_on_go": True}),
+    ], tl)
+    out.update(messages=con.get("received", 0),
+               drain_rate=_rate(con.get("received", 0), t_go2, con.get("t_last")),
+               error=_errors(con) or ctx.leftover([q]))
+    return out
+
+
 def settled_rss_kb(pids: list[int], limit: float = 15.0) -> int:
     """VmRSS once it has moved less than 0.5 MB per 0.5 s for 2 s (a previous run's memory
     being given back would otherwise show as a negative delta), or after ``limit`` s."""
@@ -482,6 +511,10 @@ SCENARIOS = [
               Metric("rss_per_1000_mb", "added/1k conn", "MB", False, "ratio<=1.0",
                      fmt="{:,.1f}")],
              work_key="connections"),
+    Scenario(10, "deep persistent backlog: confirms, ack drain", s10_deep_persistent,
+             [Metric("publish_rate", "publish", RATE, True, "ratio>=1.0"),
+              Metric("drain_rate", "drain", RATE, True, "ratio>=1.0"),
+              Metric("peak_rss_mb", "peak RSS", "MB", False, "amqpq<=512", fmt="{:,.0f}")]),
 ]
 
 
