@@ -14,7 +14,7 @@ Scenarios (see ``benchmarks/scenarios.py`` for the exact choices):
  2 publish with confirms (window 1,000)                   7 latency p50/p99 at 1,000 msg/s
  3 persistent + durable + confirms                        8 backlog of 1M: publish, drain, peak RSS
  4 consume, prefetch 100, manual ack of every message     9 1,000 idle connections: set-up, RSS
- 5 fanout to 10 queues
+ 5 fanout to 10 queues                                   10 deep persistent backlog, 10 M (on demand)
 
 amqpq is a fresh ``python -m amqp_server`` subprocess on a free port for every run; RabbitMQ is
 the one on 127.0.0.1:5672 (only the queues/exchanges a run declares are touched, and deleted
