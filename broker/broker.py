@@ -18,6 +18,7 @@ from broker.environment import BrokerEnvironment
 from broker.message_stats import MessageTotals
 from broker.persistence import TopologyStore
 from queue_store.durability import Durability
+from queue_store.ram_budget import RamBudget
 from queue_store.storage import VhostStorage, name_id
 from vhosts.extras import DefinitionExtras
 from vhosts.limits import Limits
@@ -56,6 +57,7 @@ class Broker:
         self.durability = Durability(self.env.run_blocking)
         self.durability.on_synced = self.flush_confirms
         self.storage_enabled = self.env.storage
+        self.ram_budget = RamBudget()  # the paging queues' shared RAM budget
         self.topology: TopologyStore | None = None
         if self.env.storage:
             self.topology = TopologyStore(self, Path(self.config.data_dir))
@@ -98,7 +100,8 @@ class Broker:
             if self.storage_enabled:
                 directory = self.config.data_dir / "vhosts" / name_id(name)
                 storage = VhostStorage(directory, self.durability,
-                                       self.config.queue_index_embed_msgs_below)
+                                       self.config.queue_index_embed_msgs_below,
+                                       self.ram_budget)
             vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits)
             vhost.changed = self.mark_changed
             self.mark_changed()
@@ -142,7 +145,7 @@ class Broker:
 
     def tick(self) -> None:
         """Once a second: retry a failed definitions save, re-read memory and disk for the
-        alarms, start an fsync round if anything waits for one (and retry failed writes).
+        alarms, share the paging queues' RAM budget among them, start an fsync round if anything waits for one (and retry failed writes).
 
         Raises:
             whatever an alarm callback or the durability round raises (the caller logs it).
@@ -150,6 +153,7 @@ class Broker:
         self.save_topology()
         if self.alarms is not None:
             self.alarms.check()
+        self.ram_budget.rebalance()
         self.durability.maybe_sync()
 
     def flush_confirms(self) -> None:

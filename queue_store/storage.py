@@ -16,6 +16,7 @@ from queue_store.backing import BackingQueue
 from queue_store.durability import Durability
 from queue_store.msg_store import MessageStore
 from queue_store.queue_index import EMBED_MSGS_BELOW, IndexEntry, QueueIndex
+from queue_store.ram_budget import RamBudget
 from queue_store.variable_queue import VariableQueue
 
 
@@ -33,13 +34,16 @@ class VhostStorage:
         embed_below: persistent messages whose body is smaller (bytes) are embedded in their
             queue's index instead of the message store (RabbitMQ's
             ``queue_index_embed_msgs_below``, 4,096; 0 embeds none).
+        budget: the broker-wide RAM budget the paging queues share (None: each keeps the
+            per-queue defaults).
     """
 
     def __init__(self, directory: Path, durability: Durability,
-                 embed_below: int = EMBED_MSGS_BELOW) -> None:
+                 embed_below: int = EMBED_MSGS_BELOW, budget: RamBudget | None = None) -> None:
         self.directory = Path(directory)
         self.durability = durability
         self.embed_below = embed_below
+        self.budget = budget
         self.store = MessageStore(self.directory / "msg_store")
         self.index_dir = self.directory / "queues"
         self.index_dir.mkdir(parents=True, exist_ok=True)
@@ -58,9 +62,15 @@ class VhostStorage:
     def backing_queue_factory(self, queue: str) -> Callable[[int], BackingQueue]:
         """Makes the paging FIFO of each priority level of ``queue``."""
         base = name_id(queue)
-        return lambda level: VariableQueue(self.paging_dir / f"{base}.{level}.delta",
-                                           store=self.store,
-                                           errors=self.durability.write_errors)
+        def make(level: int) -> BackingQueue:
+            vq = VariableQueue(self.paging_dir / f"{base}.{level}.delta", store=self.store,
+                               errors=self.durability.write_errors)
+            if self.budget is not None:
+                vq.set_budget(*self.budget.share)
+                self.budget.register(vq)
+            return vq
+
+        return make
 
     def open_index(self, queue: str) -> QueueIndex:
         return QueueIndex(self.index_path(queue))

@@ -130,6 +130,7 @@ class VariableQueue:
         # highest seq ever taken from the head: a requeue brings back nothing newer, so
         # only messages newer than this may leave q4 for q3 or delta (order)
         self.max_out_seq = 0
+        self._pressure = False
         self.gamma_count = 0  # q4 entries whose body is only on disk
         self.gamma_bytes = 0
         self.delta_count = 0
@@ -371,23 +372,45 @@ class VariableQueue:
         it moved out now: to delta when nothing follows q4 (alpha -> delta), else to the
         head of q3 (alpha -> beta; order forbids putting it after delta); then the bodies
         of q4's messages that are safe in the message store are dropped (alpha -> gamma)."""
+        self._pressure = on
         self.ram_messages = PRESSURE_RAM_MESSAGES if on else self._base_ram_messages
         if on:
-            keep = self.ram_messages
-            tail = []
-            while (len(self.q4) > keep and self.q4[-1].message is not None
-                   and self.q4[-1].seq > self.max_out_seq):
-                tail.append(self.q4.pop())
-            tail.reverse()
-            self.q4_bytes -= sum(len(qm.message.body) for qm in tail)
-            if not self.delta_count and not self.q3_count:
-                for qm in tail:
-                    self._page_out(qm)
-                self.flush()
-            else:
-                self.q3.prepend(tail)
-                self.q3_count = len(self.q3)
+            self._shrink(self.ram_messages, to_beta=False)
             self._drop_bodies()
+
+    def set_budget(self, ram_messages: int, ram_bytes: int, beta_messages: int) -> None:
+        """A new share of the broker-wide budget (:class:`queue_store.ram_budget.RamBudget`):
+        q4's and q3's budgets; when q4 holds more than twice its new budget, its alpha tail
+        moves to q3 (or delta) now. A queue configured delta-only (both budgets 0, e.g. a
+        message-group spill queue) keeps its configuration."""
+        if not self._base_ram_messages and not self.beta_messages:
+            return
+        self._base_ram_messages = ram_messages
+        self.ram_bytes = ram_bytes
+        self.beta_messages = beta_messages
+        if not self._pressure:
+            self.ram_messages = ram_messages
+        if len(self.q4) > 2 * self.ram_messages:
+            self._shrink(self.ram_messages, to_beta=True)
+
+    def _shrink(self, keep: int, to_beta: bool) -> None:
+        """Move q4's alpha tail beyond ``keep`` messages out: only messages newer than any
+        taken from the head (a requeue brings those back into q4), to q3's head when
+        something follows q4 or ``to_beta`` and q3 has room, else to delta."""
+        tail = []
+        while (len(self.q4) > keep and self.q4[-1].message is not None
+               and self.q4[-1].seq > self.max_out_seq):
+            tail.append(self.q4.pop())
+        tail.reverse()
+        self.q4_bytes -= sum(len(qm.message.body) for qm in tail)
+        if not self.delta_count and not (
+                self.q3_count or (to_beta and self.q3_count + len(tail) <= self.beta_messages)):
+            for qm in tail:
+                self._page_out(qm)
+            self.flush()
+        else:
+            self.q3.prepend(tail)
+            self.q3_count = len(self.q3)
 
     def state_counts(self) -> dict[str, int]:
         """Messages and body bytes in each state (RabbitMQ's alpha, beta, gamma, delta)."""

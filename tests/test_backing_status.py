@@ -97,3 +97,30 @@ def test_queue_object_of_the_http_api_carries_the_fields(tmp_path: Path) -> None
     assert out["messages_ready_ram"] == 2 and out["messages_persistent"] == 6
     assert out["backing_queue_status"]["len"] == 12
     assert out["backing_queue_status"]["avg_ingress_rate"] == 0.0  # first sample
+
+
+def test_many_queues_share_one_ram_budget(tmp_path: Path) -> None:
+    """50 queues x 500 messages: after a tick each keeps its share of the broker-wide alpha
+    budget in RAM, the rest as beta; one queue alone gets the whole budget again."""
+    from queue_store.ram_budget import RamBudget
+
+    broker = node(tmp_path)
+    broker.ram_budget = budget = RamBudget(ram_messages=10_000, beta_messages=25_000)
+    broker.vhosts["/"].storage.budget = budget
+    queues = [broker.vhosts["/"].declare_queue(f"q{i}", durable=True) for i in range(50)]
+    for q in queues:
+        fill(q, 500)
+    assert sum(q.ready.state_counts()["alpha"] for q in queues) == 25_000  # before a tick
+    broker.tick()
+    assert budget.share == (200, budget.ram_bytes // 50, 500)
+    counts = [q.ready.state_counts() for q in queues]
+    assert all(c["alpha"] == 200 and c["beta"] == 300 for c in counts)
+    assert [m.seq for m in queues[7].ready.q4][-1] == 200  # the tail moved, in order
+    drained = []
+    while (got := queues[7].get(no_ack=True)) is not None:
+        drained.append(got.seq)
+    assert drained == list(range(1, 501))
+    for q in queues[1:]:
+        q.purge()
+    broker.tick()  # one queue left with messages: the per-queue defaults again
+    assert budget.share[0] == 10_000 and queues[0].ready.ram_messages == 10_000
