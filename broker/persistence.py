@@ -6,9 +6,9 @@ rewritten atomically (write temp, fsync, rename, fsync the folder) whenever it c
 recovery then runs through the same import code as ``POST /api/definitions``. Messages are
 recovered from each vhost's message store and its durable queues' indexes.
 
-Recovery order: import definitions (creates vhosts, durable queues) -> scan each vhost's
-message store -> replay each durable queue's index into its ready list -> forget store
-records no queue references.
+Recovery order: import definitions (creates vhosts, durable queues) -> share the RAM budget
+among the durable queues -> scan each vhost's message store -> replay each durable queue's
+index into its ready list (streamed) -> forget store records no queue references.
 
 Source: https://www.rabbitmq.com/docs/definitions; RabbitMQ's recovery of durable queues
 (``rabbit_amqqueue:recover``, ``rabbit_variable_queue:init``).
@@ -186,6 +186,9 @@ def recover_messages(broker: Broker) -> dict[str, int]:
     Returns counts: ``messages`` recovered, ``queues``, ``skipped`` corrupt/torn records.
     """
     counts = {"messages": 0, "queues": 0, "skipped": 0}
+    # the queues to fill share the RAM budget from the start (not the first ones all of it)
+    broker.ram_budget.presize(sum(1 for vhost in broker.vhosts.values()
+                                  for q in vhost.queues.values() if q.index is not None))
     for vhost in broker.vhosts.values():
         storage = vhost.storage
         if storage is None:

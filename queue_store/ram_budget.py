@@ -47,13 +47,23 @@ class RamBudget:
         self._queues.add(vq)
         return vq
 
-    def rebalance(self) -> int:
-        """Give every queue holding messages its share; returns how many there are."""
-        active = [vq for vq in self._queues if vq.q4 or vq.q3_count or vq.delta_count]
-        n = max(len(active), 1)
+    def presize(self, queues: int) -> None:
+        """Recovery is about to fill ``queues`` queues: give every registered queue the share
+        of that many now, so the first ones restored do not take the whole budget."""
+        self._divide(queues)
+        for vq in list(self._queues):
+            vq.set_budget(*self.share)
+
+    def _divide(self, n: int) -> None:
+        n = max(n, 1)
         self.share = (max(MIN_RAM_MESSAGES, min(RAM_MESSAGES, self.ram_messages // n)),
                       min(RAM_BYTES, self.ram_bytes // n),
                       min(BETA_MESSAGES, self.beta_messages // n))
+
+    def rebalance(self) -> int:
+        """Give every queue holding messages its share; returns how many there are."""
+        active = [vq for vq in self._queues if vq.q4 or vq.q3_count or vq.delta_count]
+        self._divide(len(active))
         for vq in active:
             vq.set_budget(*self.share)
         return len(active)

@@ -86,6 +86,7 @@ RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
 PRESSURE_RAM_MESSAGES = 2_000  # q4 budget while memory is past the paging threshold
 READ_CHUNK = 1 << 20  # bytes per read from the paging file
+WRITE_CHUNK = 128 * 1024  # bytes of paged-out records buffered before a write (per queue)
 BETA_MESSAGES = 1_000_000  # q3's budget of index entries in RAM (46 bytes each)
 BETA_FILE_LIMIT = 256 * 1024 * 1024  # bytes: q3 takes no more appends past this body file
 
@@ -288,7 +289,7 @@ class VariableQueue:
             self.delta_transient += 1
         self.delta_bytes += len(qm.message.body)
         self.paged_out += 1
-        if len(self._write_buf) >= READ_CHUNK:
+        if len(self._write_buf) >= WRITE_CHUNK:
             self.flush()
 
     def flush(self) -> OSError | None:
