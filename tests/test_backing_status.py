@@ -124,3 +124,17 @@ def test_many_queues_share_one_ram_budget(tmp_path: Path) -> None:
         q.purge()
     broker.tick()  # one queue left with messages: the per-queue defaults again
     assert budget.share[0] == 10_000 and queues[0].ready.ram_messages == 10_000
+
+
+def test_prometheus_per_queue_gauges_show_paged_out_messages(tmp_path: Path) -> None:
+    from management.prometheus.collectors import QUEUE_METRICS
+
+    broker = node(tmp_path)
+    q = broker.vhosts["/"].declare_queue("q", durable=True)
+    q.ready.ram_messages = 3
+    fill(q, 10)
+    gauges = {name: fn((q, 0)) for name, _, _, fn in QUEUE_METRICS}
+    assert gauges["queue_messages_paged_out"] == 7
+    assert gauges["queue_messages_paged_out_bytes"] == 70
+    assert gauges["queue_messages_ready_ram"] == gauges["queue_messages_ram"] == 3
+    assert gauges["queue_messages_ram_bytes"] == 30

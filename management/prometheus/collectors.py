@@ -43,6 +43,7 @@ from broker.alarms import process_rss
 from broker.message_stats import deliver_get
 from management.serializers import UnackedTotals, channel_name, connection_name, open_channels
 from management.state import RABBITMQ_VERSION
+from queue_store.backing_status import memory_fields
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -57,6 +58,12 @@ Row = tuple[str, str, str, Callable[[Any], float]]
 
 def _queue_bytes(q: Queue) -> int:
     return int(getattr(q.ready, "bytes", 0))
+
+
+def _mem(a: tuple[Queue, int]) -> dict[str, Any]:
+    """The queue's RAM/paged-out figures (queue_store.backing_status), ``a`` = (queue,
+    unacked bytes)."""
+    return memory_fields(a[0], a[0].unacked_count, a[1])
 
 
 QUEUE_COARSE: list[Row] = [
@@ -77,12 +84,12 @@ QUEUE_METRICS: list[Row] = [
     ("queue_consumer_utilisation", "gauge", "Same as consumer capacity",
      lambda a: 1.0 if a[0].consumer_count else 0.0),
     ("queue_messages_ram", "gauge", "Ready and unacknowledged messages stored in memory",
-     lambda a: a[0].message_count + a[0].unacked_count),
+     lambda a: _mem(a)["messages_ram"]),
     ("queue_messages_ram_bytes", "gauge",
      "Size of ready and unacknowledged messages stored in memory",
-     lambda a: _queue_bytes(a[0]) + a[1]),
+     lambda a: _mem(a)["message_bytes_ram"]),
     ("queue_messages_ready_ram", "gauge", "Ready messages stored in memory",
-     lambda a: a[0].message_count),
+     lambda a: _mem(a)["messages_ready_ram"]),
     ("queue_messages_unacked_ram", "gauge", "Unacknowledged messages stored in memory",
      lambda a: a[0].unacked_count),
     ("queue_messages_bytes", "gauge", "Size in bytes of ready and unacknowledged messages",
@@ -91,9 +98,10 @@ QUEUE_METRICS: list[Row] = [
      lambda a: _queue_bytes(a[0])),
     ("queue_messages_unacked_bytes", "gauge", "Size in bytes of all unacknowledged messages",
      lambda a: a[1]),
-    ("queue_messages_paged_out", "gauge", "Messages paged out to disk", lambda a: 0),
+    ("queue_messages_paged_out", "gauge", "Messages paged out to disk",
+     lambda a: _mem(a)["messages_paged_out"]),
     ("queue_messages_paged_out_bytes", "gauge", "Size in bytes of messages paged out to disk",
-     lambda a: 0),
+     lambda a: _mem(a)["message_bytes_paged_out"]),
 ]
 CHANNEL_METRICS: list[Row] = [
     ("channel_consumers", "gauge", "Consumers on a channel", lambda ch: len(ch.consumers)),
