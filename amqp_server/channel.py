@@ -233,7 +233,7 @@ class Channel:
             self._publish_reply(msg, mandatory)
             return
         self.counters.publish += 1
-        result = self.vhost.publish(x, msg)
+        result = self.vhost.publish(x, msg, mandatory=mandatory)
         if not result:
             if mandatory:
                 self.counters.returned += 1

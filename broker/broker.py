@@ -173,6 +173,9 @@ class Broker:
                 conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
         for queue in list(vhost.queues.values()):
             vhost.remove_queue(queue)
+        for x in vhost.exchanges.values():
+            if x.delayed is not None:  # x-delayed-message: stop its timer, drop its messages
+                x.delayed.destroy()
         if vhost.storage is not None:
             vhost.storage.destroy()
         self.message_totals.vhost_deleted(name, vhost.queues_declared, vhost.queues_created,

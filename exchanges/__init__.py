@@ -13,6 +13,7 @@ from amqp_common.errors import CommandInvalid
 from exchanges.base import ExchangeType
 from exchanges.consistent_hash import ConsistentHashExchange
 from exchanges.deduplication import DeduplicationExchange
+from exchanges.delayed import DelayedMessageExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
 from exchanges.headers import HeadersExchange
@@ -27,6 +28,8 @@ EXCHANGE_TYPES: dict[str, type] = {
     "x-consistent-hash": ConsistentHashExchange,  # RabbitMQ's plugin of that name, built in
     # the rabbitmq-message-deduplication plugin's exchange, built in
     "x-message-deduplication": DeduplicationExchange,
+    # the rabbitmq-delayed-message-exchange plugin's exchange, built in (exchanges/delayed.py)
+    "x-delayed-message": DelayedMessageExchange,
 }
 #: the types configured by the exchange's arguments (constructed with them)
 _TAKES_ARGUMENTS = (ConsistentHashExchange, DeduplicationExchange)
@@ -47,6 +50,8 @@ def make_exchange_type(type_name: str,
     cls = EXCHANGE_TYPES.get(type_name)
     if cls is None:
         raise CommandInvalid(f"unknown exchange type '{type_name}'")
+    if cls is DelayedMessageExchange:  # wraps the x-delayed-type table
+        return DelayedMessageExchange(arguments, make_exchange_type)  # type: ignore[return-value]
     instance: ExchangeType = cls(arguments) if cls in _TAKES_ARGUMENTS else cls()
     return instance
 
@@ -55,6 +60,7 @@ __all__ = [
     "EXCHANGE_TYPES",
     "ConsistentHashExchange",
     "DeduplicationExchange",
+    "DelayedMessageExchange",
     "DirectExchange",
     "ExchangeType",
     "FanoutExchange",

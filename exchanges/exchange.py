@@ -46,6 +46,7 @@ class Exchange:
         self.published = 0  # messages published to this exchange (stats)
         self.unroutable = 0  # of which reached no queue (publish_out = the rest)
         self.policy_alternate_exchange: str | None = None  # from a matching policy
+        self.delayed: Any = None  # x-delayed-message: the messages it holds (vhosts.delayed)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.name!r} {self.type_name}>"

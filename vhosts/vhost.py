@@ -41,6 +41,8 @@ from queue_store.queue_args import (
 )
 from queue_store.sender_selected import extra_routing_keys, without_bcc
 from queue_store.storage import VhostStorage
+from vhosts.delayed import attach as attach_delayed
+from vhosts.delayed import message_delay
 from vhosts.equivalence import QUEUE_EQUIVALENCE_ARGS, assert_args_equivalent, inequivalent
 from vhosts.limits import Limits
 from vhosts.names import (
@@ -140,6 +142,7 @@ class VirtualHost:
             check_name("exchange", name)
             x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = x
+            attach_delayed(self, x)  # x-delayed-message: its held messages
             self._apply_exchange_policy(x)
             self.changed()
             return x
@@ -176,6 +179,8 @@ class VirtualHost:
     def _remove_exchange(self, x: Exchange) -> None:
         self.exchanges.pop(x.name, None)
         self.changed()
+        if x.delayed is not None:  # its held messages go with it (as the plugin's)
+            x.delayed.destroy()
         for binding in list(x.bindings.values()):
             self._drop_binding(x, binding, cascade=False)
         for binding in list(self._inbound.get(Destination("exchange", x.name), {}).values()):
@@ -477,7 +482,7 @@ class VirtualHost:
 
     def publish(self, exchange: Exchange | None, message: Message,
                 routing_keys: list[str] | None = None,
-                accept: Callable[[Queue], bool] | None = None) -> int:
+                accept: Callable[[Queue], bool] | None = None, mandatory: bool = False) -> int:
         """Route ``message`` and enqueue it: the one entry point of every producer (AMQP
         Basic.Publish, the HTTP API's publish, dead lettering).
 
@@ -488,6 +493,8 @@ class VirtualHost:
                 ``CC``/``BCC`` headers (sender-selected distribution; ``BCC`` is removed
                 before the message is stored).
             accept: a filter on the queues reached (dead lettering's cycle check).
+            mandatory: Basic.Publish's flag; read only by an ``x-delayed-message`` exchange,
+                which then returns a message it cannot route now instead of holding it.
 
         Returns:
             :class:`~queue_store.outcomes.PublishResult` bits as a plain int: ``ROUTED``
@@ -503,6 +510,10 @@ class VirtualHost:
                     queues = [q] if q is not None else []
                 else:
                     exchange.published += 1
+                    if exchange.delayed is not None:  # x-delayed-message (vhosts/delayed.py)
+                        delay = message_delay(message)
+                        if delay > 0:
+                            return int(exchange.delayed.hold(message, delay, mandatory))
                     queues = self.route(exchange, rk, message)
                 extra = extra_routing_keys(message)
                 if extra:
