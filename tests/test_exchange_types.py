@@ -17,6 +17,7 @@ from exchanges import EXCHANGE_TYPES, make_exchange_type
 from exchanges.binding import Binding, Destination
 from exchanges.consistent_hash import ConsistentHashExchange
 from exchanges.deduplication import DeduplicationExchange
+from exchanges.delayed import DelayedMessageExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
 from exchanges.headers import HeadersExchange
@@ -25,7 +26,8 @@ from exchanges.topic import TopicExchange, split_topic_key
 Q1, Q2, Q3 = Destination("queue", "q1"), Destination("queue", "q2"), Destination("queue", "q3")
 X1 = Destination("exchange", "x1")
 #: declare arguments a type requires (x-message-deduplication: a cache size)
-REQUIRED_ARGS: dict[str, dict[str, Any]] = {"x-message-deduplication": {"x-cache-size": 10}}
+REQUIRED_ARGS: dict[str, dict[str, Any]] = {"x-message-deduplication": {"x-cache-size": 10},
+                                            "x-delayed-message": {"x-delayed-type": "direct"}}
 
 
 def bind(dest: Destination, key: str = "", **args: Any) -> Binding:
@@ -81,6 +83,7 @@ def test_registry_makes_fresh_tables() -> None:
         "headers": HeadersExchange,
         "x-consistent-hash": ConsistentHashExchange,
         "x-message-deduplication": DeduplicationExchange,
+        "x-delayed-message": DelayedMessageExchange,
     }
     a, b = make_exchange_type("direct"), make_exchange_type("direct")
     a.add_binding(bind(Q1, "k"))
