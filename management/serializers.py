@@ -149,6 +149,8 @@ def exchange_json(vhost: str, x: Exchange | None, full: bool = False,
         out["message_stats"] = details(rates, ("exchange", vhost, x.name),
                                        publish_in=x.published,
                                        publish_out=x.published - x.unroutable)
+        if x.delayed is not None:  # x-delayed-message: messages it holds (the plugin's field)
+            out["messages_delayed"] = len(x.delayed)
     if full:
         out["incoming"] = []
         out["outgoing"] = []

@@ -11,6 +11,7 @@ from management.routes import (
     bindings,
     connections,
     definitions,
+    delayed,
     exchanges,
     health,
     limits,
@@ -29,6 +30,6 @@ from management.routes import (
 def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
-            exchanges.routes, queues.routes, bindings.routes, policies.routes,
+            delayed.routes, exchanges.routes, queues.routes, bindings.routes, policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
             health.routes, move.routes]

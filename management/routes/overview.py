@@ -24,6 +24,7 @@ _TYPE_DESCRIPTIONS = {
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "x-consistent-hash": "Consistent Hashing Exchange",
     "x-message-deduplication": "Message Deduplication Exchange",
+    "x-delayed-message": "Delayed Message Exchange.",
 }
 
 
