@@ -133,7 +133,7 @@ def channel_with_exchange_type(url: str, type_name: str,
     not have exchange type ``type_name`` (RabbitMQ without the plugin: 503 unknown type) or
     does not answer. The caller closes the connection."""
     import pika
-    from pika.exceptions import ChannelClosedByBroker
+    from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
     try:
         conn = pika.BlockingConnection(pika_parameters(url))
@@ -143,8 +143,9 @@ def channel_with_exchange_type(url: str, type_name: str,
     probe = f"probe-{type_name}-{uuid.uuid4().hex[:6]}"
     try:
         ch.exchange_declare(probe, type_name, auto_delete=True, arguments=arguments)
-    except ChannelClosedByBroker as exc:
-        conn.close()
+    except (ChannelClosedByBroker, ConnectionClosedByBroker) as exc:  # 503 closes the connection
+        if conn.is_open:
+            conn.close()
         pytest.skip(f"{type_name} not available on {url}: {exc.reply_text}")
     ch.exchange_delete(probe)
     ch.confirm_delivery()

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from test_management_api are parameters here)
 """Delayed messages over the management HTTP API: ``messages_delayed`` on the exchange object,
 the listing (paged, due order) and cancelling one held message.
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("node")
 
 
 @pytest.fixture
-def delayed(api: Callable[..., Answer], vhost: str) -> Iterator[str]:  # noqa: F811
+def delayed(api: Callable[..., Answer], vhost: str) -> Iterator[str]:
     base = f"/api/exchanges/{vhost}/dx"
     assert api("PUT", base, {"type": "x-delayed-message",
                              "arguments": {"x-delayed-type": "direct"}}).status == 201
@@ -26,7 +27,7 @@ def delayed(api: Callable[..., Answer], vhost: str) -> Iterator[str]:  # noqa: F
     yield base
 
 
-def test_count_listing_and_cancel(api: Callable[..., Answer], vhost: str,  # noqa: F811
+def test_count_listing_and_cancel(api: Callable[..., Answer], vhost: str,
                                   delayed: str) -> None:
     for i, delay in enumerate((90_000, 30_000, 60_000)):
         assert publish(api, vhost, "dx", "k", f"m{i}", headers={"x-delay": delay})
@@ -46,7 +47,7 @@ def test_count_listing_and_cancel(api: Callable[..., Answer], vhost: str,  # noq
     assert api("GET", f"/api/queues/{vhost}/q").json.get("messages", 0) == 0
 
 
-def test_not_a_delayed_exchange_and_bad_paging(api: Callable[..., Answer],  # noqa: F811
+def test_not_a_delayed_exchange_and_bad_paging(api: Callable[..., Answer],
                                                vhost: str, delayed: str) -> None:
     assert api("GET", f"/api/exchanges/{vhost}/amq.direct/delayed").status == 400
     assert api("GET", f"/api/exchanges/{vhost}/nope/delayed").status == 404
