@@ -395,6 +395,10 @@ def _plan(broker: Broker, data: Any) -> _Plan:
     exchange_types: dict[tuple[str, str], str] = {
         (v.name, x.name): x.type_name for v in broker.vhosts.values()
         for x in v.exchanges.values()}
+    # and their arguments: the types configured by them (x-delayed-message, deduplication)
+    exchange_args: dict[tuple[str, str], dict[str, Any]] = {
+        (v.name, x.name): x.arguments for v in broker.vhosts.values()
+        for x in v.exchanges.values()}
     for name, *_ in plan.vhosts:
         if name not in broker.vhosts:
             exchange_types.update({(name, x): t for x, t in DEFAULT_EXCHANGES.items()})
@@ -415,7 +419,12 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             log.warning("definitions: skipping exchange '%s' in vhost '%s' (reserved name)",
                         name, vh)
             continue
+        try:  # the type's own argument checks (x-delayed-type, x-cache-size)
+            make_exchange_type(type_name, arguments)
+        except AMQPError as exc:
+            e.fail(exc.explanation)
         exchange_types.setdefault((vh, name), type_name)
+        exchange_args.setdefault((vh, name), arguments)
         plan.exchanges.append((vh, name, type_name, durable, auto_delete, internal, arguments))
 
     queue_names = {(v.name, q) for v in broker.vhosts.values() for q in v.queues}
@@ -458,7 +467,7 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             e.fail(f"queue '{dest_name}' in vhost '{vh}' is exclusive to a connection")
         destination = Destination("queue" if kind == "queue" else "exchange", dest_name)
         try:
-            make_exchange_type(str(source_type)).validate_binding(
+            make_exchange_type(str(source_type), exchange_args.get((vh, source))).validate_binding(
                 Binding(source, destination, routing_key, dict(arguments)))
         except AMQPError as exc:
             e.fail(exc.explanation)
