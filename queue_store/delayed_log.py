@@ -6,7 +6,7 @@ Every message a delayed exchange holds is appended, whole, to the exchange's cur
 segment file (``00000001.dseg``...; a new one starts past ``segment_size`` bytes)::
 
     u32 payload length | u32 CRC-32 of the rest | u64 seq | u64 due (wall-clock ms) |
-    u8 flags (1: persistent) | payload (the message store's encoding: routing, properties, body)
+    u64 x-delay (ms) | u8 flags (1: persistent) | payload (the message store's encoding: routing, properties, body)
 
 RAM keeps only the record's location (``segment << 40 | offset``) and size, in the
 exchange's :class:`~queue_store.delay_index.DelayIndex`; the body is read back
@@ -44,7 +44,7 @@ from queue_store.msg_store import decode_payload, encode_payload
 
 log = logging.getLogger("amqpq.delayed")
 
-_head = struct.Struct(">IIQQB")  # payload length, crc, seq, due ms, flags
+_head = struct.Struct(">IIQQQB")  # payload length, crc, seq, due ms, delay ms, flags
 _tomb = struct.Struct(">QI")  # offset, crc32 of the offset
 HEAD_SIZE = _head.size
 PERSISTENT = 1
@@ -66,16 +66,17 @@ class MemoryLog:
     durable = False
 
     def __init__(self) -> None:
-        self._records: dict[int, Message] = {}
+        self._records: dict[int, tuple[Message, int]] = {}
         self._next = 1
 
-    def append(self, seq: int, due: int, persistent: bool, message: Message) -> tuple[int, int]:
+    def append(self, seq: int, due: int, delay: int, persistent: bool, message: Message
+               ) -> tuple[int, int]:
         loc = self._next
         self._next += 1
-        self._records[loc] = message
+        self._records[loc] = (message, delay)
         return loc, 0
 
-    def read(self, loc: int, size: int) -> Message:
+    def read(self, loc: int, size: int) -> tuple[Message, int]:
         return self._records[loc]
 
     def done(self, loc: int) -> None:
@@ -131,10 +132,12 @@ class DelayedLog:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def append(self, seq: int, due: int, persistent: bool, message: Message) -> tuple[int, int]:
-        """Append one held message; returns (location, record size in bytes)."""
+    def append(self, seq: int, due: int, delay: int, persistent: bool, message: Message
+               ) -> tuple[int, int]:
+        """Append one held message (due at wall-clock ms ``due``, its ``x-delay`` ms);
+        returns (location, record size in bytes)."""
         payload = encode_payload(message)
-        rest = struct.pack(">QQB", seq, due, PERSISTENT if persistent else 0)
+        rest = struct.pack(">QQQB", seq, due, delay, PERSISTENT if persistent else 0)
         record = struct.pack(">II", len(payload), _crc(rest, payload)) + rest + payload
         if self._offset and self._offset + len(record) > self.segment_size:
             self._rotate()
@@ -233,8 +236,8 @@ class DelayedLog:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def read(self, loc: int, size: int) -> Message:
-        """The message whose record is at ``loc`` (``size`` bytes).
+    def read(self, loc: int, size: int) -> tuple[Message, int]:
+        """The message whose record is at ``loc`` (``size`` bytes), and its x-delay (ms).
 
         Raises:
             ValueError: the record is damaged (CRC) or malformed; OSError: unreadable.
@@ -248,23 +251,24 @@ class DelayedLog:
             if fd is None:
                 fd = self._read_fds[segment] = os.open(self._path(segment), os.O_RDONLY)
             data = os.pread(fd, size, offset)
-        return self._decode(data)[3]
+        _seq, _due, delay, _flags, message = self._decode(data)
+        return message, delay
 
     @staticmethod
-    def _decode(data: bytes) -> tuple[int, int, int, Message]:
-        """(seq, due, flags, message) of one whole record.
+    def _decode(data: bytes) -> tuple[int, int, int, int, Message]:
+        """(seq, due, delay, flags, message) of one whole record.
 
         Raises:
             ValueError: short, damaged or malformed record.
         """
         if len(data) < HEAD_SIZE:
             raise ValueError("short delayed record")
-        length, crc, seq, due, flags = _head.unpack_from(data, 0)
+        length, crc, seq, due, delay, flags = _head.unpack_from(data, 0)
         view = memoryview(data)
         if len(data) < HEAD_SIZE + length or _crc(view[8:HEAD_SIZE],
                                                     view[HEAD_SIZE:HEAD_SIZE + length]) != crc:
             raise ValueError("damaged delayed record")
-        return seq, due, flags, decode_payload(bytes(view[HEAD_SIZE:HEAD_SIZE + length]))
+        return seq, due, delay, flags, decode_payload(bytes(view[HEAD_SIZE:HEAD_SIZE + length]))
 
     # ---- recovery ------------------------------------------------------------------------
 
@@ -282,7 +286,7 @@ class DelayedLog:
             dead = self._tombstones(path.with_suffix(".done"))
             live = pos = 0
             while pos + HEAD_SIZE <= len(data):
-                length, crc, seq, due, flags = _head.unpack_from(data, pos)
+                length, crc, seq, due, _delay, flags = _head.unpack_from(data, pos)
                 end = pos + HEAD_SIZE + length
                 view = memoryview(data)
                 if end > len(data) or _crc(view[pos + 8:pos + HEAD_SIZE],

@@ -249,11 +249,11 @@ def test_non_durable_exchange_folder_is_removed_at_recovery(tmp_path: Path) -> N
 
 def test_log_segments_rotate_and_are_deleted_when_drained(tmp_path: Path) -> None:
     log = DelayedLog(tmp_path / "x", durable=True, segment_size=300)
-    locs = [log.append(i, 1000 + i, True, make_message("k", b"%0100d" % i))
+    locs = [log.append(i, 1000 + i, 5, True, make_message("k", b"%0100d" % i))
             for i in range(1, 6)]
     log.flush()
     assert len(list((tmp_path / "x").glob("*.dseg"))) >= 3
-    assert [log.read(loc, size).body for loc, size in locs] == [b"%0100d" % i
+    assert [log.read(loc, size)[0].body for loc, size in locs] == [b"%0100d" % i
                                                                 for i in range(1, 6)]
     for loc, _ in locs:
         log.done(loc)
@@ -267,12 +267,13 @@ def test_log_segments_rotate_and_are_deleted_when_drained(tmp_path: Path) -> Non
 
 def test_torn_tail_is_skipped_at_recovery(tmp_path: Path) -> None:
     log = DelayedLog(tmp_path / "x", durable=True)
-    log.append(1, 1000, True, make_message("k", b"whole"))
-    log.append(2, 1000, True, make_message("k", b"torn"))
+    log.append(1, 1000, 7, True, make_message("k", b"whole"))
+    log.append(2, 1000, 7, True, make_message("k", b"torn"))
     log.close()
     seg = next((tmp_path / "x").glob("*.dseg"))
     seg.write_bytes(seg.read_bytes()[:-3])
     again = DelayedLog(tmp_path / "x", durable=True)
     found: list[tuple[int, int]] = []
     assert again.recover(lambda due, seq, loc, size: found.append((loc, size)))[0] == 1
-    assert again.read(*found[0]).body == b"whole"
+    message, delay = again.read(*found[0])
+    assert message.body == b"whole" and delay == 7

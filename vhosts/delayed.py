@@ -96,6 +96,7 @@ class DelayedMessages:
         self._timer: TimerHandle | None = None
         self._timer_due: int | None = None
         self._gone = False
+        self.releasing = False  # True while due messages are re-published
 
     def __len__(self) -> int:
         """Messages held (management's ``messages_delayed``)."""
@@ -113,7 +114,7 @@ class DelayedMessages:
         persistent = self.log.durable and message.persistent
         seq = self.next_seq
         self.next_seq = seq + 1
-        loc, size = self.log.append(seq, due, persistent, message)
+        loc, size = self.log.append(seq, due, delay, persistent, message)
         self.index.add(due, seq, loc, size)
         storage = self.vhost.storage
         result = ROUTED
@@ -155,17 +156,23 @@ class DelayedMessages:
         """Publish up to :data:`BATCH` messages due at or before ``now`` (wall ms); returns
         how many were taken. More due ones are left for the next turn."""
         entries = self.index.pop_due(now, BATCH)
-        for _due, _seq, loc, size in entries:
-            try:
-                message = self.log.read(loc, size)
-            except (OSError, ValueError) as exc:
-                log.error("delayed exchange %r: message lost, record unreadable: %s",
-                          self.exchange.name, exc)
-                self.log.done(loc)
-                continue
-            self.log.done(loc)
-            self.delivered += 1
-            self.vhost.publish(self.exchange, released(message))
+        publish, exchange, read, done = self.vhost.publish, self.exchange, self.log.read, \
+            self.log.done
+        self.releasing = True  # the vhost routes these at once (no x-delay check)
+        try:
+            for _due, _seq, loc, size in entries:
+                try:
+                    message, delay = read(loc, size)
+                except (OSError, ValueError) as exc:
+                    log.error("delayed exchange %r: message lost, record unreadable: %s",
+                              exchange.name, exc)
+                    done(loc)
+                    continue
+                done(loc)
+                self.delivered += 1
+                publish(exchange, released(message, delay))
+        finally:
+            self.releasing = False
         if entries and self.vhost.storage is not None:
             self.vhost.storage.durability.index_dirty(self.log)  # type: ignore[arg-type]
         if len(entries) == BATCH:  # more may be due: come back after the loop's I/O
@@ -186,7 +193,7 @@ class DelayedMessages:
             if len(out) >= limit:
                 break
             try:
-                message = self.log.read(loc, size)
+                message, _delay = self.log.read(loc, size)
             except (OSError, ValueError):
                 continue
             out.append((f"{due}-{seq}", due, message))
@@ -239,10 +246,10 @@ class DelayedMessages:
             self.log.destroy()
 
 
-def released(message: Message) -> Message:
-    """``message`` as delivered at its due time: ``x-delay`` set to minus the delay (the
-    plugin's ``swap_delay_header/1``), so it is not delayed again."""
-    delay = message_delay(message)
+def released(message: Message, delay: int) -> Message:
+    """``message`` as delivered at its due time: ``x-delay`` set to minus ``delay`` (the
+    plugin's ``swap_delay_header/1``), so it is not delayed again (byte-level: the
+    properties are not decoded)."""
     try:
         raw = with_header(message.properties_raw, "x-delay", -delay)
     except ValueError:

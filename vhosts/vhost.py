@@ -510,10 +510,11 @@ class VirtualHost:
                     queues = [q] if q is not None else []
                 else:
                     exchange.published += 1
-                    if exchange.delayed is not None:  # x-delayed-message (vhosts/delayed.py)
-                        delay = message_delay(message)
+                    delayed = exchange.delayed
+                    if delayed is not None and not delayed.releasing:  # x-delayed-message
+                        delay = message_delay(message)  # (vhosts/delayed.py)
                         if delay > 0:
-                            return int(exchange.delayed.hold(message, delay, mandatory))
+                            return int(delayed.hold(message, delay, mandatory))
                     queues = self.route(exchange, rk, message)
                 extra = extra_routing_keys(message)
                 if extra:
