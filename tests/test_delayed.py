@@ -277,3 +277,33 @@ def test_torn_tail_is_skipped_at_recovery(tmp_path: Path) -> None:
     assert again.recover(lambda due, seq, loc, size: found.append((loc, size)))[0] == 1
     message, delay = again.read(*found[0])
     assert message.body == b"whole" and delay == 7
+
+
+# ---- definitions -------------------------------------------------------------------------
+
+
+def _doc(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "exchanges": [{"name": "dx", "vhost": "/", "type": "x-delayed-message",
+                       "durable": True, "auto_delete": False, "internal": False,
+                       "arguments": arguments}],
+        "queues": [{"name": "q", "vhost": "/", "durable": True, "auto_delete": False,
+                    "arguments": {}}],
+        "bindings": [{"source": "dx", "vhost": "/", "destination": "q",
+                      "destination_type": "queue", "routing_key": "k", "arguments": {}}],
+    }
+
+
+def test_definitions_import_a_delayed_exchange_and_its_bindings() -> None:
+    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from vhosts.definitions import export_definitions, import_definitions
+
+    broker = Broker(BrokerConfig())
+    import_definitions(broker, _doc(dict(DELAYED)))
+    x = broker.vhosts["/"].exchange("dx")
+    assert x.delayed is not None and len(x.bindings) == 1
+    exported = export_definitions(broker)
+    assert [e["arguments"] for e in exported["exchanges"] if e["name"] == "dx"] == [DELAYED]
+    with pytest.raises(ValueError, match="x-delayed-type"):  # refused before any change
+        import_definitions(Broker(BrokerConfig()), _doc({}))
