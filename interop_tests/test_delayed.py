@@ -182,3 +182,40 @@ def test_kombu_producer_with_x_delay_header(broker_url: str) -> None:
                     pass
     assert got == [({"n": 1}, -200), ({"n": 2}, -500)]
     assert time.monotonic() - start >= 0.45
+
+
+def test_celery_task_sent_through_a_delayed_exchange(broker_url: str) -> None:
+    """Celery's usual recipe for the plugin: the task queue bound to an x-delayed-message
+    exchange, ``apply_async(headers={"x-delay": ms})``; the task runs after the delay."""
+    celery = pytest.importorskip("celery")
+    kombu = pytest.importorskip("kombu")
+    from celery.contrib.testing.worker import start_worker
+
+    name = f"celery-delayed-{uuid.uuid4().hex[:8]}"
+    exchange = kombu.Exchange(name, type="x-delayed-message", arguments=DELAYED,
+                              durable=False, auto_delete=True)
+    app = celery.Celery(name, broker=broker_url, backend="rpc://", set_as_current=False)
+    app.conf.update(
+        task_queues=[kombu.Queue(name, exchange, routing_key=name, durable=False,
+                                 auto_delete=True)],
+        task_default_queue=name, task_default_exchange=name,
+        task_default_exchange_type="x-delayed-message", task_default_routing_key=name,
+        worker_enable_remote_control=False, worker_send_task_events=False,
+        worker_hijack_root_logger=False, broker_connection_retry_on_startup=False,
+        broker_connection_timeout=5, broker_heartbeat=0, result_expires=60)
+    ran_at: list[float] = []
+
+    @app.task(name="delayed.stamp")
+    def stamp(x: int) -> int:
+        ran_at.append(time.monotonic())
+        return x * 2
+
+    try:
+        with start_worker(app, pool="solo", concurrency=1, perform_ping_check=False,
+                          shutdown_timeout=20, loglevel="WARNING"):
+            start = time.monotonic()
+            result = stamp.apply_async((21,), headers={"x-delay": 800})
+            assert result.get(timeout=20) == 42
+            assert ran_at and ran_at[0] - start >= 0.75
+    finally:
+        app.close()

@@ -307,3 +307,20 @@ def test_definitions_import_a_delayed_exchange_and_its_bindings() -> None:
     assert [e["arguments"] for e in exported["exchanges"] if e["name"] == "dx"] == [DELAYED]
     with pytest.raises(ValueError, match="x-delayed-type"):  # refused before any change
         import_definitions(Broker(BrokerConfig()), _doc({}))
+
+
+def test_deleting_a_durable_delayed_exchange_removes_its_files(tmp_path: Path) -> None:
+    clock = FakeClock()
+    vh, durability = storage_world(tmp_path, clock)
+    vh.declare_exchange("dx", "x-delayed-message", durable=True, arguments=dict(DELAYED))
+    vh.publish(vh.exchange("dx"), make_message("k", b"x", "dx", headers={"x-delay": 10},
+                                               delivery_mode=2))
+    durability.flush_writes()
+    vh.delete_exchange("dx")
+    durability.maybe_sync()
+    assert list((tmp_path / "delayed").iterdir()) == []
+    clock.advance(1)
+    assert vh.timers.run_due() == 0  # its timer went with it
+    vh2, _ = storage_world(tmp_path, clock)
+    vh2.declare_exchange("dx", "x-delayed-message", durable=True, arguments=dict(DELAYED))
+    assert recover_delayed(vh2) == 0
