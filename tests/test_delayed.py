@@ -324,3 +324,13 @@ def test_deleting_a_durable_delayed_exchange_removes_its_files(tmp_path: Path) -
     vh2, _ = storage_world(tmp_path, clock)
     vh2.declare_exchange("dx", "x-delayed-message", durable=True, arguments=dict(DELAYED))
     assert recover_delayed(vh2) == 0
+
+
+def test_exchange_counts_a_held_message_once() -> None:
+    w = world()
+    publish(w, b"x", 100)
+    publish(w, b"y", 100, rk="nobody", mandatory=True)  # returned: unroutable
+    w.advance(100)
+    x = w.vhost.exchange("dx")
+    assert (x.published, x.unroutable) == (2, 1)
+    assert w.bodies("q") == [b"x"]

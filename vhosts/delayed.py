@@ -109,6 +109,7 @@ class DelayedMessages:
         ``UNROUTABLE`` (mandatory and no route now: not held), ``ROUTED``, or
         ``ROUTED | NEEDS_SYNC`` (persistent on a durable exchange: confirm after fsync)."""
         if mandatory and not self.vhost.route(self.exchange, message.routing_key, message):
+            self.exchange.unroutable += 1
             return UNROUTABLE
         due = self.wall_ms() + delay
         persistent = self.log.durable and message.persistent
@@ -170,6 +171,7 @@ class DelayedMessages:
                     continue
                 done(loc)
                 self.delivered += 1
+                exchange.published -= 1  # counted once, when it was published (publish_in)
                 publish(exchange, released(message, delay))
         finally:
             self.releasing = False
