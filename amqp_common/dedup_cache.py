@@ -132,3 +132,8 @@ class DedupCache:
     def clear(self) -> None:
         """Forget everything (the queue was purged)."""
         self._entries.clear()
+
+    def items(self) -> list[tuple[Hashable, float | None]]:
+        """(key, deadline in seconds on :attr:`clock` or None), least recently used first;
+        expired entries not yet dropped included."""
+        return list(self._entries.items())

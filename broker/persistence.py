@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vhosts.dedup_persistence import recover_dedup
 from vhosts.definitions import OPERATOR_POLICY, export_definitions, import_definitions
 from vhosts.delayed import recover_delayed
 from vhosts.policies import OPERATOR_KEYS, POLICY_KEYS
@@ -207,4 +208,7 @@ def recover_messages(broker: Broker) -> dict[str, int]:
         delayed = recover_delayed(vhost)
         if delayed:
             log.info("vhost '%s': %d delayed messages recovered", vhost.name, delayed)
+        keys = recover_dedup(vhost)
+        if keys:
+            log.info("vhost '%s': %d deduplication keys recovered", vhost.name, keys)
     return counts

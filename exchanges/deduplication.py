@@ -18,8 +18,8 @@ does neither (README, "Deliberate differences").
 
 Exchange arguments (the plugin's names and 406 texts): ``x-cache-size`` (required, integer
 > 0, or a string of digits), ``x-cache-ttl`` (ms, integer > 0, optional),
-``x-cache-persistence`` (``memory``, the default, or ``disk``; ``disk`` is accepted and
-behaves as ``memory``: the cache starts empty after a restart).
+``x-cache-persistence`` (``memory``, the default, or ``disk``: on a vhost with storage the
+cache's keys are journaled and reloaded at restart, see :mod:`vhosts.dedup_persistence`).
 
 Source: https://github.com/noxdafox/rabbitmq-message-deduplication (README,
 ``rabbit_message_deduplication_exchange.ex``: ``validate/1``, ``route/2``).
@@ -104,6 +104,9 @@ class DeduplicationExchange(FanoutExchange):
         size, ttl, self.persistence = validate_arguments(arguments or {})
         self.cache = DedupCache(size, ttl, clock)
         self.duplicates = 0  # messages dropped as duplicates (stats)
+        # x-cache-persistence disk: called with (key, TTL ms or None) for each key recorded
+        # (vhosts/dedup_persistence.py journals it)
+        self.on_record: Callable[[Any, int | None], None] | None = None
 
     def route(self, routing_key: str, headers: Mapping[str, Any] | None) -> set[Destination]:
         """Every bound destination, unless the message is a duplicate.
@@ -113,7 +116,11 @@ class DeduplicationExchange(FanoutExchange):
                 value is recorded otherwise, with the ``x-cache-ttl`` header's TTL if any).
         """
         key = dedup_key(headers)
-        if key is not None and not self.cache.insert(key, ttl_override(headers)):
-            self.duplicates += 1
-            raise DuplicateMessage(key)
+        if key is not None:
+            ttl = ttl_override(headers)
+            if not self.cache.insert(key, ttl):
+                self.duplicates += 1
+                raise DuplicateMessage(key)
+            if self.on_record is not None:
+                self.on_record(key, ttl if ttl is not None else self.cache.ttl_ms)
         return set(self._dests)

@@ -41,6 +41,7 @@ from queue_store.queue_args import (
 )
 from queue_store.sender_selected import extra_routing_keys, without_bcc
 from queue_store.storage import VhostStorage
+from vhosts import dedup_persistence
 from vhosts.delayed import attach as attach_delayed
 from vhosts.delayed import message_delay
 from vhosts.equivalence import QUEUE_EQUIVALENCE_ARGS, assert_args_equivalent, inequivalent
@@ -143,6 +144,7 @@ class VirtualHost:
             x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
             self.exchanges[name] = x
             attach_delayed(self, x)  # x-delayed-message: its held messages
+            dedup_persistence.attach(self, x)  # x-cache-persistence: disk
             self._apply_exchange_policy(x)
             self.changed()
             return x
@@ -181,6 +183,7 @@ class VirtualHost:
         self.changed()
         if x.delayed is not None:  # its held messages go with it (as the plugin's)
             x.delayed.destroy()
+        dedup_persistence.forget(self, x)
         for binding in list(x.bindings.values()):
             self._drop_binding(x, binding, cascade=False)
         for binding in list(self._inbound.get(Destination("exchange", x.name), {}).values()):
