@@ -21,9 +21,12 @@ https://github.com/noxdafox/rabbitmq-message-deduplication.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
+
+from amqp_common.properties import NOT_A_STRING, string_header
 
 #: the message header carrying the deduplication key (the plugin's and LavinMQ's name)
 DEDUP_HEADER = "x-deduplication-header"
@@ -66,6 +69,38 @@ def ttl_override(headers: Mapping[str, Any] | None) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return None
+
+
+_DEDUP_HEADER_RAW = DEDUP_HEADER.encode()
+_TTL_HEADER_RAW = TTL_HEADER.encode()
+
+
+def _raw_header(message: Any, name: bytes) -> Any:
+    try:
+        return string_header(message.properties_raw, message.flags, name)
+    except (IndexError, struct.error, KeyError):  # not expected: checked at publish
+        return NOT_A_STRING
+
+
+def message_dedup_key(message: Any) -> Hashable | None:
+    """:func:`dedup_key` of a message (``properties_raw``, ``flags`` and ``headers`` as
+    :class:`queue_store.message.Message` has them), reading a string key straight from the
+    property bytes: the properties are decoded only for a key of another type."""
+    found = _raw_header(message, _DEDUP_HEADER_RAW)
+    if found is NOT_A_STRING:
+        return dedup_key(message.headers)
+    return found
+
+
+def message_ttl_override(message: Any) -> int | None:
+    """:func:`ttl_override` of a message, without decoding its properties unless the
+    ``x-cache-ttl`` header is there with another type than a string."""
+    found = _raw_header(message, _TTL_HEADER_RAW)
+    if found is None:
+        return None
+    if found is NOT_A_STRING:
+        return ttl_override(message.headers)
+    return ttl_override({TTL_HEADER: found})
 
 
 class DedupCache:

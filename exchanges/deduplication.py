@@ -31,7 +31,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from amqp_common.dedup_cache import DedupCache, dedup_key, ttl_override
+from amqp_common.dedup_cache import (
+    DedupCache,
+    dedup_key,
+    message_dedup_key,
+    message_ttl_override,
+    ttl_override,
+)
 from amqp_common.errors import PreconditionFailed
 from exchanges.binding import Destination
 from exchanges.fanout import FanoutExchange
@@ -96,7 +102,8 @@ class DeduplicationExchange(FanoutExchange):
         PreconditionFailed (406): see :func:`validate_arguments`.
     """
 
-    needs_headers: ClassVar[bool] = True  # the deduplication header
+    needs_headers: ClassVar[bool] = False
+    needs_message = True  # reads the deduplication header from the raw properties
 
     def __init__(self, arguments: Mapping[str, Any] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -116,8 +123,20 @@ class DeduplicationExchange(FanoutExchange):
                 value is recorded otherwise, with the ``x-cache-ttl`` header's TTL if any).
         """
         key = dedup_key(headers)
+        return self._admit(key, ttl_override(headers) if key is not None else None)
+
+    def route_message(self, routing_key: str, message: Any) -> set[Destination]:
+        """:meth:`route` for a whole message: the key and TTL headers are read from the raw
+        property bytes, so a string key costs no property decode.
+
+        Raises:
+            DuplicateMessage: as :meth:`route`.
+        """
+        key = message_dedup_key(message)
+        return self._admit(key, message_ttl_override(message) if key is not None else None)
+
+    def _admit(self, key: Any, ttl: int | None) -> set[Destination]:
         if key is not None:
-            ttl = ttl_override(headers)
             if not self.cache.insert(key, ttl):
                 self.duplicates += 1
                 raise DuplicateMessage(key)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amqp_common.dedup_cache import DedupCache, dedup_key
+from amqp_common.dedup_cache import DedupCache, message_dedup_key
 from queue_store.backing import QueuedMessage
 from queue_store.message import Message
 from queue_store.outcomes import ACCEPTED, REJECTED
@@ -69,7 +69,7 @@ class DeduplicatingQueue(Queue):
     def publish(self, message: Message) -> int:
         """:meth:`Queue.publish`, unless the message duplicates one held: then it is dropped
         and the answer is ``ACCEPTED`` (routed: no return, confirm ack)."""
-        key = dedup_key(message.headers)
+        key = message_dedup_key(message)
         if key is None:
             return super().publish(message)
         if not self.dedup.insert(key):
@@ -81,7 +81,7 @@ class DeduplicatingQueue(Queue):
         return result
 
     def _forget(self, qm: QueuedMessage) -> None:
-        key = dedup_key(qm.message.headers)
+        key = message_dedup_key(qm.message)
         if key is not None:
             self.dedup.remove(key)
         super()._forget(qm)

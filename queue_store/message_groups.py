@@ -70,15 +70,15 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from amqp_common.properties import NOT_A_STRING, string_header
 from queue_store.backing import BackingQueue, QueuedMessage
-from queue_store.message import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS, Message
+from queue_store.message import Message
 
 __all__ = ["GET_HOLDER", "GroupKey", "MessageGroups", "key_function", "normal_key"]
 
 #: the messages that may be staged in RAM ahead of the inner FIFO (messages, body bytes)
 STAGE_MESSAGES = 50_000
 STAGE_BYTES = 32 * 1024 * 1024
-_U32 = struct.Struct(">I")
 PRESSURE_STAGE_MESSAGES = 2_000  # while memory is past the paging threshold
 SPILL_KEEP = 32  # messages of a spilled key kept in RAM (and read back at a time)
 
@@ -140,63 +140,16 @@ def key_function(group_by: str) -> Callable[[Message], Hashable | None]:
     raw_name = name.encode("utf-8")
 
     def header_key(message: Message) -> Hashable | None:
-        if not message.flags & FLAG_HEADERS:
-            return None
         try:
-            found = _string_header(message.properties_raw, message.flags, raw_name)
+            found = string_header(message.properties_raw, message.flags, raw_name)
         except (IndexError, struct.error, KeyError):
-            found = _DECODE
-        if found is not _DECODE:
+            found = NOT_A_STRING
+        if found is not NOT_A_STRING:
             return found
         headers = message.headers  # not a string: decode the properties (once per message)
         return normal_key(headers.get(name)) if headers else None
 
     return header_key
-
-
-_DECODE: Any = object()  # _string_header: the value is there but not a string
-#: bytes after the type tag of each AMQP 0-9-1 field value type as RabbitMQ reads them
-#: (spec 4.2.5.5 with RabbitMQ's errata); None: a u32 length, then that many bytes
-_FIELD_SIZES: dict[int, int | None] = {
-    **{ord(t): n for t, n in (("t", 1), ("b", 1), ("B", 1), ("s", 2), ("u", 2), ("I", 4),
-                              ("i", 4), ("l", 8), ("L", 8), ("f", 4), ("d", 8), ("D", 5),
-                              ("T", 8), ("V", 0))},
-    **{ord(t): None for t in "SAFx"}}
-_S, _X = ord("S"), ord("x")
-
-
-def _string_header(raw: bytes, flags: int, name: bytes) -> Any:
-    """The string value of header ``name`` read straight from content-header property bytes
-    (checked at publish), without decoding the other properties: a str; None when absent;
-    :data:`_DECODE` when present with another type (or properties this does not walk)."""
-    if flags & 1:  # a second property-flags word: not walked here
-        return _DECODE
-    pos = 2
-    if flags & FLAG_CONTENT_TYPE:
-        pos += 1 + raw[pos]
-    if flags & FLAG_CONTENT_ENCODING:
-        pos += 1 + raw[pos]
-    (size,) = _U32.unpack_from(raw, pos)
-    pos += 4
-    end = pos + size
-    while pos < end:
-        n = raw[pos]
-        key = raw[pos + 1:pos + 1 + n]
-        pos += 1 + n
-        tag = raw[pos]
-        width = _FIELD_SIZES[tag]
-        if width is None:
-            (length,) = _U32.unpack_from(raw, pos + 1)
-            if key == name:
-                if tag == _S or tag == _X:
-                    return raw[pos + 5:pos + 5 + length].decode("utf-8", "surrogateescape")
-                return _DECODE
-            pos += 5 + length
-        else:
-            if key == name:
-                return None if width == 0 else _DECODE  # V: a void value is no key
-            pos += 1 + width
-    return None
 
 
 def _routing_key(message: Message) -> Hashable | None:

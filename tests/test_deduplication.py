@@ -14,7 +14,13 @@ import pytest
 from conftest import Client, FakeClock, channel_close, methods
 from pamqp import commands
 
-from amqp_common.dedup_cache import DedupCache, dedup_key, ttl_override
+from amqp_common.dedup_cache import (
+    DedupCache,
+    dedup_key,
+    message_dedup_key,
+    message_ttl_override,
+    ttl_override,
+)
 from amqp_common.errors import PreconditionFailed
 from exchanges.binding import Binding, Destination
 from exchanges.deduplication import DeduplicationExchange, DuplicateMessage
@@ -85,6 +91,27 @@ def test_keys_and_ttl_headers() -> None:
     assert ttl_override({"x-cache-ttl": 0}) is None
     assert ttl_override({"x-cache-ttl": "soon"}) is None
     assert ttl_override({"x-cache-ttl": True}) is None
+
+
+@pytest.mark.parametrize("headers, key, ttl", [
+    (None, None, None),
+    ({}, None, None),
+    ({"other": "x"}, None, None),
+    (dedup("k"), "k", None),
+    (dedup(7), 7, None),
+    (dedup(None), None, None),
+    (dedup({"a": [1]}), repr({"a": [1]}), None),
+    ({"a": 1, "b": [1, "x"], "c": {"d": 2.5}, **dedup("k"), "x-cache-ttl": "500"}, "k", 500),
+    (dedup("k", **{"x-cache-ttl": 500}), "k", 500),
+    (dedup("k", **{"x-cache-ttl": "soon"}), "k", None),
+])
+def test_message_keys_read_from_raw_properties(headers: Any, key: Any, ttl: Any) -> None:
+    """What the exchange and queue read straight from the property bytes equals what the
+    decoded headers give, with other properties before the headers too."""
+    for extra in ({}, {"content_type": "text/plain", "content_encoding": "gzip"}):
+        message = make_message("rk", b"m", "", headers=headers, **extra)
+        assert message_dedup_key(message) == key == dedup_key(message.headers)
+        assert message_ttl_override(message) == ttl
 
 
 # ---- the exchange's routing table --------------------------------------------------------
