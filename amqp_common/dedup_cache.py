@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from amqp_common.properties import NOT_A_STRING, string_header
+from amqp_common.properties import NOT_A_STRING, header_value_key, string_header
 
 #: the message header carrying the deduplication key (the plugin's and LavinMQ's name)
 DEDUP_HEADER = "x-deduplication-header"
@@ -43,16 +43,7 @@ def dedup_key(headers: Mapping[str, Any] | None) -> Hashable | None:
     """
     if not headers:
         return None
-    value = headers.get(DEDUP_HEADER)
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "surrogateescape")
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
+    return header_value_key(headers.get(DEDUP_HEADER))
 
 
 def ttl_override(headers: Mapping[str, Any] | None) -> int | None:

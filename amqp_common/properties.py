@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
+from collections.abc import Hashable
 from typing import Any
 
 # Basic property names in flag order (bit 15 first) and their encodings
@@ -87,6 +88,21 @@ def string_header(raw: bytes, flags: int, name: bytes) -> Any:
                 return None if width == 0 else NOT_A_STRING
             pos += 1 + width
     return None
+
+
+def header_value_key(value: Any) -> Hashable | None:
+    """A decoded header value as a dict key (deduplication, message groups): strings and
+    bytes with the same UTF-8 are one key, a void value (None) is no key, a table or array
+    is keyed by its ``repr``."""
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 class Long(int):

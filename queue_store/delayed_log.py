@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from queue_store.disk_writes import write_buffer
+from queue_store.disk_writes import SegmentSync, write_buffer
 from queue_store.message import Message
 from queue_store.msg_store import decode_payload, encode_payload
 
@@ -92,7 +92,7 @@ class MemoryLog:
         """Nothing to close."""
 
 
-class DelayedLog:
+class DelayedLog(SegmentSync):
     """The segment files of one delayed exchange under ``directory`` (see the module
     docstring).
 
@@ -122,9 +122,7 @@ class DelayedLog:
         self._read_fds: dict[int, int] = {}
         self._done: dict[int, bytearray] = {}  # segment -> tombstones to write
         self._done_fds: dict[int, int] = {}
-        self._retired_fds: list[int] = []  # written segments' fds, closed after an fsync
-        self._syncing_fds: list[int] = []
-        self.unsynced = False
+        self._init_sync()
         self.dirty = False
 
     def _path(self, segment: int) -> Path:
@@ -214,25 +212,6 @@ class DelayedLog:
         self.dirty = error is not None
         return error
 
-    def sync_fds(self) -> list[int]:
-        """Flush; the fds to fsync for everything written so far (group commit)."""
-        self.flush()
-        self._syncing_fds, self._retired_fds = self._retired_fds, []
-        fds = list(self._syncing_fds)
-        if self.unsynced:
-            self.unsynced = False
-            fds.append(self._fd)
-        return fds
-
-    def after_sync(self) -> None:
-        for fd in self._syncing_fds:
-            os.close(fd)
-        self._syncing_fds = []
-
-    def sync_failed(self) -> None:
-        self._retired_fds[:0] = self._syncing_fds
-        self._syncing_fds = []
-        self.unsynced = True
 
     # ---- reading -------------------------------------------------------------------------
 

@@ -96,3 +96,45 @@ class WriteErrors:
         """Retry every failing source's writes (called periodically)."""
         for source, _ in list(self.failing.values()):
             self.update(source, source.flush())
+
+
+class SegmentSync:
+    """The group-commit side of an append-only log written in rotating segment files (the
+    queue index, the delayed-message log): which file descriptors an fsync round must cover.
+
+    A subclass sets ``_fd`` (the current segment's fd), appends the fds of segments it
+    rotates out to ``_retired_fds`` (they are closed once an fsync covered them), sets
+    ``unsynced`` when it wrote to ``_fd``, and implements :meth:`flush`.
+    """
+
+    _fd: int
+
+    def _init_sync(self) -> None:
+        self._retired_fds: list[int] = []  # rotated-out segments' fds, closed after an fsync
+        self._syncing_fds: list[int] = []
+        self.unsynced = False  # records written to _fd but not fsynced
+
+    def flush(self) -> OSError | None:
+        raise NotImplementedError
+
+    def sync_fds(self) -> list[int]:
+        """Flush; the fds to fsync for everything written so far (group commit)."""
+        self.flush()
+        self._syncing_fds, self._retired_fds = self._retired_fds, []
+        fds = list(self._syncing_fds)
+        if self.unsynced:
+            self.unsynced = False
+            fds.append(self._fd)
+        return fds
+
+    def after_sync(self) -> None:
+        """Close the rotated-out segment files that the finished round fsynced."""
+        for fd in self._syncing_fds:
+            os.close(fd)
+        self._syncing_fds = []
+
+    def sync_failed(self) -> None:
+        """The fsync round failed: what it covered is due again in the next round."""
+        self._retired_fds[:0] = self._syncing_fds
+        self._syncing_fds = []
+        self.unsynced = True

@@ -71,6 +71,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from amqp_common.properties import NOT_A_STRING, string_header
+from amqp_common.properties import header_value_key as normal_key
 from queue_store.backing import BackingQueue, QueuedMessage
 from queue_store.message import Message
 
@@ -114,20 +115,6 @@ class GroupKey:
     def __repr__(self) -> str:
         return (f"<GroupKey {self.key!r} staged={len(self.fifo)} holder={self.holder!r}"
                 f" unacked={self.unacked}>")
-
-
-def normal_key(value: Any) -> Hashable | None:
-    """A header value as a group key: strings and bytes with the same UTF-8 are one key, a
-    void value is no key, a table or array is keyed by its ``repr``."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", "surrogateescape")
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
 
 
 def key_function(group_by: str) -> Callable[[Message], Hashable | None]:

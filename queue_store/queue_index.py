@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from queue_store.disk_writes import write_buffer
+from queue_store.disk_writes import SegmentSync, write_buffer
 from queue_store.index_scan import (
     ACK,
     DELIVER,
@@ -75,7 +75,7 @@ def embedded_record(seq: int, payload: bytes, expiry_ms: int = 0, priority: int 
     return body + _crc.pack(zlib.crc32(payload, zlib.crc32(body))) + payload
 
 
-class QueueIndex:
+class QueueIndex(SegmentSync):
     """The journal of one durable queue, appended through a buffer.
 
     The journal is segmented: the current segment is ``path``; when its acked records
@@ -98,10 +98,8 @@ class QueueIndex:
         # rotated segments: number -> [first seq, last seq, live messages]
         self._rotated: dict[int, list[int]] = {}
         self._next_segment = 1 + max(self._segment_numbers(self.path), default=0)
-        self._retired_fds: list[int] = []
-        self._syncing_fds: list[int] = []
+        self._init_sync()
         self.dirty = False  # records in the buffer
-        self.unsynced = False  # records written but not fsynced
 
     _segment_numbers = staticmethod(segment_numbers)
 
@@ -196,27 +194,6 @@ class QueueIndex:
         self.dirty = error is not None
         return error
 
-    def sync_fds(self) -> list[int]:
-        """Flush; the fds to fsync for everything written so far."""
-        self.flush()
-        self._syncing_fds, self._retired_fds = self._retired_fds, []
-        fds = list(self._syncing_fds)
-        if self.unsynced:
-            self.unsynced = False
-            fds.append(self._fd)
-        return fds
-
-    def after_sync(self) -> None:
-        """Close the rotated-out segment files that the finished round fsynced."""
-        for fd in self._syncing_fds:
-            os.close(fd)
-        self._syncing_fds = []
-
-    def sync_failed(self) -> None:
-        """The fsync round failed: what it covered is due again in the next round."""
-        self._retired_fds[:0] = self._syncing_fds
-        self._syncing_fds = []
-        self.unsynced = True
 
     def needs_compaction(self) -> bool:
         return self.acked > COMPACT_MIN_ACKS and self.acked > 2 * max(self._cur_live, 1)
