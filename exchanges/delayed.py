@@ -93,6 +93,7 @@ class DelayedMessageExchange:
     """
 
     needs_headers: ClassVar[bool] = False  # per instance below (the wrapped type's)
+    needs_message: bool = False  # per instance below (the wrapped type's)
     is_delayed: ClassVar[bool] = True
 
     def __init__(self, arguments: Mapping[str, Any] | None,

@@ -71,8 +71,11 @@ def test_removing_one_of_two_bindings_keeps_the_destination(type_name: str) -> N
 
 
 def test_needs_headers_only_for_types_reading_headers() -> None:
-    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {
-        "headers", "x-message-deduplication"}
+    """Only the headers exchange gets decoded headers; the types that read one header or a
+    property take the whole message and read what they need from its raw properties."""
+    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {"headers"}
+    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_message} == {
+        "x-consistent-hash", "x-message-deduplication"}
 
 
 def test_registry_makes_fresh_tables() -> None:
