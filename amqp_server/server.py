@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import logging
 import signal
@@ -191,6 +192,10 @@ class BrokerServer:
                 server.close()
             raise
         self._ticker = asyncio.create_task(self._tick_loop())
+        # what exists now (modules, recovered topology) lives as long as the process: moved out
+        # of the collector's generations, so full collections under load do not walk it
+        gc.collect()
+        gc.freeze()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
 
