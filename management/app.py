@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
-from broker.listeners import bind_all
 from management.auth import Handler, auth_middleware
 from management.errors import ApiError, from_amqp, not_found
 from management.listing import list_query_middleware
 from management.routes import all_routes
 from management.routes.ui_files import add_ui_routes
+from management.serve import runner_port, serve_app, stop_runner
 from management.state import STATE_KEY, ManagementState
 
 if TYPE_CHECKING:
@@ -104,30 +104,12 @@ async def start_management(broker: Broker, host: str | Sequence[str],
     hosts = [host] if isinstance(host, str) else list(host)
     app = build_app(broker, hosts[0],
                     amqp_port if amqp_port is not None else broker.config.port)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-
-    async def bind(one: str, port: int) -> int:
-        site = web.TCPSite(runner, one, port, reuse_address=True)
-        await site.start()
-        return management_port(runner)
-
-    try:
-        bound = await bind_all(bind, hosts, port, optional)
-    except BaseException:
-        await runner.cleanup()
-        raise
+    runner = await serve_app(app, hosts, port, optional)
+    bound = runner_port(runner)
     app[STATE_KEY].http_port = bound
     log.info("management API listening on %s port %d", ", ".join(hosts), bound)
     return runner
 
 
-def management_port(runner: web.AppRunner) -> int:
-    """The TCP port the runner listens on."""
-    return int(runner.addresses[0][1])
-
-
-async def stop_management(runner: web.AppRunner | None) -> None:
-    """Stop serving (idempotent; None is accepted)."""
-    if runner is not None:
-        await runner.cleanup()
+management_port = runner_port  # the port a management runner listens on
+stop_management = stop_runner  # stop serving (idempotent; None is accepted)

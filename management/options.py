@@ -24,6 +24,7 @@ from aiohttp import web
 
 from broker.config import ManagementOptions
 from management.app import DEFAULT_PORT, start_management
+from management.serve import start_listener
 from vhosts.definitions import DefinitionsError, import_definitions
 
 if TYPE_CHECKING:
@@ -86,15 +87,9 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     opts = config.management
     if not opts.enabled:
         return None
-    port = opts.port
-    if port is None:
-        port = 0 if config.port == 0 else DEFAULT_PORT
-    try:
-        hosts = (opts.host,) if opts.host else config.listen_hosts
-        return await start_management(broker, hosts, port, amqp_port=amqp_port,
-                                      optional=() if opts.host else config.optional_hosts)
-    except OSError as exc:
-        if opts.port is not None:
-            raise
-        log.error("management API not started: cannot listen on %s", exc.strerror)
-        return None
+    hosts = (opts.host,) if opts.host else config.listen_hosts
+    optional = () if opts.host else config.optional_hosts
+    return await start_listener(
+        lambda port: start_management(broker, hosts, port, amqp_port=amqp_port,
+                                      optional=optional),
+        opts.port, config.port, DEFAULT_PORT, "management API", log)

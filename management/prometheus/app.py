@@ -26,8 +26,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from broker.listeners import bind_all
 from management.prometheus.collectors import BrokerCollector, NodeIdentity, Scope
+from management.serve import runner_port, serve_app, stop_runner
 from management.state import ManagementState
 
 if TYPE_CHECKING:
@@ -96,30 +96,12 @@ async def start_prometheus(broker: Broker, identity: NodeIdentity, host: str | S
         ListenError (an OSError): an address cannot be bound.
     """
     hosts = [host] if isinstance(host, str) else list(host)
-    runner = web.AppRunner(build_app(broker, identity, hosts[0], amqp_port), access_log=None,
-                           handle_signals=False)
-    await runner.setup()
-
-    async def bind(one: str, port: int) -> int:
-        site = web.TCPSite(runner, one, port, reuse_address=True)
-        await site.start()
-        return prometheus_port(runner)
-
-    try:
-        bound = await bind_all(bind, hosts, port, optional)
-    except BaseException:
-        await runner.cleanup()
-        raise
-    log.info("Prometheus metrics listening on %s port %d", ", ".join(hosts), bound)
+    runner = await serve_app(build_app(broker, identity, hosts[0], amqp_port), hosts, port,
+                             optional)
+    log.info("Prometheus metrics listening on %s port %d", ", ".join(hosts),
+             runner_port(runner))
     return runner
 
 
-def prometheus_port(runner: web.AppRunner) -> int:
-    """The TCP port the runner listens on."""
-    return int(runner.addresses[0][1])
-
-
-async def stop_prometheus(runner: web.AppRunner | None) -> None:
-    """Stop serving (idempotent; None is accepted)."""
-    if runner is not None:
-        await runner.cleanup()
+prometheus_port = runner_port  # the port a Prometheus runner listens on
+stop_prometheus = stop_runner  # stop serving (idempotent; None is accepted)

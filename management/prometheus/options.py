@@ -24,6 +24,7 @@ from aiohttp import web
 from broker.config import PrometheusOptions
 from management.prometheus.app import DEFAULT_PORT, start_prometheus
 from management.prometheus.collectors import NodeIdentity
+from management.serve import start_listener
 from management.state import node_name
 
 if TYPE_CHECKING:
@@ -86,18 +87,11 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     opts = config.prometheus
     if not opts.enabled:
         return None
-    port = opts.port
-    if port is None:
-        port = 0 if config.port == 0 else DEFAULT_PORT
     node = node_name()
     identity = NodeIdentity(node=node, cluster=node,
                             cluster_id=cluster_permanent_id(config.data_dir),
                             version=config.version)
-    try:
-        return await start_prometheus(broker, identity, config.listen_hosts, port,
-                                      amqp_port=amqp_port, optional=config.optional_hosts)
-    except OSError as exc:
-        if opts.port is not None:
-            raise
-        log.error("Prometheus metrics not started: cannot listen on %s", exc.strerror)
-        return None
+    return await start_listener(
+        lambda port: start_prometheus(broker, identity, config.listen_hosts, port,
+                                      amqp_port=amqp_port, optional=config.optional_hosts),
+        opts.port, config.port, DEFAULT_PORT, "Prometheus metrics", log)
