@@ -127,6 +127,32 @@ def pika_parameters(broker_url: str):
     return params
 
 
+#: the reference RabbitMQ the differential tests run the same script against
+REFERENCE_URL = os.environ.get("AMQPQ_REFERENCE_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+
+
+def url_for(which: str, broker_url: str) -> str:
+    """The URL of a test parametrized over ``["amqpq", "rabbitmq"]``: the broker under test,
+    or the reference RabbitMQ (a skip when the broker under test is the reference already;
+    reachability is the caller's to check)."""
+    if which == "amqpq":
+        return broker_url
+    if broker_url == REFERENCE_URL:
+        pytest.skip("the broker under test is the reference already")
+    return REFERENCE_URL
+
+
+def process_connection(bp: BrokerProcess) -> object:
+    """A ``pika.BlockingConnection`` to a broker process as guest, with small timeouts and
+    no heartbeats (the kill -9 tests)."""
+    import pika
+
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        host="127.0.0.1", port=bp.port, credentials=pika.PlainCredentials("guest", "guest"),
+        connection_attempts=1, socket_timeout=5, stack_timeout=10,
+        blocked_connection_timeout=30, heartbeat=0))
+
+
 def channel_with_exchange_type(url: str, type_name: str,
                                arguments: dict | None = None) -> tuple[object, object]:
     """``(connection, channel)`` to ``url`` in confirm mode, or a skip when the broker does

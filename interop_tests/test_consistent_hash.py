@@ -7,7 +7,6 @@ input, and bad weights and arguments get the plugin's texts.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -16,22 +15,15 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from interop_tests.conftest import channel_with_exchange_type
+from interop_tests.conftest import channel_with_exchange_type, url_for
 
 pytestmark = pytest.mark.timeout(60)
 
-REFERENCE_URL = os.environ.get("AMQPQ_REFERENCE_URL",
-                               "amqp://guest:guest@127.0.0.1:5672/%2F")
 
 
 @pytest.fixture(params=["amqpq", "rabbitmq"])
 def channel(request: pytest.FixtureRequest, broker_url: str) -> Iterator[object]:
-    url = broker_url
-    if request.param == "rabbitmq":
-        if broker_url == REFERENCE_URL:
-            pytest.skip("the broker under test is the reference already")
-        url = REFERENCE_URL
-    conn, ch = channel_with_exchange_type(url, "x-consistent-hash")
+    conn, ch = channel_with_exchange_type(url_for(request.param, broker_url), "x-consistent-hash")
     yield ch
     if conn.is_open:
         conn.close()

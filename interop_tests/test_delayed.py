@@ -10,7 +10,6 @@ are in ``benchmarks/delayed_bench.py``).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,23 +18,16 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, UnroutableError
 
-from interop_tests.conftest import channel_with_exchange_type
+from interop_tests.conftest import channel_with_exchange_type, url_for
 
 pytestmark = pytest.mark.timeout(60)
 
-REFERENCE_URL = os.environ.get("AMQPQ_REFERENCE_URL",
-                               "amqp://guest:guest@127.0.0.1:5672/%2F")
 DELAYED = {"x-delayed-type": "direct"}
 
 
 @pytest.fixture(params=["amqpq", "rabbitmq"])
 def channel(request: pytest.FixtureRequest, broker_url: str) -> Iterator[object]:
-    url = broker_url
-    if request.param == "rabbitmq":
-        if broker_url == REFERENCE_URL:
-            pytest.skip("the broker under test is the reference already")
-        url = REFERENCE_URL
-    conn, ch = channel_with_exchange_type(url, "x-delayed-message", DELAYED)
+    conn, ch = channel_with_exchange_type(url_for(request.param, broker_url), "x-delayed-message", DELAYED)
     yield ch
     if conn.is_open:
         conn.close()

@@ -12,16 +12,13 @@ import pytest
 
 pika = pytest.importorskip("pika")
 
+from interop_tests.conftest import process_connection as connect  # noqa: E402
 from tests.support.broker_process import BrokerProcess, broker_fixture  # noqa: E402
 
 broker_process = broker_fixture(start=False, fresh_port=True, log_level="info")
 X, Q = "delayed.x", "delayed.q"
 
 
-def connect(bp: BrokerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host="127.0.0.1", port=bp.port, credentials=pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1, socket_timeout=5, heartbeat=0))
 
 
 def drain(ch: object, until: int, timeout: float) -> list[bytes]:

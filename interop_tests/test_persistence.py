@@ -21,22 +21,10 @@ import pytest
 pika = pytest.importorskip("pika")
 from pika import exceptions as pika_exc  # noqa: E402
 
+from interop_tests.conftest import process_connection as connect  # noqa: E402
 from tests.support.broker_process import BrokerProcess, broker_fixture  # noqa: E402
 
 QUEUE = "persistence.q"
-
-
-def params(bp: BrokerProcess) -> pika.ConnectionParameters:
-    """pika parameters for ``bp`` with small timeouts and no heartbeats."""
-    return pika.ConnectionParameters(
-        host="127.0.0.1", port=bp.port, credentials=pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1, socket_timeout=5, stack_timeout=10,
-        blocked_connection_timeout=30, heartbeat=0)
-
-
-def connect(bp: BrokerProcess) -> pika.BlockingConnection:
-    return pika.BlockingConnection(params(bp))
-
 
 # a data dir each, a new port each start, its log at info level
 broker_process = broker_fixture(start=False, fresh_port=True, log_level="info", management=True)

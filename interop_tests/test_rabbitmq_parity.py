@@ -22,13 +22,11 @@ import pytest
 from aio_pika.patterns import RPC
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from interop_tests.conftest import pika_parameters
+from interop_tests.conftest import REFERENCE_URL, pika_parameters, url_for
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
-REFERENCE_URL = os.environ.get("AMQPQ_REFERENCE_URL",
-                               "amqp://guest:guest@127.0.0.1:5672/%2F")
 
 
 def _reference_or_skip() -> str:
@@ -42,11 +40,8 @@ def _reference_or_skip() -> str:
 @pytest.fixture(params=["amqpq", "rabbitmq"])
 def url(request: pytest.FixtureRequest, broker_url: str) -> str:
     """The broker under test, then the reference RabbitMQ: the same script runs on both."""
-    if request.param == "amqpq":
-        return broker_url
-    if broker_url == REFERENCE_URL:
-        pytest.skip("the broker under test is the reference already")
-    return _reference_or_skip()
+    chosen = url_for(request.param, broker_url)
+    return chosen if request.param == "amqpq" else _reference_or_skip()
 
 
 def _name(prefix: str) -> str:
