@@ -200,8 +200,7 @@ def recover_messages(broker: Broker) -> dict[str, int]:
         for queue in vhost.queues.values():
             if not queue.durable or queue.index is None:
                 continue
-            entries = storage.recover_index(queue.name)
-            queue.restore(entries)
+            queue.recover()
             counts["messages"] += queue.message_count
             counts["queues"] += 1
         storage.store.drop_unreferenced()

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from struct import Struct
+from typing import BinaryIO
 
 log = logging.getLogger("amqpq.queue_index")
 
@@ -93,42 +94,54 @@ def scan(path: Path, quiet: bool = False) -> Iterator[Record]:
     except FileNotFoundError:
         return
     with fh:
-        buf, pos, base, eof = b"", 0, 0, False  # base: file offset of buf[0]
-        bad = -1  # offset in buf where unreadable bytes began, -1: none
-        while True:
-            parsed = _parse(buf, pos)
-            if isinstance(parsed, int):  # needs more bytes
-                if not eof:
-                    keep = bad if bad >= 0 else pos
-                    more = fh.read(max(CHUNK, parsed))
-                    eof = not more
-                    buf, base = buf[keep:] + more, base + keep
-                    pos -= keep
-                    if bad >= 0:
-                        bad = 0
-                    continue
-                if len(buf) - pos < RECORD_SIZE:
-                    if pos < len(buf) or bad >= 0:  # nothing readable after: a torn tail
-                        start = bad if bad >= 0 else pos
-                        if not quiet:
-                            log.error("queue index %s: torn or corrupt tail at offset %d "
-                                      "(%d bytes) truncated", path, base + start,
-                                      len(buf) - start)
-                        fh.truncate(base + start)
-                    return
-                parsed = None  # a length field running past the end: damage or torn
-            if parsed is None:
-                if bad < 0:
-                    bad = pos
-                pos += 1  # search forward for the next record that checks
+        yield from scan_file(fh, path, quiet)
+
+
+def scan_file(fh: BinaryIO, path: Path, quiet: bool = False, limit: int = -1, start: int = 0
+              ) -> Iterator[Record]:
+    """:func:`scan` over an open file from its current position, which is file offset
+    ``start``; ``limit`` >= 0: read up to that file offset and truncate nothing (a journal
+    still being appended to)."""
+    buf, pos, base, eof = b"", 0, start, False  # base: file offset of buf[0]
+    bad = -1  # offset in buf where unreadable bytes began, -1: none
+    while True:
+        parsed = _parse(buf, pos)
+        if isinstance(parsed, int):  # needs more bytes
+            if not eof:
+                keep = bad if bad >= 0 else pos
+                want = max(CHUNK, parsed)
+                if limit >= 0:
+                    want = min(want, limit - base - len(buf))
+                more = fh.read(want) if want > 0 else b""
+                eof = not more
+                buf, base = buf[keep:] + more, base + keep
+                pos -= keep
+                if bad >= 0:
+                    bad = 0
                 continue
-            if bad >= 0:
-                if not quiet:
-                    log.error("queue index %s: corrupt record at offset %d (%d bytes) skipped",
-                              path, base + bad, pos - bad)
-                bad = -1
-            yield parsed
-            pos += record_size(parsed)
+            if len(buf) - pos < RECORD_SIZE:
+                if pos < len(buf) or bad >= 0:  # nothing readable after: a torn tail
+                    start = bad if bad >= 0 else pos
+                    if not quiet:
+                        log.error("queue index %s: torn or corrupt tail at offset %d "
+                                  "(%d bytes) truncated", path, base + start,
+                                  len(buf) - start)
+                    if limit < 0:
+                        fh.truncate(base + start)
+                return
+            parsed = None  # a length field running past the end: damage or torn
+        if parsed is None:
+            if bad < 0:
+                bad = pos
+            pos += 1  # search forward for the next record that checks
+            continue
+        if bad >= 0:
+            if not quiet:
+                log.error("queue index %s: corrupt record at offset %d (%d bytes) skipped",
+                          path, base + bad, pos - bad)
+            bad = -1
+        yield parsed
+        pos += record_size(parsed)
 
 
 def segment_numbers(path: Path) -> list[int]:

@@ -44,12 +44,14 @@ from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.consumer import Consumer
 from queue_store.counters import QueueCounters
+from queue_store.journal_recovery import JournalRun
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
+from queue_store.variable_queue import VariableQueue
 
 __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", "Queue",
            "QueueHost", "QueuedMessage", "Settlement"]  # Consumer: from queue_store.consumer
@@ -487,12 +489,35 @@ class Queue:
         if self._has_ttl:
             self._expire_head()
 
-    def _restored(self, entries: Iterable[IndexEntry], store: MessageStore
-                  ) -> Iterator[IndexEntry]:
-        """Append each entry's message to the ready list; yield the ones kept."""
-        now_wall = time.time() * 1000
-        now = self._now()
-        for e in entries:
+    def recover(self) -> None:
+        """Recovery of a durable queue from its index: the head (q4's budget) is read now,
+        the rest stays in the journal as delta's head, read when needed
+        (:mod:`queue_store.journal_recovery`). Priority and message-group queues, and
+        journals out of sequence order, replay in full (:meth:`restore`)."""
+        storage, index, ready = self.storage, self.index, self.ready
+        if storage is None or index is None:
+            return
+        planned = (storage.summarize_index(self.name, index)
+                   if isinstance(ready, VariableQueue) else None)
+        if planned is None:
+            self.restore(storage.recover_index(self.name))
+            return
+        summary, lost = planned
+        assert isinstance(ready, VariableQueue)
+        self._seq = max(self._seq, summary.max_seq)
+        self._has_ttl = self._has_ttl or summary.has_expiry
+        run = JournalRun(summary, summary.live - len(lost), summary.live_bytes,
+                         self._recovered_message, lost, storage.stored_size)
+        ready.attach_run(run)
+        if self._has_ttl:
+            self._expire_head()
+
+    def _recovered_message(self, e: IndexEntry, bodies: bool = True) -> QueuedMessage | None:
+        """The ready message of a recovered index entry (``bodies`` False: its entry only,
+        ``message`` None); None when it cannot be read (logged, store reference released)."""
+        store = self.storage.store  # type: ignore[union-attr]
+        message = None
+        if bodies:
             try:
                 if e.payload is not None:
                     message = decode_payload(e.payload)
@@ -502,16 +527,27 @@ class Queue:
                 log.error("%s: message %d lost: %s", self.name, e.msg_id or e.seq, exc)
                 if e.payload is None:
                     store.release(e.msg_id)
+                return None
+        expires_at = None
+        if e.expiry_ms:
+            expires_at = self._now() + (e.expiry_ms - time.time() * 1000) / 1000.0
+        qm = QueuedMessage(e.seq, message, e.delivered, expires_at,  # type: ignore[arg-type]
+                           e.priority)
+        qm.msg_id = e.msg_id
+        qm.indexed = True
+        qm.delivery_logged = e.delivered
+        qm.returns = e.returns
+        return qm
+
+    def _restored(self, entries: Iterable[IndexEntry], store: MessageStore
+                  ) -> Iterator[IndexEntry]:
+        """Append each entry's message to the ready list; yield the ones kept."""
+        for e in entries:
+            qm = self._recovered_message(e)
+            if qm is None:
                 continue
-            expires_at = None
             if e.expiry_ms:
-                expires_at = now + (e.expiry_ms - now_wall) / 1000.0
                 self._has_ttl = True
-            qm = QueuedMessage(e.seq, message, e.delivered, expires_at, e.priority)
-            qm.msg_id = e.msg_id
-            qm.indexed = True
-            qm.delivery_logged = e.delivered
-            qm.returns = e.returns
             self.ready.append(qm)
             self._seq = max(self._seq, e.seq)
             yield e

@@ -45,6 +45,7 @@ from queue_store.index_scan import (
     live_entries,
     segment_numbers,
 )
+from queue_store.journal_recovery import JournalFile
 
 __all__ = ["ACK", "DELIVER", "EMBED", "PUBLISH", "RECORD_SIZE", "RETURN", "IndexEntry",
            "QueueIndex"]
@@ -148,12 +149,11 @@ class QueueIndex(SegmentSync):
         if self._cur_first and seq >= self._cur_first:
             self._cur_live -= 1
         else:
-            for number, seg in self._rotated.items():
+            for seg in self._rotated.values():
                 if seg[0] <= seq <= seg[1]:
                     seg[2] -= 1
                     if seg[2] <= 0:
-                        del self._rotated[number]
-                        self._segment_path(number).unlink(missing_ok=True)
+                        self._drop_dead_segments()
                     break
         if self.needs_compaction():
             self._rotate()
@@ -180,6 +180,31 @@ class QueueIndex(SegmentSync):
         else:
             self._segment_path(number).unlink(missing_ok=True)
         self._cur_first = self._cur_live = self.acked = 0
+
+    def _drop_dead_segments(self) -> None:
+        """Delete rotated segments whose messages are all acked, oldest first, stopping at
+        the first with live messages: a newer segment may hold the acks of an older one's
+        messages, so it must outlive it (or a restart would bring those messages back)."""
+        for number in sorted(self._rotated):
+            if self._rotated[number][2] > 0:
+                break
+            del self._rotated[number]
+            self._segment_path(number).unlink(missing_ok=True)
+
+    def adopt(self, files: list[JournalFile]) -> None:
+        """Recovery without a rewrite (:mod:`queue_store.journal_recovery`): resume the
+        segment bookkeeping from the summary pass's view of the files (rotated segments
+        oldest first, then the current journal)."""
+        *rotated, current = files
+        self._rotated = {}
+        for jf in rotated:
+            number = int(jf.path.name.rsplit(".", 1)[1])
+            self._rotated[number] = [jf.first, jf.last, jf.live]
+        self._drop_dead_segments()
+        self.live = sum(jf.live for jf in files)
+        self._cur_first, self._cur_last = current.first, current.last
+        self._cur_live = current.live
+        self.acked = current.acks
 
     def flush(self) -> OSError | None:
         """Write the buffer to the file (no fsync). Returns the error when not all of it

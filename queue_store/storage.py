@@ -14,8 +14,13 @@ from pathlib import Path
 
 from queue_store.backing import BackingQueue
 from queue_store.durability import Durability
+from queue_store.journal_recovery import JournalSummary, summarize
 from queue_store.msg_store import MessageStore
-from queue_store.queue_index import EMBED_MSGS_BELOW, IndexEntry, QueueIndex
+from queue_store.queue_index import (
+    EMBED_MSGS_BELOW,
+    IndexEntry,
+    QueueIndex,
+)
 from queue_store.ram_budget import RamBudget
 from queue_store.variable_queue import VariableQueue
 
@@ -81,6 +86,30 @@ class VhostStorage:
         for e in QueueIndex.iter_live(self.index_path(queue)):
             if e.payload is not None or self.store.retain(e.msg_id):
                 yield e
+
+    def summarize_index(self, queue: str, index: QueueIndex
+                        ) -> tuple[JournalSummary, set[int]] | None:
+        """Recovery without reading every message (:mod:`queue_store.journal_recovery`):
+        the summary of ``queue``'s journal, compacted first when acked records dominate it,
+        with its store-held live messages retained and the segment bookkeeping of ``index``
+        resumed. Also returns the seqs whose store record is lost. None: the journal is not
+        in sequence order (hand-made): use :meth:`recover_index` instead."""
+        path = self.index_path(queue)
+        summary = summarize(path, self.stored_size)
+        if not summary.ordered:
+            return None
+        if summary.dead > summary.live:  # mostly dead: rewrite it (streamed, no decoding)
+            index.compact(QueueIndex.iter_live(path))
+            summary = summarize(path, self.stored_size)
+        lost = {seq for seq, msg_id in zip(summary.stored_seqs, summary.stored_ids, strict=True)
+                if not self.store.retain(msg_id)}
+        index.adopt(summary.files)
+        return summary, lost
+
+    def stored_size(self, msg_id: int) -> int:
+        """Bytes of a store-held message's record (its body size estimate; 0 if lost)."""
+        loc = self.store.index.get(msg_id)
+        return loc.size if loc is not None else 0
 
     def delete_index(self, index: QueueIndex) -> None:
         """Remove a deleted queue's journal (after any fsync in flight)."""

@@ -76,6 +76,7 @@ from pathlib import Path
 from queue_store.backing import QueuedMessage
 from queue_store.beta import BetaQueue
 from queue_store.disk_writes import WriteErrors, write_buffer
+from queue_store.journal_recovery import JournalRun
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
 
 # payload len, seq, expires_at (NaN none), priority, flags, msg_id, returns
@@ -144,6 +145,8 @@ class VariableQueue:
         self._read_off = 0
         self._file_size = 0
         self.paged_out = 0  # messages ever paged out (stats)
+        # recovery: live records still in the queue index journal, delta's head
+        self.run: JournalRun | None = None
 
     # ---- BackingQueue interface ----------------------------------------------------------
 
@@ -306,9 +309,46 @@ class VariableQueue:
             self.errors.update(self, error)
         return error
 
+    def attach_run(self, run: JournalRun) -> None:
+        """Recovery: ``run`` (the live records of the queue index journal) becomes delta's
+        head, behind what q4 holds (q3 and the paging file must be empty), and q4 is filled
+        from it up to its budget."""
+        assert not self.q3_count and not self.delta_count
+        if not run.count:
+            run.close()
+            return
+        self.run = run
+        self.delta_count = run.count
+        self.delta_bytes = run.bytes
+        while (self.run is not None and len(self.q4) < self.ram_messages
+               and self.q4_bytes < self.ram_bytes):
+            # the head into alpha now, the rest when needed
+            self._run_in(True, min(self.read_batch, self.ram_messages - len(self.q4)))
+
+    def _run_in(self, bodies: bool, n: int = 0) -> None:
+        """Read up to ``n`` (default ``read_batch``) messages from the recovered journal
+        run into q4."""
+        run = self.run
+        assert run is not None
+        count, nbytes = run.count, run.bytes
+        for qm in run.take(n or self.read_batch, bodies):
+            self.q4.append(qm)
+            if bodies:
+                self.q4_bytes += len(qm.message.body)
+        self.delta_count -= count - run.count
+        self.delta_bytes -= nbytes - run.bytes
+        if not run.count:
+            run.close()
+            self.run = None
+            if not self.delta_count:
+                self._reset_file()
+
     def _page_in(self, bodies: bool = True) -> None:
         """Read up to ``read_batch`` messages from delta into q4 (``bodies`` False: index
         entries only, ``message`` None, for :meth:`clear`)."""
+        if self.run is not None:
+            self._run_in(bodies)
+            return
         self.flush()
         loaded = 0
         buf, off = self._read_buf, self._read_off
@@ -358,6 +398,9 @@ class VariableQueue:
 
     def _reset_file(self) -> None:
         """Delta is empty: drop the paging file's contents."""
+        if self.run is not None:
+            self.run.close()
+            self.run = None
         self.delta_count = self.delta_transient = 0
         self.delta_bytes = 0
         self._write_buf.clear()
@@ -427,6 +470,9 @@ class VariableQueue:
         if self.errors is not None:
             self.errors.clear(self)
         self.q3.close(delete)
+        if self.run is not None:
+            self.run.close()
+            self.run = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
