@@ -8,6 +8,7 @@ Usage (on demand only, never part of the test run)::
     python -m benchmarks.run --no-rabbitmq   # amqpq only
     python -m benchmarks.run --only 2 --reps 1 --no-rabbitmq --profile /tmp/prof  # + py-spy
     python -m benchmarks.run --only 10 --reps 1  # on demand: 10 M persistent backlog
+    python -m benchmarks.run --only 11 --reps 1  # on demand: 1,000 durable queues x 10,000
 
 Scenarios (see ``benchmarks/scenarios.py`` for the exact choices):
  1 transient publish->consume, 1 queue, 200 B, auto-ack   6 topic exchange, 1,000 wildcard bindings
@@ -15,6 +16,7 @@ Scenarios (see ``benchmarks/scenarios.py`` for the exact choices):
  3 persistent + durable + confirms                        8 backlog of 1M: publish, drain, peak RSS
  4 consume, prefetch 100, manual ack of every message     9 1,000 idle connections: set-up, RSS
  5 fanout to 10 queues                                   10 deep persistent backlog, 10 M (on demand)
+                                                         11 1,000 durable queues x 10,000 (on demand)
 
 amqpq is a fresh ``python -m amqp_server`` subprocess on a free port for every run; RabbitMQ is
 the one on 127.0.0.1:5672 (only the queues/exchanges a run declares are touched, and deleted
@@ -52,8 +54,9 @@ BACKLOG_RABBIT_MEM_MB = 10_000  # full backlog on RabbitMQ only with this much m
 BACKLOG_RABBIT_REDUCED = 250_000
 # memory- and latency-sensitive scenarios first (RabbitMQ gives memory back slowly after a
 # backlog, which would show as noise in the RSS of 9), the 1M backlog last
-EXEC_ORDER = [9, 7, 1, 2, 3, 4, 5, 6, 8, 10]
-ON_DEMAND = {10}  # the 10 M persistent backlog (tens of minutes): only with --only 10
+EXEC_ORDER = [9, 7, 1, 2, 3, 4, 5, 6, 8, 10, 11]
+# the 10 M persistent backlog and the 1,000 durable queues (tens of minutes): only with --only
+ON_DEMAND = {10, 11}
 
 
 # ----------------------------------------------------------------------------- machine

@@ -72,13 +72,17 @@ class Params:
     s9_rabbit: int = 1_000
     s10: int = 10_000_000
     s10_rabbit: int = 2_000_000  # RabbitMQ 3.10.8 needs about 2.5 GB per million here
+    s11: int = 10_000  # messages per queue
+    s11_rabbit: int = 1_000  # per queue on RabbitMQ (1 M in all: ~2.5 GB)
+    s11_queues: int = 1_000
     time_limit: float = 120.0
     backlog_time_limit: float = 600.0
 
     @classmethod
     def quick(cls) -> Params:
         return cls(s1=30_000, s2=20_000, s3=10_000, s4=20_000, s5=5_000, s6=20_000,
-                   s7_duration=3.0, s8=100_000, s8_rabbit=100_000, s9=200, s9_rabbit=200, s10=100_000, s10_rabbit=100_000, time_limit=30.0,
+                   s7_duration=3.0, s8=100_000, s8_rabbit=100_000, s9=200, s9_rabbit=200, s10=100_000, s10_rabbit=100_000,
+                   s11=100, s11_rabbit=100, s11_queues=100, time_limit=30.0,
                    backlog_time_limit=60.0)
 
 
@@ -98,6 +102,8 @@ class RunCtx:
         self.profile_path = profile
         self.spy: PySpy | None = None
         self.gen_busy = 0.0  # busiest load-generator process: CPU seconds / wall seconds
+        self.publish_peak_mb = 0.0  # peak RSS before a kill_and_restart (MB)
+        self.cpu_carry = 0.0  # broker CPU seconds before a kill_and_restart
 
     # ---- topology
     def admin(self) -> Client:
@@ -131,6 +137,40 @@ class RunCtx:
                     f"{q.rsplit('-', 1)[1]}={n}" for q, n in left.items() if n)
             time.sleep(0.2)
 
+    def queue_counts(self, queues: list[str]) -> list[int]:
+        """Ready messages of each queue (passive declares on the admin connection)."""
+        return [self.admin().queue_count(q) for q in queues]
+
+    def kill_and_restart(self, queues: list[str], expected: int) -> dict[str, Any]:
+        """amqpq only (RabbitMQ here is a shared service, not killed): kill -9 the broker,
+        start it on the same data dir and port; ``restart_s`` until it accepts connections,
+        ``restart_rss_mb`` its peak RSS by then, and an error unless ``queues`` hold
+        ``expected`` messages again."""
+        process = getattr(self.broker, "process", None)
+        if process is None:
+            return {}
+        if self._admin is not None:
+            self._admin.close(timeout=2)
+            self._admin = None
+        self._end()
+        self.cpu_carry = self.cpu_s
+        if self.sampler is not None:
+            self.publish_peak_mb = self.sampler.stop()
+            self.sampler = None
+        process.start_timeout = 900
+        process.kill()
+        t0 = time.monotonic()
+        process.start()
+        out: dict[str, Any] = {"restart_s": round(time.monotonic() - t0, 2),
+                               "restart_rss_mb": round(
+                                   status_kb(self.broker.pids, "VmHWM") / 1024, 1)}
+        back = sum(self.queue_counts(queues))
+        if back != expected:
+            out["error"] = f"{back:,} of {expected:,} messages back after kill -9"
+        self.cpu0 = None
+        self._begin()
+        return out
+
     def cleanup(self) -> None:
         """Delete what the run declared (a fresh connection: the admin one may be broken)."""
         if self._admin is not None:
@@ -158,12 +198,12 @@ class RunCtx:
 
     def _end(self) -> None:
         if self.cpu0 is not None:
-            self.cpu_s = cpu_seconds(self.broker.pids) - self.cpu0
+            self.cpu_s = self.cpu_carry + cpu_seconds(self.broker.pids) - self.cpu0
 
     def finish(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpu_s": round(self.cpu_s, 3)}
         if self.sampler is not None:
-            out["peak_rss_mb"] = round(self.sampler.stop(), 1)
+            out["peak_rss_mb"] = round(max(self.sampler.stop(), self.publish_peak_mb), 1)
         if self.broker.fresh_per_run and self.broker.pids:
             # a fresh process: its lifetime peak is this run's peak
             out["hwm_mb"] = round(status_kb(self.broker.pids, "VmHWM") / 1024, 1)
@@ -405,6 +445,9 @@ def s10_deep_persistent(ctx: RunCtx) -> dict[str, Any]:
                            "error": _errors(pub)}
     if out["error"]:
         return out
+    out.update(ctx.kill_and_restart([q], n))
+    if out.get("error"):
+        return out
     t_go2, (con,) = ctx.run_workers([
         ("consumer", {"queues": [q], "expected": n, "body_size": BODY, "no_ack": False,
                       "prefetch": 1000, "consume_on_go": True}),
@@ -412,6 +455,30 @@ def s10_deep_persistent(ctx: RunCtx) -> dict[str, Any]:
     out.update(messages=con.get("received", 0),
                drain_rate=_rate(con.get("received", 0), t_go2, con.get("t_last")),
                error=_errors(con) or ctx.leftover([q]))
+    return out
+
+
+def s11_many_durable_queues(ctx: RunCtx) -> dict[str, Any]:
+    """1,000 durable queues x 10,000 persistent 200-byte messages, published with confirms
+    (one publisher, round-robin over the queues); on amqpq then kill -9, restart, and the
+    time until every message is back (recovery). RabbitMQ gets ``s11_rabbit`` per queue."""
+    per = ctx.p.s11_rabbit if ctx.broker.name == "rabbitmq" else ctx.p.s11
+    queues = [ctx.queue(f"many{i}", durable=True) for i in range(ctx.p.s11_queues)]
+    n = per * len(queues)
+    t_go, (pub,) = ctx.run_workers([
+        ("publisher", {"exchange": "", "routing_keys": queues, "count": n, "body_size": BODY,
+                       "confirm": 1000, "batch": 100, "persistent": True}),
+    ], 3 * ctx.p.backlog_time_limit)
+    out: dict[str, Any] = {"queues": len(queues), "messages": n,
+                           "publish_rate": _rate(n, t_go, pub.get("t_done")),
+                           "error": _errors(pub)}
+    if out["error"]:
+        return out
+    counts = ctx.queue_counts(queues)
+    if sum(counts) != n:
+        out["error"] = f"{sum(counts):,} of {n:,} messages in the queues after the publish"
+        return out
+    out.update(ctx.kill_and_restart(queues, n))
     return out
 
 
@@ -514,7 +581,14 @@ SCENARIOS = [
     Scenario(10, "deep persistent backlog: confirms, ack drain", s10_deep_persistent,
              [Metric("publish_rate", "publish", RATE, True, "ratio>=1.0"),
               Metric("drain_rate", "drain", RATE, True, "ratio>=1.0"),
-              Metric("peak_rss_mb", "peak RSS", "MB", False, "amqpq<=512", fmt="{:,.0f}")]),
+              Metric("peak_rss_mb", "peak RSS", "MB", False, "amqpq<=512", fmt="{:,.0f}"),
+              Metric("restart_s", "kill -9, restart", "s", False, fmt="{:.1f}"),
+              Metric("restart_rss_mb", "RSS at restart", "MB", False, fmt="{:,.0f}")]),
+    Scenario(11, "1,000 durable queues x 10,000 persistent", s11_many_durable_queues,
+             [Metric("publish_rate", "publish", RATE, True, "ratio>=1.0"),
+              Metric("peak_rss_mb", "peak RSS", "MB", False, "amqpq<=512", fmt="{:,.0f}"),
+              Metric("restart_s", "kill -9, restart", "s", False, "amqpq<=60", fmt="{:.1f}"),
+              Metric("restart_rss_mb", "RSS at restart", "MB", False, fmt="{:,.0f}")]),
 ]
 
 
