@@ -21,6 +21,7 @@ import contextlib
 import gc
 import importlib.metadata
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -388,6 +389,23 @@ async def serve(config: BrokerConfig) -> None:
     await server.stop()
 
 
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files to the hard one: every connection, durable queue
+    index and recovered backlog holds a descriptor, and a 1,024 soft limit is reached by a
+    thousand durable queues (RabbitMQ's packages raise it for the same reason:
+    https://www.rabbitmq.com/docs/networking#open-file-handle-limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("open files limit stays %s: %s", soft, exc)
+            return
+        if target != soft:
+            log.info("open files limit raised from %s to %s", soft, target)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point ``amqpq-server``."""
     config, warnings = command_line(argv)
@@ -398,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     for warning in warnings:
         log.warning("%s", warning)
+    raise_open_files_limit()
     try:
         import uvloop  # optional speed-up
     except ImportError:

@@ -70,6 +70,11 @@ class BackingQueue(Protocol):
 
     def set_memory_pressure(self, on: bool) -> None: ...
 
+    def head_seq(self) -> int | None:
+        """The seq of the next message to deliver, when known without reading the disk
+        (None: empty or not known)."""
+        ...
+
     def state_counts(self) -> dict[str, int]:
         """Messages and body bytes per state: ``alpha``, ``beta``, ``gamma``, ``delta`` and
         ``<state>_bytes`` (see :mod:`queue_store.variable_queue`)."""
@@ -108,6 +113,10 @@ class MemoryBackingQueue:
 
     def peek(self) -> QueuedMessage | None:
         return self._q[0] if self._q else None
+
+    def head_seq(self) -> int | None:
+        """The seq of the next message to deliver (None: empty)."""
+        return self._q[0].seq if self._q else None
 
     def requeue(self, qms: list[QueuedMessage]) -> None:
         """Merge ``qms`` (sorted by seq) back in by sequence number."""
@@ -177,6 +186,13 @@ class PriorityBackingQueue:
         for level in reversed(self._levels):
             if len(level):
                 return level.peek()
+        return None
+
+    def head_seq(self) -> int | None:
+        """The seq of the next message to deliver: the highest non-empty level's head."""
+        for level in reversed(self._levels):
+            if len(level):
+                return level.head_seq()
         return None
 
     def requeue(self, qms: list[QueuedMessage]) -> None:

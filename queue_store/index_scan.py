@@ -97,11 +97,11 @@ def scan(path: Path, quiet: bool = False) -> Iterator[Record]:
         yield from scan_file(fh, path, quiet)
 
 
-def scan_file(fh: BinaryIO, path: Path, quiet: bool = False, limit: int = -1, start: int = 0
-              ) -> Iterator[Record]:
+def scan_file(fh: BinaryIO, path: Path, quiet: bool = False, limit: int = -1, start: int = 0,
+              chunk: int = CHUNK) -> Iterator[Record]:
     """:func:`scan` over an open file from its current position, which is file offset
     ``start``; ``limit`` >= 0: read up to that file offset and truncate nothing (a journal
-    still being appended to)."""
+    still being appended to); ``chunk``: bytes per read (what a paused reader holds)."""
     buf, pos, base, eof = b"", 0, start, False  # base: file offset of buf[0]
     bad = -1  # offset in buf where unreadable bytes began, -1: none
     while True:
@@ -109,7 +109,7 @@ def scan_file(fh: BinaryIO, path: Path, quiet: bool = False, limit: int = -1, st
         if isinstance(parsed, int):  # needs more bytes
             if not eof:
                 keep = bad if bad >= 0 else pos
-                want = max(CHUNK, parsed)
+                want = max(chunk, parsed)
                 if limit >= 0:
                     want = min(want, limit - base - len(buf))
                 more = fh.read(want) if want > 0 else b""

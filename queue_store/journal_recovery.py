@@ -69,6 +69,7 @@ from queue_store.index_scan import (
 log = logging.getLogger("amqpq.queue_index")
 
 _PAYLOAD_OVERHEAD = 6  # bytes: u16 routing-info length + u32 properties length
+RUN_CHUNK = 128 * 1024  # bytes read at a time by a run (held while it waits: per queue)
 
 
 def _body_size(payload: bytes) -> int:
@@ -303,7 +304,7 @@ def _stream(handles: list[tuple[BinaryIO, JournalFile]], s: JournalSummary
         for fh, jf in handles:
             with fh:
                 for kind, seq, fld, expiry, priority, payload in scan_file(
-                        fh, jf.path, quiet=True, limit=jf.size):
+                        fh, jf.path, quiet=True, limit=jf.size, chunk=RUN_CHUNK):
                     if kind != PUBLISH and kind != EMBED:
                         continue
                     while ai < len(acked) and acked[ai] < seq:

@@ -86,7 +86,7 @@ RAM_MESSAGES = 200_000
 RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
 PRESSURE_RAM_MESSAGES = 2_000  # q4 budget while memory is past the paging threshold
-READ_CHUNK = 1 << 20  # bytes per read from the paging file
+READ_CHUNK = 128 * 1024  # bytes per read from the paging file (held per draining queue)
 WRITE_CHUNK = 128 * 1024  # bytes of paged-out records buffered before a write (per queue)
 BETA_MESSAGES = 1_000_000  # q3's budget of index entries in RAM (46 bytes each)
 BETA_FILE_LIMIT = 256 * 1024 * 1024  # bytes: q3 takes no more appends past this body file
@@ -206,6 +206,13 @@ class VariableQueue:
         if self.gamma_count and self.q4[0].message is None:
             self._load_ahead()
         return self.q4[0]
+
+    def head_seq(self) -> int | None:
+        """The seq of the next message to deliver, known without reading the disk (None:
+        only delta holds messages, or none)."""
+        if self.q4:
+            return self.q4[0].seq
+        return self.q3.head_seq if self.q3_count else None
 
     def _load_ahead(self) -> None:
         """gamma -> alpha: read the bodies of up to ``read_batch`` head entries back."""

@@ -16,15 +16,15 @@ from management.serializers import UnackedTotals, queue_json
 from management.state import ManagementState
 from queue_store.backing_status import memory_fields
 from queue_store.message import Message
-from queue_store.queue import Queue
+from queue_store.queue import Queue, Settlement
 
 PERSISTENT = ContentHeader(0, 0, commands.Basic.Properties(delivery_mode=2)).marshal()[12:]
 TRANSIENT = ContentHeader(0, 0, commands.Basic.Properties(delivery_mode=1)).marshal()[12:]
 
-#: the keys of RabbitMQ 3.10.8's backing_queue_status for a classic queue, less the ack rates
-#: and next_deliver_seq_id (see the module docstring of queue_store.backing_status)
+#: the keys of RabbitMQ 3.10.8's backing_queue_status for a classic queue
 RABBIT_BQS_KEYS = {"mode", "version", "q1", "q2", "q3", "q4", "delta", "len",
-                   "target_ram_count", "next_seq_id", "avg_ingress_rate", "avg_egress_rate"}
+                   "target_ram_count", "next_seq_id", "next_deliver_seq_id", "avg_ingress_rate",
+                   "avg_egress_rate", "avg_ack_ingress_rate", "avg_ack_egress_rate"}
 
 
 def node(tmp_path: Path, embed: int = 4096) -> Broker:
@@ -63,12 +63,14 @@ def test_queue_through_the_four_states(tmp_path: Path) -> None:
     assert set(bqs) == RABBIT_BQS_KEYS
     assert (bqs["q1"], bqs["q2"], bqs["q3"], bqs["q4"], bqs["len"]) == (0, 0, 20, 10, 50)
     assert bqs["delta"] == ["delta", "undefined", 20, 10, "undefined"]  # 10 transient
-    assert (bqs["target_ram_count"], bqs["next_seq_id"]) == (10, 51)
+    assert (bqs["target_ram_count"], bqs["next_seq_id"], bqs["next_deliver_seq_id"]) == (
+        10, 51, 1)
     # one delivered, not acked: in RAM, counted as unacknowledged
     got = q.get()
     assert got is not None
     f = memory_fields(q, 1, 10)
     assert (f["messages_unacknowledged_ram"], f["messages_ram"]) == (1, 10)
+    assert f["backing_queue_status"]["next_deliver_seq_id"] == 2
     # memory pressure: stored persistent bodies in q4 drop to gamma
     broker.set_memory_pressure(True)
     f = memory_fields(q, 1, 10)
@@ -138,3 +140,25 @@ def test_prometheus_per_queue_gauges_show_paged_out_messages(tmp_path: Path) -> 
     assert gauges["queue_messages_paged_out_bytes"] == 70
     assert gauges["queue_messages_ready_ram"] == gauges["queue_messages_ram"] == 3
     assert gauges["queue_messages_ram_bytes"] == 30
+
+
+def test_ack_rates_follow_deliveries_needing_an_ack_and_their_settling(tmp_path: Path) -> None:
+    """avg_ack_ingress_rate: deliveries needing an ack; avg_ack_egress_rate: settled ones
+    (RabbitMQ's meanings), from the management API's rate sampler."""
+    broker = node(tmp_path)
+    q = broker.vhosts["/"].declare_queue("q")
+    fill(q, 10)
+    samples: dict[str, list[int]] = {}
+
+    def rate(name: str, value: int) -> float:
+        samples.setdefault(name, []).append(value)
+        return float(value)
+
+    first = memory_fields(q, 0, 0, rate)["backing_queue_status"]
+    assert (first["avg_ack_ingress_rate"], first["avg_ack_egress_rate"]) == (0.0, 0.0)
+    got = [q.get() for _ in range(4)]
+    q.settle([(qm, q, None) for qm in got[:3]], Settlement.ACK)
+    bqs = memory_fields(q, 1, 10, rate)["backing_queue_status"]
+    assert (bqs["avg_ack_ingress_rate"], bqs["avg_ack_egress_rate"]) == (4.0, 3.0)
+    assert bqs["next_deliver_seq_id"] == 5
+    assert samples["ack_ingress"] == [0, 4] and samples["ack_egress"] == [0, 3]

@@ -57,6 +57,7 @@ frame_max = 64KB
 channel_max = 100
 connection_max = 500
 consumer_timeout = 900000
+queue_index_embed_msgs_below = 1024
 vm_memory_high_watermark.absolute = 2GB
 disk_free_limit.absolute = 1GiB
 load_definitions = {definitions}
@@ -85,6 +86,7 @@ product.name = orders-broker
     assert config.loopback_users == ()
     assert (config.heartbeat, config.frame_max, config.channel_max) == (30, 65536, 100)
     assert (config.max_connections, config.consumer_timeout) == (500, 900_000)
+    assert config.queue_index_embed_msgs_below == 1024
     assert config.memory_high_watermark == 2_000_000_000
     assert config.disk_free_limit == 2**30
     assert config.management.definitions == definitions

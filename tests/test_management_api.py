@@ -724,12 +724,10 @@ def test_key_sets_match_rabbitmq(node: InProcessBroker) -> None:
                 differences[kind] = {"missing": sorted(expected - keys),
                                      "extra": sorted(keys - expected)}
         assert differences == {}
-        # backing_queue_status: RabbitMQ's keys, less those queue_store.backing_status
-        # documents as left out (ack rates, next_deliver_seq_id)
+        # backing_queue_status: RabbitMQ's keys
         ref_bqs, our_bqs = ref["queue"]["backing_queue_status"], ours["queue"][
             "backing_queue_status"]
-        assert set(our_bqs) == set(ref_bqs) - {"avg_ack_ingress_rate", "avg_ack_egress_rate",
-                                               "next_deliver_seq_id"}
+        assert set(our_bqs) == set(ref_bqs)
         same_type = sorted(set(our_bqs) - {"target_ram_count"})  # "infinity" or a count
         assert [type(our_bqs[k]) for k in same_type] == [type(ref_bqs[k]) for k in same_type]
         assert our_bqs["delta"][0] == ref_bqs["delta"][0] == "delta"
