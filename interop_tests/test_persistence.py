@@ -14,7 +14,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -117,13 +117,17 @@ def consume_some(bp: BrokerProcess, ledger: Ledger, ack: int, hold: int, where: 
     return conn
 
 
-def run_kill_loop(bp: BrokerProcess, kills: int, seed: int) -> Ledger:
+def run_kill_loop(bp: BrokerProcess, kills: int, seed: int,
+                  prefill: Callable[[BrokerProcess, Ledger], int] | None = None) -> Ledger:
+    """``kills`` rounds of: consume a little, publish with confirms, kill -9 mid-stream,
+    restart. ``prefill(bp, ledger)``: called once the queue exists, puts a backlog of ids
+    1..n in it (recorded in the ledger) and returns n."""
     rnd = random.Random(seed)
     ledger = Ledger()
     bp.start()
     with connection(bp) as conn:
         conn.channel().queue_declare(QUEUE, durable=True)
-    next_id = 1
+    next_id = 1 + (prefill(bp, ledger) if prefill is not None else 0)
     for cycle in range(kills):
         held = None
         if cycle:  # consume a little of what survived the previous kill
@@ -147,7 +151,8 @@ def run_kill_loop(bp: BrokerProcess, kills: int, seed: int) -> Ledger:
     return ledger
 
 
-def final_check(bp: BrokerProcess, ledger: Ledger, seed: int) -> None:
+def drain_by_get(bp: BrokerProcess, ledger: Ledger) -> list[int]:
+    """Every message left, by Basic.Get, acked: their ids in delivery order."""
     final: list[int] = []
     with connection(bp) as conn:
         ch = conn.channel()
@@ -160,6 +165,12 @@ def final_check(bp: BrokerProcess, ledger: Ledger, seed: int) -> None:
             final.append(msg_id)
             ch.basic_ack(method.delivery_tag)
         ch.queue_declare(QUEUE, passive=True)
+    return final
+
+
+def final_check(bp: BrokerProcess, ledger: Ledger, seed: int,
+                drain: Callable[[BrokerProcess, Ledger], list[int]] = drain_by_get) -> None:
+    final = drain(bp, ledger)
     context = f"(seed {seed}; {len(ledger.confirmed)} confirmed, {len(ledger.acked)} acked)"
     assert ledger.errors == [], f"{context}\n" + "\n".join(ledger.errors[:20])
     assert len(final) == len(set(final)), f"duplicates in the final drain {context}"
