@@ -334,10 +334,20 @@ def with_header(raw: bytes, key: str, value: Any) -> bytes:
     Raises:
         ValueError: malformed properties.
     """
+    return with_headers(raw, {key: value})
+
+
+def with_headers(raw: bytes, values: dict[str, Any]) -> bytes:
+    """Content properties ``raw`` with each header of ``values`` set (replaced if present);
+    every other property and header entry is copied byte for byte.
+
+    Raises:
+        ValueError: malformed properties.
+    """
     fields = split_properties(raw)
-    kept = [(k, v) for k, v in split_table(fields["headers"]) if k != key] \
+    kept = [(k, v) for k, v in split_table(fields["headers"]) if k not in values] \
         if "headers" in fields else []
-    fields["headers"] = join_table(kept + [(key, encode_value(value))])
+    fields["headers"] = join_table(kept + [(k, encode_value(v)) for k, v in values.items()])
     return join_properties(fields)
 
 

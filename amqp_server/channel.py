@@ -58,6 +58,7 @@ from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
+from queue_store.stream_queue import check_stream_consume
 from vhosts.names import server_generated_name
 from vhosts.permissions import Perm
 
@@ -442,6 +443,9 @@ class Channel:
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
             raise AccessRefused(f"{rs('queue', q.name, q.vhost_name)} in exclusive use")
         arguments = m.arguments or {}
+        if q.kind == "stream":
+            check_stream_consume(q, m.no_ack, self.prefetch_count, self.global_prefetch,
+                                 arguments)
         priority = validate_consumer_arguments(arguments, q.kind, rs("queue", q.name, q.vhost_name))
         consumer = Consumer(
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
@@ -538,6 +542,10 @@ class Channel:
 
     def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         taken = self._take_unacked(tag, multiple)
+        for _, (_, q, _) in taken:
+            if q.kind == "stream":  # RabbitMQ: a connection error
+                raise NotImplemented_("basic.nack and basic.reject not supported by stream "
+                                      f"queues {rs('queue', q.name, q.vhost_name)}")
         if self.tx is not None:
             self.tx.append((kind, (taken, requeue)))
             return

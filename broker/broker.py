@@ -145,7 +145,7 @@ class Broker:
 
     def tick(self) -> None:
         """Once a second: retry a failed definitions save, re-read memory and disk for the
-        alarms, share the paging queues' RAM budget among them, start an fsync round if anything waits for one (and retry failed writes).
+        alarms, share the paging queues' RAM budget among them, apply stream retention, start an fsync round if anything waits for one (and retry failed writes).
 
         Raises:
             whatever an alarm callback or the durability round raises (the caller logs it).
@@ -154,6 +154,10 @@ class Broker:
         if self.alarms is not None:
             self.alarms.check()
         self.ram_budget.rebalance()
+        for vhost in self.vhosts.values():
+            for q in vhost.queues.values():
+                if q.kind == "stream":
+                    q.tick()  # type: ignore[attr-defined]
         self.durability.maybe_sync()
 
     def flush_confirms(self) -> None:

@@ -346,6 +346,9 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
                                                            "bqs", name), value)),
         "message_stats": queue_message_stats(q, st.rates),
     }
+    stream_fields = getattr(q, "stream_fields", None)
+    if stream_fields is not None:  # amqpq's: first/last offset, segments
+        out.update(stream_fields())
     if q.quorum:  # one node: it leads and is the only member
         out.update(leader=st.node, members=[st.node], online=[st.node])
     groups = message_groups_json(q, lambda c: consumer_json(c, st)["channel_details"])

@@ -51,6 +51,8 @@ from queue_store.message_groups import (
     key_function,
 )
 from queue_store.queue import Queue
+from queue_store.queue_args import queue_type_of
+from queue_store.stream_queue import StreamQueue
 from queue_store.variable_queue import VariableQueue
 
 __all__ = ["GroupedDeduplicatingQueue", "GroupedQueue", "grouped", "queue_class"]
@@ -237,6 +239,8 @@ class GroupedDeduplicatingQueue(GroupedQueue, DeduplicatingQueue):
 
 def queue_class(arguments: dict[str, Any]) -> type[Queue]:
     """The queue class for validated Queue.Declare ``arguments``."""
+    if queue_type_of(arguments) == "stream":
+        return StreamQueue
     if grouped(arguments):
         return GroupedDeduplicatingQueue if deduplicating(arguments) else GroupedQueue
     return DeduplicatingQueue if deduplicating(arguments) else Queue

@@ -91,6 +91,8 @@ class Queue:
             dead-lettered).
     """
 
+    uses_index = True  # a durable queue keeps a queue index (stream queues have a log)
+
     def __init__(self, name: str, vhost_name: str, durable: bool = False,
                  exclusive: bool = False, auto_delete: bool = False,
                  exclusive_owner: object | None = None,
@@ -128,7 +130,7 @@ class Queue:
         self.delivered = 0  # every delivery and Basic.GetOk (deliver_get)
         self.counters = QueueCounters()  # the rest of message_stats
         self.index: QueueIndex | None = None
-        if durable and self.storage is not None:
+        if durable and self.storage is not None and self.uses_index:
             self.index = self.storage.open_index(name)
         self.touch()
 

@@ -12,6 +12,7 @@ Source: https://www.rabbitmq.com/docs/queues#optional-arguments, /docs/ttl, /doc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,22 @@ def _positive(value: Any) -> str | None:
     return _non_neg(value)
 
 
+_AGE = re.compile(r"^\d+[YMDhms]$")
+
+
+def _max_age(value: Any) -> str | None:
+    """``x-max-age``: a string such as ``7D``, ``12h``, ``30m``, ``10s`` (RabbitMQ's texts)."""
+    if not isinstance(value, str | bytes):
+        return f"{{unacceptable_type,{amqp_type_name(value)}}}"
+    return None if _AGE.match(_text(value)) else "invalid_max_age"
+
+
+def _segment_size(value: Any) -> str | None:
+    if not _is_int(value):
+        return f'"expected integer, got {amqp_type_name(value)}"'
+    return _positive(value)
+
+
 def _group_by(value: Any, args: dict[str, Any]) -> str | None:
     """``x-group-by``: ``routing-key`` or ``header:<name>`` (name 1-255 characters); not
     with priorities (a priority would overtake a key's order)."""
@@ -146,6 +163,9 @@ _VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     "x-queue-leader-locator": _one_of(("client-local", "balanced"),
                                       lambda _: "invalid_queue_locator_arg"),
     "x-quorum-initial-group-size": _positive,
+    "x-initial-cluster-size": _positive,
+    "x-max-age": _max_age,
+    "x-stream-max-segment-size-bytes": _segment_size,
     # message deduplication (the rabbitmq-message-deduplication plugin's, LavinMQ's sizes)
     "x-message-deduplication": _bool,
     "x-cache-size": _positive,
@@ -187,8 +207,8 @@ QUEUE_TYPE_ARGUMENTS: dict[str, frozenset[str]] = {
 }
 QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue",
                       "stream": "rabbit_stream_queue"}
-#: the types amqpq implements (streams are not: declaring one is refused)
-SUPPORTED_QUEUE_TYPES = ("classic", "quorum")
+#: the types amqpq implements
+SUPPORTED_QUEUE_TYPES = ("classic", "quorum", "stream")
 _ALL_TYPE_ARGUMENTS = frozenset().union(*QUEUE_TYPE_ARGUMENTS.values())
 
 
@@ -286,6 +306,7 @@ class QueueSettings:
     expires: int | None = None
     max_length: int | None = None
     max_length_bytes: int | None = None
+    max_age: str | None = None  # streams: x-max-age / max-age (e.g. "7D")
     overflow: str = "drop-head"
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
@@ -367,6 +388,7 @@ def resolve_settings(
         delivery_limit=_min(args.get("x-delivery-limit") if _is_int(
             args.get("x-delivery-limit")) and args["x-delivery-limit"] >= 0 else None,
             _policy_int(d, "delivery-limit")),
+        max_age=arg_or_policy("x-max-age", "max-age"),
         policy=policy_name,
         operator_policy=operator_name,
     )

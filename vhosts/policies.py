@@ -15,7 +15,7 @@ from typing import Any
 
 from vhosts.erlang_format import erlang_pformat
 
-APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues")
+APPLY_TO = ("queues", "exchanges", "all", "classic_queues", "quorum_queues", "streams")
 # definition keys this broker acts on, with the type each needs
 QUEUE_KEYS = {
     "message-ttl": int,
@@ -76,10 +76,10 @@ class Policy:
 
     def applies_to(self, kind: str, name: str, queue_type: str = "classic") -> bool:
         """``kind`` is ``"queue"`` (of ``queue_type`` "classic" or "quorum") or
-        ``"exchange"``; ``classic_queues``/``quorum_queues`` policies (RabbitMQ 3.12+) apply
-        to that type of queue only."""
+        ``"exchange"``; ``classic_queues``/``quorum_queues``/``streams`` policies (RabbitMQ
+        3.12+) apply to that type of queue only."""
         if kind == "queue" and self.apply_to not in (
-                "queues", "all", f"{queue_type}_queues"):
+                "queues", "all", "streams" if queue_type == "stream" else f"{queue_type}_queues"):
             return False
         if kind == "exchange" and self.apply_to not in ("exchanges", "all"):
             return False

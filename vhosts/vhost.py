@@ -236,7 +236,7 @@ class VirtualHost:
                 raise PreconditionFailed(f"cannot declare queue '{name}': queue limit in vhost "
                                          f"'{self.name}' ({limit}) is reached")
             validate_queue_arguments(arguments, what)  # RabbitMQ validates new queues only
-            if queue_type_of(arguments) == "quorum":
+            if queue_type_of(arguments) in ("quorum", "stream"):
                 for refused, prop in ((not durable, "non-durable"),
                                       (exclusive, "exclusive-owner"),
                                       (auto_delete, "auto-delete")):

@@ -15,17 +15,16 @@ from tests.queue_features.support import (
 from vhosts.policies import PolicyError
 
 # ================================================================================================
-# Queue types: x-queue-type classic / quorum (RabbitMQ 3.10.8's texts, checked with pika)
+# Queue types: x-queue-type classic / quorum / stream (RabbitMQ 3.10.8's texts, checked with pika)
 # ================================================================================================
 
 
 @pytest.mark.parametrize(("arguments", "text_"), [
     ({"x-queue-type": "bogus"},
      "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type 'bogus'\""),
-    # deliberate difference: RabbitMQ 3.13 has streams, amqpq refuses them
-    ({"x-queue-type": "stream"},
-     "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type "
-     "'stream'\""),
+    ({"x-queue-type": "stream", "x-max-length": 3},
+     "invalid arg 'x-max-length' for queue 'q' in vhost '/' of queue type "
+     "rabbit_stream_queue"),
     ({"x-queue-type": 1},
      "invalid arg 'x-queue-type' for queue 'q' in vhost '/': {unacceptable_type,signedint}"),
     ({"x-delivery-limit": 3},
