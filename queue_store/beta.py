@@ -30,7 +30,7 @@ from queue_store.disk_writes import WriteErrors, write_buffer
 from queue_store.msg_store import decode_payload, encode_payload
 
 F_REDELIVERED, F_INDEXED, F_LOGGED = 1, 2, 4
-WRITE_CHUNK = 128 * 1024  # bytes buffered before a write (per queue: many queues page)
+WRITE_CHUNK = 32 * 1024  # bytes buffered before a write (per queue: many queues page)
 MAX_GAP = 64 * 1024  # bytes: a batch read spans gaps up to this, else reads again
 
 

@@ -19,9 +19,9 @@ import weakref
 
 from queue_store.variable_queue import BETA_MESSAGES, RAM_BYTES, RAM_MESSAGES, VariableQueue
 
-TOTAL_RAM_MESSAGES = 400_000  # alpha messages over all queues
+TOTAL_RAM_MESSAGES = 200_000  # alpha messages over all queues (~500 B each in RAM)
 TOTAL_RAM_BYTES = 128 * 1024 * 1024  # alpha body bytes over all queues
-TOTAL_BETA_MESSAGES = 2_000_000  # beta index entries over all queues (46 bytes each)
+TOTAL_BETA_MESSAGES = 1_000_000  # beta index entries over all queues (46 bytes each)
 MIN_RAM_MESSAGES = 100  # per queue with messages, however many there are
 
 

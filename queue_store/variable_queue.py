@@ -87,7 +87,7 @@ RAM_BYTES = 64 * 1024 * 1024
 READ_BATCH = 2_000
 PRESSURE_RAM_MESSAGES = 2_000  # q4 budget while memory is past the paging threshold
 READ_CHUNK = 128 * 1024  # bytes per read from the paging file (held per draining queue)
-WRITE_CHUNK = 128 * 1024  # bytes of paged-out records buffered before a write (per queue)
+WRITE_CHUNK = 32 * 1024  # bytes of paged-out records buffered before a write (per queue)
 BETA_MESSAGES = 1_000_000  # q3's budget of index entries in RAM (46 bytes each)
 BETA_FILE_LIMIT = 256 * 1024 * 1024  # bytes: q3 takes no more appends past this body file
 
