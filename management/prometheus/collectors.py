@@ -66,13 +66,23 @@ def _mem(a: tuple[Queue, int]) -> dict[str, Any]:
     return memory_fields(a[0], a[0].unacked_count, a[1])
 
 
+def _ready(q: Queue) -> int:
+    """Ready messages; a stream's: the messages in its log (deliveries do not remove them)."""
+    log_count = getattr(q, "log_count", None)
+    return q.message_count if log_count is None else int(log_count)
+
+
+def _depth(q: Queue) -> int:
+    log_count = getattr(q, "log_count", None)
+    return q.message_count + q.unacked_count if log_count is None else int(log_count)
+
+
 QUEUE_COARSE: list[Row] = [
-    ("queue_messages_ready", "gauge", "Messages ready to be delivered to consumers",
-     lambda q: q.message_count),
+    ("queue_messages_ready", "gauge", "Messages ready to be delivered to consumers", _ready),
     ("queue_messages_unacked", "gauge",
      "Messages delivered to consumers but not yet acknowledged", lambda q: q.unacked_count),
     ("queue_messages", "gauge", "Sum of ready and unacknowledged messages - total queue depth",
-     lambda q: q.message_count + q.unacked_count),
+     _depth),
 ]
 QUEUE_CONSUMERS: Row = ("queue_consumers", "gauge", "Consumers on a queue",
                         lambda q: q.consumer_count)
