@@ -1,4 +1,4 @@
-"""The ``amqpq`` PySpark data source (write only: batch and streaming).
+"""The ``amqpq`` PySpark data source: writes (batch and streaming) and reads streams (batch).
 
 ``writer()``/``streamWriter()`` run on the driver: they validate every option against the
 DataFrame schema, refuse save modes that have no AMQP meaning, and (``preflight``, default
@@ -20,10 +20,17 @@ import logging
 import uuid
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 
 from spark_sink.options import AmqpqOptionError, AmqpqSaveModeError, SinkConfig, parse_options
 from spark_sink.publisher import ConfirmPublisher, PublishError
+from spark_sink.source import SCHEMA as SOURCE_SCHEMA
+from spark_sink.source import AmqpqStreamReader, parse_source_options
 from spark_sink.writer import (
     AmqpqArrowWriter,
     AmqpqRowWriter,
@@ -53,6 +60,15 @@ class AmqpqDataSource(DataSource):
     def name(cls) -> str:
         """The format name: ``amqpq``."""
         return "amqpq"
+
+    def schema(self) -> T.StructType:
+        """What ``spark.read.format("amqpq")`` gives (spark_sink/source.py)."""
+        return SOURCE_SCHEMA
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        """Driver: validate the read options; the reader plans the offset ranges."""
+        with brief_errors():
+            return AmqpqStreamReader(parse_source_options(dict(self.options)))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Driver: validate and return the batch writer (pickled to every task)."""
