@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from struct import Struct
 from typing import BinaryIO
@@ -177,23 +178,30 @@ def live_entries(path: Path) -> Iterator[IndexEntry]:
     if not ordered:  # not written by a queue (hand-made journal): sort in RAM
         yield from _replay_in_ram(files)
         return
-    acked = sorted(acks)
-    delivered = sorted(delivers)
+    acked = array("Q", sorted(acks))
+    delivered = array("Q", sorted(delivers))
     del acks, delivers
+    yield from live_from(chain.from_iterable(scan(f, quiet=True) for f in files), acked,
+                         delivered, returns)
+
+
+def live_from(records: Iterable[Record], acked: Sequence[int], delivered: Sequence[int],
+              returns: dict[int, int]) -> Iterator[IndexEntry]:
+    """The live entries among ``records`` (in sequence order): publishes whose seq is not in
+    ``acked`` (sorted), flagged delivered when in ``delivered`` (sorted)."""
     ai = di = 0
-    for file in files:
-        for kind, seq, field, expiry, priority, payload in scan(file, quiet=True):
-            if kind != PUBLISH and kind != EMBED:
-                continue
-            while ai < len(acked) and acked[ai] < seq:
-                ai += 1
-            if ai < len(acked) and acked[ai] == seq:
-                continue
-            while di < len(delivered) and delivered[di] < seq:
-                di += 1
-            was_delivered = di < len(delivered) and delivered[di] == seq
-            yield IndexEntry(seq, 0 if kind == EMBED else field, was_delivered, expiry,
-                             priority, returns.get(seq, 0), payload)
+    for kind, seq, field, expiry, priority, payload in records:
+        if kind != PUBLISH and kind != EMBED:
+            continue
+        while ai < len(acked) and acked[ai] < seq:
+            ai += 1
+        if ai < len(acked) and acked[ai] == seq:
+            continue
+        while di < len(delivered) and delivered[di] < seq:
+            di += 1
+        was_delivered = di < len(delivered) and delivered[di] == seq
+        yield IndexEntry(seq, 0 if kind == EMBED else field, was_delivered, expiry,
+                         priority, returns.get(seq, 0), payload)
 
 
 def _replay_in_ram(files: list[Path]) -> Iterator[IndexEntry]:

@@ -62,7 +62,9 @@ from queue_store.index_scan import (
     RECORD_SIZE,
     RETURN,
     IndexEntry,
+    Record,
     journal_files,
+    live_from,
     scan_file,
 )
 
@@ -298,24 +300,13 @@ def _live_entries(s: JournalSummary) -> Iterator[IndexEntry]:
 
 def _stream(handles: list[tuple[BinaryIO, JournalFile]], s: JournalSummary
             ) -> Iterator[IndexEntry]:
-    acked, delivered, returns = s.acked, s.delivered, s.returns
-    ai = di = 0
-    try:
+    def records() -> Iterator[Record]:
         for fh, jf in handles:
             with fh:
-                for kind, seq, fld, expiry, priority, payload in scan_file(
-                        fh, jf.path, quiet=True, limit=jf.size, chunk=RUN_CHUNK):
-                    if kind != PUBLISH and kind != EMBED:
-                        continue
-                    while ai < len(acked) and acked[ai] < seq:
-                        ai += 1
-                    if ai < len(acked) and acked[ai] == seq:
-                        continue
-                    while di < len(delivered) and delivered[di] < seq:
-                        di += 1
-                    was_delivered = di < len(delivered) and delivered[di] == seq
-                    yield IndexEntry(seq, 0 if kind == EMBED else fld, was_delivered, expiry,
-                                     priority, returns.get(seq, 0), payload)
+                yield from scan_file(fh, jf.path, quiet=True, limit=jf.size, chunk=RUN_CHUNK)
+
+    try:
+        yield from live_from(records(), s.acked, s.delivered, s.returns)
     finally:
         for fh, _ in handles:
             fh.close()

@@ -6,15 +6,14 @@ through further publishes, acks, journal rotations and crashes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
-from broker.environment import BrokerEnvironment
-from broker.persistence import TopologyStore, recover_messages
+from broker.persistence import TopologyStore
 from queue_store.index_scan import RECORD_SIZE
 from queue_store.queue import Queue, Settlement
+from tests import test_recovery as recovery
 from tests.test_recovery import crash, pmsg
 
 HEAD = 100  # q4's budget at recovery in these tests (messages)
@@ -23,15 +22,8 @@ HEAD = 100  # q4's budget at recovery in these tests (messages)
 def start(data_dir: Path, embed_below: int = 4096
           ) -> tuple[Broker, TopologyStore, dict[str, int]]:
     """A broker started on ``data_dir`` whose queues keep only ``HEAD`` messages in RAM."""
-    config = replace(BrokerConfig(queue_index_embed_msgs_below=embed_below), data_dir=data_dir)
-    broker = Broker(config, BrokerEnvironment(storage=True))
-    broker.ram_budget.ram_messages = HEAD
-    topology = broker.topology
-    assert topology is not None
-    topology.load()
-    counts = recover_messages(broker)
-    topology.save_if_changed()
-    return broker, topology, counts
+    return recovery.start(data_dir, BrokerConfig(queue_index_embed_msgs_below=embed_below),
+                          ram_messages=HEAD)
 
 
 def get_ack(q: Queue, n: int) -> list[bytes]:
@@ -53,13 +45,18 @@ def names(first: int, last: int) -> list[bytes]:
     return [f"m{i}".encode() for i in range(first, last)]
 
 
-def test_backlog_stays_in_the_journal_until_needed(tmp_path: Path) -> None:
+def restarted_with(tmp_path: Path, n: int) -> tuple[Broker, TopologyStore, dict[str, int], Queue]:
+    """A durable queue "q" with messages m0..m(n-1), the broker crashed and started again:
+    (broker, topology, recovery counts, the recovered queue)."""
     broker, topology, _ = start(tmp_path)
-    q = broker.vhosts["/"].declare_queue("q", durable=True)
-    publish(q, 0, 1000)
+    publish(broker.vhosts["/"].declare_queue("q", durable=True), 0, n)
     crash(broker, topology)
     broker, topology, counts = start(tmp_path)
-    rq = broker.vhosts["/"].queues["q"]
+    return broker, topology, counts, broker.vhosts["/"].queues["q"]
+
+
+def test_backlog_stays_in_the_journal_until_needed(tmp_path: Path) -> None:
+    broker, topology, counts, rq = restarted_with(tmp_path, 1000)
     assert counts["messages"] == 1000
     states = rq.ready.state_counts()
     assert states["alpha"] == HEAD and states["delta"] == 900 and states["beta"] == 0
@@ -71,12 +68,7 @@ def test_backlog_stays_in_the_journal_until_needed(tmp_path: Path) -> None:
 
 
 def test_publishes_after_recovery_come_after_the_recovered_backlog(tmp_path: Path) -> None:
-    broker, topology, _ = start(tmp_path)
-    q = broker.vhosts["/"].declare_queue("q", durable=True)
-    publish(q, 0, 500)
-    crash(broker, topology)
-    broker, topology, _ = start(tmp_path)
-    rq = broker.vhosts["/"].queues["q"]
+    broker, topology, _, rq = restarted_with(tmp_path, 500)
     publish(rq, 500, 800)  # appended to the journal the run is reading
     assert get_ack(rq, 250) == names(0, 250)
     crash(broker, topology)  # a crash in the middle of the run
@@ -142,12 +134,7 @@ def test_store_held_messages_in_the_run(tmp_path: Path) -> None:
 
 
 def test_purge_of_a_recovered_backlog_and_restart(tmp_path: Path) -> None:
-    broker, topology, _ = start(tmp_path)
-    q = broker.vhosts["/"].declare_queue("q", durable=True)
-    publish(q, 0, 700)
-    crash(broker, topology)
-    broker, topology, _ = start(tmp_path)
-    rq = broker.vhosts["/"].queues["q"]
+    broker, topology, _, rq = restarted_with(tmp_path, 700)
     assert rq.purge() == 700
     assert rq.message_count == 0
     publish(rq, 700, 710)

@@ -44,12 +44,15 @@ def tmsg(body: str | bytes, routing_key: str = "q") -> Message:
 
 
 def start(data_dir: Path, config: BrokerConfig | None = None,
-          env: BrokerEnvironment | None = None
+          env: BrokerEnvironment | None = None, ram_messages: int | None = None
           ) -> tuple[Broker, TopologyStore, dict[str, int]]:
     """A broker started on ``data_dir`` the way the server starts one (``config`` and
-    ``env`` default to plain ones with storage on; their data dir and storage are set)."""
+    ``env`` default to plain ones with storage on; their data dir and storage are set;
+    ``ram_messages``: the broker-wide alpha budget, messages)."""
     config = replace(config or BrokerConfig(), data_dir=data_dir)
     broker = Broker(config, replace(env or BrokerEnvironment(), storage=True))
+    if ram_messages is not None:
+        broker.ram_budget.ram_messages = ram_messages
     topology = broker.topology
     assert topology is not None
     topology.load()
