@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
 )
@@ -30,7 +31,7 @@ from pyspark.sql.datasource import (
 from spark_sink.options import AmqpqOptionError, AmqpqSaveModeError, SinkConfig, parse_options
 from spark_sink.publisher import ConfirmPublisher, PublishError
 from spark_sink.source import SCHEMA as SOURCE_SCHEMA
-from spark_sink.source import AmqpqStreamReader, parse_source_options
+from spark_sink.source import AmqpqMicroBatchReader, AmqpqStreamReader, parse_source_options
 from spark_sink.writer import (
     AmqpqArrowWriter,
     AmqpqRowWriter,
@@ -69,6 +70,11 @@ class AmqpqDataSource(DataSource):
         """Driver: validate the read options; the reader plans the offset ranges."""
         with brief_errors():
             return AmqpqStreamReader(parse_source_options(dict(self.options)))
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:  # noqa: N802
+        """Driver: validate the read options; micro-batches follow the streams' offsets."""
+        with brief_errors():
+            return AmqpqMicroBatchReader(parse_source_options(dict(self.options)))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Driver: validate and return the batch writer (pickled to every task)."""

@@ -1,4 +1,5 @@
-"""Reading streams into Spark: ``spark.read.format("amqpq")`` (batch).
+"""Reading streams into Spark: ``spark.read.format("amqpq")`` (batch) and
+``spark.readStream.format("amqpq")`` (micro-batches, :class:`AmqpqMicroBatchReader`).
 
 The driver resolves what to read through the broker's management HTTP API: the partitions
 of a super stream (the bindings of its exchange, in ``x-stream-partition-order``) or the one
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from spark_sink.options import AmqpqOptionError as _SinkOptionError
 from spark_sink.uri import BrokerAddress, UriError, parse_uri
@@ -194,15 +195,24 @@ def _partitions(config: SourceConfig, name: str) -> list[str]:
     return [d for _, d in parts]
 
 
+def _bounds(config: SourceConfig, stream: str) -> tuple[int | None, int | None]:
+    """The stream's first and last offset now (None, None: empty)."""
+    q = _get(config, f"/api/queues/{_vhost(config)}/{urllib.parse.quote(stream, safe='')}")
+    if q.get("type") != "stream":
+        raise AmqpqOptionError("stream", f"{stream!r} is not a stream (type {q.get('type')!r})")
+    return q.get("first_offset"), q.get("last_offset")
+
+
+def _split(config: SourceConfig, stream: str, start: int, end: int) -> list[StreamRange]:
+    return [StreamRange(stream, lo, min(end, lo + config.max_per_partition))
+            for lo in range(start, end, config.max_per_partition)]
+
+
 def plan(config: SourceConfig) -> list[StreamRange]:
     """The input partitions: each stream's range, split into pieces."""
     out: list[StreamRange] = []
     for stream in config.streams:
-        q = _get(config, f"/api/queues/{_vhost(config)}/{urllib.parse.quote(stream, safe='')}")
-        if q.get("type") != "stream":
-            raise AmqpqOptionError("stream", f"{stream!r} is not a stream (type "
-                                             f"{q.get('type')!r})")
-        first, last = q.get("first_offset"), q.get("last_offset")
+        first, last = _bounds(config, stream)
         if config.starting_timestamp is not None:
             out.append(StreamRange(stream, {"timestamp": config.starting_timestamp},
                                    None if last is None else last + 1))
@@ -211,9 +221,7 @@ def plan(config: SourceConfig) -> list[StreamRange]:
             continue  # empty
         start = _pick(config.starting, stream, {"first": first, "last": last}, first)
         end = _pick(config.ending, stream, {"last": last + 1, "latest": last + 1}, last + 1)
-        start, end = max(start, first), min(end, last + 1)
-        for lo in range(start, end, config.max_per_partition):
-            out.append(StreamRange(stream, lo, min(end, lo + config.max_per_partition)))
+        out += _split(config, stream, max(start, first), min(end, last + 1))
     return out
 
 
@@ -241,6 +249,51 @@ class AmqpqStreamReader(DataSourceReader):  # type: ignore[misc]
                 not isinstance(partition.start, dict) and partition.start >= partition.end):
             return
         yield from read_range(self.config, partition)
+
+
+class AmqpqMicroBatchReader(DataSourceStreamReader):  # type: ignore[misc]
+    """``spark.readStream.format("amqpq")``: the source offset is ``{stream: next offset to
+    read}``; each micro-batch reads up to what the streams hold when it is planned, so a
+    query restarted from its checkpoint goes on where it stopped, without gaps or repeats
+    (``startingOffsets`` applies to a new query only)."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (PySpark's name)
+        with brief_errors():
+            out = {}
+            for stream in self.config.streams:
+                first, last = _bounds(self.config, stream)
+                if first is None or last is None:
+                    out[stream] = 0
+                    continue
+                out[stream] = max(first, _pick(self.config.starting, stream,
+                                               {"first": first, "last": last}, first))
+            return out
+
+    def latestOffset(self, start: dict[str, int] | None = None,  # noqa: N802
+                     limit: Any = None) -> dict[str, int]:
+        with brief_errors():
+            out = {}
+            for stream in self.config.streams:
+                _, last = _bounds(self.config, stream)
+                previous = (start or {}).get(stream, 0)
+                out[stream] = previous if last is None else max(previous, last + 1)
+            return out
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[StreamRange]:
+        ranges = []
+        for stream in self.config.streams:
+            ranges += _split(self.config, stream, start.get(stream, 0), end.get(stream, 0))
+        return ranges or [StreamRange("", 0, 0)]
+
+    def read(self, partition: StreamRange) -> Iterator[tuple[Any, ...]]:
+        if partition.stream and partition.start < (partition.end or 0):
+            yield from read_range(self.config, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: stream messages stay (retention removes them)."""
 
 
 def read_range(config: SourceConfig, part: StreamRange) -> Iterator[tuple[Any, ...]]:
