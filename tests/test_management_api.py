@@ -710,6 +710,8 @@ def test_key_sets_match_rabbitmq(node: InProcessBroker) -> None:
         while True:  # RabbitMQ fills queue/connection stats every 5 s
             ref = _objects(REFERENCE, vh)
             ready = ("messages" in ref["queue"] and "channels" in ref["connection"]
+                     and "backing_queue_status" in ref["queue"]
+                     and "backing_queue_status" in ref["queue_single"]
                      and "consumer_count" in ref["channel"] and ref["consumer"]
                      and "message_stats" in ref["exchange"])
             if ready or time.monotonic() > deadline:
