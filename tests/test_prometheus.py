@@ -215,6 +215,28 @@ def test_gauges_aggregated_and_per_object(prom: Scraper) -> None:
         conn.close()
 
 
+def test_stream_gauges(prom: Scraper) -> None:
+    """A stream's log: messages (not removed by consuming), segments, offsets, bytes."""
+    q = f"prom-s-{uuid.uuid4().hex[:6]}"
+    conn = prom.connect()
+    ch = conn.channel()
+    ch.queue_declare(q, durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    for _ in range(5):
+        ch.basic_publish("", q, b"12345")
+    try:
+        per = "/metrics/per-object"
+        labels = {"vhost": "/", "queue": q}
+        assert prom.value("rabbitmq_queue_messages", per, **labels) == 5
+        assert prom.value("rabbitmq_stream_segments", per, **labels) == 1
+        assert prom.value("rabbitmq_stream_first_offset", per, **labels) == 0
+        assert prom.value("rabbitmq_stream_next_offset", per, **labels) == 5
+        assert prom.value("rabbitmq_stream_bytes", per, **labels) > 5 * 5
+    finally:
+        ch.queue_delete(q)
+        conn.close()
+
+
 def test_detailed_families_and_vhost_filter(prom: Scraper) -> None:
     q = f"prom-d-{uuid.uuid4().hex[:6]}"
     conn = prom.connect()

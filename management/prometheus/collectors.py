@@ -84,6 +84,15 @@ QUEUE_COARSE: list[Row] = [
     ("queue_messages", "gauge", "Sum of ready and unacknowledged messages - total queue depth",
      _depth),
 ]
+# stream queues only (amqpq's; RabbitMQ exports no per-stream log figures over Prometheus)
+STREAM_METRICS: list[Row] = [
+    ("stream_segments", "gauge", "Segment files of a stream", lambda q: len(q.log.segments)),
+    ("stream_first_offset", "gauge", "Oldest offset still in a stream",
+     lambda q: q.log.first_offset),
+    ("stream_next_offset", "gauge", "Offset the next message appended to a stream gets",
+     lambda q: q.log.next_offset),
+    ("stream_bytes", "gauge", "Bytes of a stream's segments", lambda q: q.log.bytes),
+]
 QUEUE_CONSUMERS: Row = ("queue_consumers", "gauge", "Consumers on a queue",
                         lambda q: q.consumer_count)
 # queue_metrics rows read (queue, unacked bytes)
@@ -351,6 +360,9 @@ class BrokerCollector(Collector):
             yield from _rows(prefix, QUEUE_METRICS, q_labels,
                              [(labels, (q, unacked.bytes_of(q))) for labels, q in q_objects],
                              per_object)
+            streams = [(labels, q) for labels, q in q_objects if q.kind == "stream"]
+            if streams:
+                yield from _rows(prefix, STREAM_METRICS, q_labels, streams, per_object)
         elif scope.wants("queue_consumer_count"):
             yield from _rows(prefix, [QUEUE_CONSUMERS], q_labels, q_objects, per_object)
         ch_objects = [([channel_name(ch, self.st)], ch) for ch in channels]
