@@ -69,12 +69,12 @@ class AmqpqDataSource(DataSource):
     def reader(self, schema: T.StructType) -> DataSourceReader:
         """Driver: validate the read options; the reader plans the offset ranges."""
         with brief_errors():
-            return AmqpqStreamReader(parse_source_options(dict(self.options)))
+            return AmqpqStreamReader(parse_source_options(dict(self.options), schema))
 
     def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:  # noqa: N802
         """Driver: validate the read options; micro-batches follow the streams' offsets."""
         with brief_errors():
-            return AmqpqMicroBatchReader(parse_source_options(dict(self.options)))
+            return AmqpqMicroBatchReader(parse_source_options(dict(self.options), schema))
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DataSourceWriter:
         """Driver: validate and return the batch writer (pickled to every task)."""

@@ -16,7 +16,9 @@ offset when the job is planned; or an offset, exclusive, or JSON per partition),
 ``startingTimestamp`` (ms since the epoch: from the first chunk appended at or after it; one
 task per stream), ``managementUri`` (default ``http://<uri host>:15672``, the uri's
 credentials), ``maxOffsetsPerPartition`` (default 100,000), ``timeout`` (seconds a task
-waits for the next message before it gives up on the rest of its range, default 30).
+waits for the next message before it gives up on the rest of its range, default 30),
+``format`` (``json``, ``csv``, ``avro``: bodies as the sink writes them, decoded into the
+schema given with ``spark.read.schema(...)``; the rows then have that schema only).
 
 Columns: ``stream``, ``offset`` (long), ``timestamp`` (when its chunk was appended; null
 from a broker without amqpq's ``x-stream-timestamp-header``), ``exchange``, ``routing_key``,
@@ -41,6 +43,7 @@ from typing import Any
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from spark_sink.decoding import FORMATS, body_decoder
 from spark_sink.options import AmqpqOptionError as _SinkOptionError
 from spark_sink.uri import BrokerAddress, UriError, parse_uri
 from spark_sink.writer import brief_errors
@@ -67,7 +70,8 @@ SCHEMA = T.StructType([
 _OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
 #: Spark passes options case-insensitively (lower-cased keys)
 _OPTION_NAMES = ("uri", "stream", "superStream", "startingOffsets", "endingOffsets",
-                 "startingTimestamp", "managementUri", "maxOffsetsPerPartition", "timeout")
+                 "startingTimestamp", "managementUri", "maxOffsetsPerPartition", "timeout",
+                 "format")
 
 
 class AmqpqOptionError(_SinkOptionError):
@@ -98,10 +102,14 @@ class SourceConfig:
     starting_timestamp: int | None
     max_per_partition: int
     timeout: float
+    fmt: str | None = None  # decode bodies (json, csv, avro) into ``schema``
+    schema: T.StructType | None = None
 
 
-def parse_source_options(options: dict[str, str]) -> SourceConfig:
-    """The reader's options (see the module docstring).
+def parse_source_options(options: dict[str, str], schema: T.StructType | None = None
+                         ) -> SourceConfig:
+    """The reader's options (see the module docstring); ``schema``: the one the user gave
+    (``spark.read.schema(...)``), that ``format`` decodes bodies into.
 
     Raises:
         AmqpqOptionError: a missing or bad option, named.
@@ -141,8 +149,19 @@ def parse_source_options(options: dict[str, str]) -> SourceConfig:
         _offset_spec(options.get("endingOffsets", "last"), "endingOffsets", ("last", "latest")),
         int(number("startingTimestamp", "0", 0)) if ts is not None else None,
         int(number("maxOffsetsPerPartition", "100000", 1)), number("timeout", "30", 0.1))
+    fmt = options.get("format", "").strip().lower() or None
+    if fmt is not None and fmt not in FORMATS:
+        raise AmqpqOptionError("format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
+    given_schema = schema if schema is not None and schema != SCHEMA else None
+    if fmt is not None and given_schema is None:
+        raise AmqpqOptionError("format", "needs the schema of the rows in the bodies: "
+                                         "spark.read.schema(...).format('amqpq')")
+    if fmt is None and given_schema is not None:
+        raise AmqpqOptionError("format", "is required with a schema (json, csv or avro: how "
+                                         "to decode the bodies into it)")
     streams = [stream] if stream else _partitions(config, sup)  # type: ignore[arg-type]
-    return SourceConfig(**{**config.__dict__, "streams": streams})
+    return SourceConfig(**{**config.__dict__, "streams": streams, "fmt": fmt,
+                           "schema": given_schema})
 
 
 def _offset_spec(value: str, key: str, words: tuple[str, ...]) -> Any:
@@ -311,6 +330,7 @@ def read_range(config: SourceConfig, part: StreamRange) -> Iterator[tuple[Any, .
     # a callback consumer, not pika's consume() generator: closing that one nacks what it
     # buffered, which a stream refuses (540)
     inbox: deque[tuple[Any, Any, bytes]] = deque()
+    decode = body_decoder(config.fmt, config.schema) if config.fmt and config.schema else None
     try:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=1000)
@@ -338,7 +358,8 @@ def read_range(config: SourceConfig, part: StreamRange) -> Iterator[tuple[Any, .
                 unacked = 0
             if part.end is not None and offset >= part.end:
                 return
-            yield _row(part.stream, offset, method, props, headers, body)
+            yield (_row(part.stream, offset, method, props, headers, body) if decode is None
+                   else decode(body))
             if part.end is not None and offset == part.end - 1:
                 return
     finally:
