@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
@@ -80,6 +81,8 @@ class StreamLog(SegmentSync):
         self.epoch = 0
         self._buffer = bytearray()
         self._read_fds: dict[int, int] = {}  # segment first offset -> fd
+        # reads run in worker threads: a segment's read fd is not closed under one
+        self._read_lock = threading.Lock()
         self._init_sync()
         self._recover()
         self._fd = os.open(self.segments[-1].path, os.O_WRONLY | os.O_APPEND)
@@ -220,7 +223,12 @@ class StreamLog(SegmentSync):
              ) -> list[tuple[int, int, bytes]]:
         """Records from the chunk holding ``offset`` on, whole chunks up to about
         ``max_bytes``: ``(offset, timestamp ms, record)`` for offsets >= ``offset``; empty
-        at the written end. A chunk failing its CRC is logged and skipped."""
+        at the written end. A chunk failing its CRC is logged and skipped. Safe to call from
+        a worker thread while the event loop appends."""
+        with self._read_lock:
+            return self._read(offset, max_bytes)
+
+    def _read(self, offset: int, max_bytes: int) -> list[tuple[int, int, bytes]]:
         out: list[tuple[int, int, bytes]] = []
         if offset >= self.written_next:
             return out
@@ -284,10 +292,11 @@ class StreamLog(SegmentSync):
         return removed
 
     def _drop_segment(self, seg: Segment) -> None:
-        self.segments.remove(seg)
-        fd = self._read_fds.pop(seg.first, None)
-        if fd is not None:
-            os.close(fd)
+        with self._read_lock:
+            self.segments.remove(seg)
+            fd = self._read_fds.pop(seg.first, None)
+            if fd is not None:
+                os.close(fd)
         seg.path.unlink(missing_ok=True)
 
     def truncate(self, offset: int) -> None:
@@ -321,7 +330,9 @@ class StreamLog(SegmentSync):
     def close(self, delete: bool = False) -> None:
         """Flush and close every file (``delete``: remove the log's directory too)."""
         self.flush()
-        for fd in [self._fd, *self._retired_fds, *self._syncing_fds, *self._read_fds.values()]:
+        with self._read_lock:
+            read_fds = list(self._read_fds.values())
+        for fd in [self._fd, *self._retired_fds, *self._syncing_fds, *read_fds]:
             try:
                 os.close(fd)
             except OSError:

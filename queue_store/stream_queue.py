@@ -17,7 +17,9 @@ only messages whose ``x-stream-filter-value`` header matches (exactly: RabbitMQ'
 filter may let extra messages through; amqpq lets none through and skips none that match).
 
 Readers at the head of the log are served from a tail cache of recent messages (no disk
-read); readers behind read whole chunks from the segment files, a batch at a time.
+read); readers behind read whole chunks from the segment files, ``READ_BYTES`` at a time, in
+a worker thread (the event loop never waits for the disk), the next read starting while
+``READ_AHEAD`` messages are still buffered.
 Retention (``x-max-length-bytes``, ``x-max-age``, policy keys ``max-length-bytes``,
 ``max-age``) drops whole oldest segments, checked when a segment is full and every tick.
 
@@ -32,6 +34,7 @@ RabbitMQ ``rabbit_stream_queue``; checked against RabbitMQ 3.10.8.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import tempfile
@@ -45,6 +48,7 @@ from amqp_common.errors import NotImplemented_, PreconditionFailed, rs
 from amqp_common.properties import Long, string_header, with_headers
 from queue_store.backing import MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
+from queue_store.durability import run_inline
 from queue_store.message import Message
 from queue_store.msg_store import decode_payload, encode_payload
 from queue_store.outcomes import ACCEPTED_UNSYNCED, Settlement
@@ -54,8 +58,11 @@ from queue_store.stream_log import MAX_SEGMENT_BYTES, StreamLog
 
 __all__ = ["StreamQueue", "check_stream_consume", "parse_max_age"]
 
+log = logging.getLogger("amqpq.stream")
+
 TAIL_CACHE = 10_000  # newest messages kept decoded in RAM for readers at the head
 READ_BYTES = 256 * 1024  # bytes of chunks a reader behind reads at a time
+READ_AHEAD = 500  # messages left in a reader's buffer when the next read starts
 _AGE = re.compile(r"^(\d+)([YMDhms])$")
 _AGE_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000, "h": 3_600_000,
            "m": 60_000, "s": 1_000}
@@ -72,7 +79,8 @@ def parse_max_age(value: Any) -> int | None:
 class _Reader:
     """A consumer's cursor and filter."""
 
-    __slots__ = ("offset", "filters", "unfiltered", "timestamps", "buffered")
+    __slots__ = ("offset", "filters", "unfiltered", "timestamps", "buffered", "reading",
+                 "gone")
 
     def __init__(self, offset: int, filters: set[bytes] | None, unfiltered: bool,
                  timestamps: bool) -> None:
@@ -81,6 +89,8 @@ class _Reader:
         self.unfiltered = unfiltered
         self.timestamps = timestamps
         self.buffered: deque[tuple[int, int, bytes]] = deque()  # read from disk, not sent
+        self.reading = False  # a read of old chunks is under way off the event loop
+        self.gone = False  # its consumer was cancelled
 
 
 def check_stream_consume(queue: Queue, no_ack: bool, prefetch: int, global_prefetch: int,
@@ -204,8 +214,10 @@ class StreamQueue(Queue):
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        if self._readers.pop(consumer, None) is None:
+        reader = self._readers.pop(consumer, None)
+        if reader is None:
             return
+        reader.gone = True
         self._consumer_order.remove(consumer)
 
     def dispatch(self) -> None:
@@ -224,10 +236,13 @@ class StreamQueue(Queue):
             self._dispatching = False
 
     def _next(self, reader: _Reader) -> tuple[int, int, bytes] | None:
-        """The next record for ``reader`` that passes its filter (None: none yet)."""
+        """The next record for ``reader`` that passes its filter (None: none yet: at the
+        head, or a read of old chunks is under way)."""
         while True:
             if reader.buffered:
                 item = reader.buffered.popleft()
+                if len(reader.buffered) < READ_AHEAD and not reader.reading:
+                    self._read_ahead(reader, item[0] + 1 + len(reader.buffered))
             else:
                 tail = self._tail
                 if reader.offset >= self.log.next_offset:
@@ -235,16 +250,44 @@ class StreamQueue(Queue):
                 if tail and reader.offset >= tail[0][0]:
                     item = tail[reader.offset - tail[0][0]]
                 else:
+                    if reader.reading:
+                        return None
                     if reader.offset < self.log.first_offset:  # retention passed it
                         reader.offset = self.log.first_offset
-                    got = self.log.read(reader.offset, READ_BYTES)
-                    if not got:
-                        return None
-                    reader.buffered.extend(got)
-                    continue
+                    self._read_ahead(reader, reader.offset)
+                    if reader.buffered:  # read at once (no worker threads: tests, tools)
+                        continue
+                    return None
             reader.offset = item[0] + 1
             if reader.filters is None or self._matches(reader, item[2]):
                 return item
+
+    def _read_ahead(self, reader: _Reader, offset: int) -> None:
+        """Read the chunks from ``offset`` on in a worker thread (the event loop never waits
+        for the disk); ``reader``'s consumer gets them when they are in."""
+        tail = self._tail
+        if offset >= self.log.written_next or (tail and offset >= tail[0][0]):
+            return  # nothing old left to read: the tail cache serves the rest
+        reader.reading = True
+        got: list[tuple[int, int, bytes]] = []
+
+        def work() -> None:
+            got.extend(self.log.read(offset, READ_BYTES))
+
+        def done(error: OSError | None) -> None:
+            reader.reading = False
+            if error is not None:
+                log.warning("%s: reading offset %d failed (retried): %s",
+                            rs("queue", self.name, self.vhost_name), offset, error)
+            if reader.gone or self.deleted:
+                return
+            expected = reader.buffered[-1][0] + 1 if reader.buffered else reader.offset
+            reader.buffered.extend(item for item in got if item[0] >= expected)
+            if not self._dispatching:
+                self.dispatch()
+
+        runner = self.storage.durability.runner if self.storage is not None else run_inline
+        runner(work, done)
 
     @staticmethod
     def _matches(reader: _Reader, record: bytes) -> bool:
