@@ -179,7 +179,7 @@ def test_ttl_zero_reaches_a_waiting_consumer_and_expires_otherwise(
     consumer_channel = conn.channel()
     consumer_channel.basic_consume(queue, lambda ch, m, p, b: received.append(b), auto_ack=True)
     channel.basic_publish("", queue, b"delivered")
-    assert wait_for(conn, lambda: received == [b"delivered"], 1.0), received
+    assert wait_for(conn, lambda: received == [b"delivered"]), received
 
 
 # --- length limits -------------------------------------------------------------------------------
