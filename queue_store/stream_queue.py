@@ -63,6 +63,7 @@ log = logging.getLogger("amqpq.stream")
 TAIL_CACHE = 10_000  # newest messages kept decoded in RAM for readers at the head
 READ_BYTES = 256 * 1024  # bytes of chunks a reader behind reads at a time
 READ_AHEAD = 500  # messages left in a reader's buffer when the next read starts
+DISPATCH_BATCH = 16  # deliveries per consumer per dispatch call (then the loop takes a turn)
 _AGE = re.compile(r"^(\d+)([YMDhms])$")
 _AGE_MS = {"Y": 365 * 86_400_000, "M": 30 * 86_400_000, "D": 86_400_000, "h": 3_600_000,
            "m": 60_000, "s": 1_000}
@@ -182,6 +183,7 @@ class StreamQueue(Queue):
                              else MAX_SEGMENT_BYTES)
         self._readers: dict[Consumer, _Reader] = {}
         self._tail: deque[tuple[int, int, bytes]] = deque(maxlen=TAIL_CACHE)
+        self._more_pending = False  # a zero-delay dispatch is scheduled
 
     # ---- publishing ----------------------------------------------------------------------
 
@@ -221,19 +223,35 @@ class StreamQueue(Queue):
         self._consumer_order.remove(consumer)
 
     def dispatch(self) -> None:
-        """Give every consumer what its cursor and prefetch allow."""
+        """Give every consumer what its cursor and prefetch allow, at most ``DISPATCH_BATCH``
+        each per call: a reader catching up with a long log takes turns with the rest of
+        the event loop (the rest of its share follows from a zero-delay timer), so live
+        readers and publishers are not held up behind thousands of its deliveries."""
         if self._dispatching or self.deleted:
             return
         self._dispatching = True
+        more = False
         try:
             for consumer, reader in list(self._readers.items()):
+                budget = DISPATCH_BATCH
                 while consumer.can_take():
+                    if not budget:
+                        more = True
+                        break
                     item = self._next(reader)
                     if item is None:
                         break
                     self._deliver(consumer, reader, *item)
+                    budget -= 1
         finally:
             self._dispatching = False
+        if more and self.vhost is not None and not self._more_pending:
+            self._more_pending = True
+            self.vhost.timers.call_later(0.0, self._dispatch_more)
+
+    def _dispatch_more(self) -> None:
+        self._more_pending = False
+        self.dispatch()
 
     def _next(self, reader: _Reader) -> tuple[int, int, bytes] | None:
         """The next record for ``reader`` that passes its filter (None: none yet: at the
