@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from amqpqctl.base import Context, call, output_options, vhost_option
-from amqpqctl.client import CtlError, path
+from amqpqctl.base import Context, call, fail, output_options, vhost_option
+from amqpqctl.client import CtlError, HttpError, path
 from amqpqctl.output import Output
 
 __all__ = ["COMMANDS"]
@@ -111,17 +111,20 @@ def delete_super_stream(ctx: Context, name: str, vhost: str | None, out: Output)
 
 
 def _exists(ctx: Context, url: str, vhost: str) -> bool:
+    """Whether the API object at ``url`` exists (404: no; other errors are reported)."""
     try:
         ctx.client.request("GET", url)
-    except Exception:
-        return False
+    except HttpError as exc:
+        if exc.status == 404:
+            return False
+        raise fail(exc, ctx, vhost) from None
     return True
 
 
 def _quietly(ctx: Context, method: str, url: str) -> None:
     try:
         ctx.client.request(method, url)
-    except Exception:  # best effort: the error being reported matters more
+    except (HttpError, CtlError):  # best effort: the error being reported matters more
         pass
 
 

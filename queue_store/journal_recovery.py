@@ -74,10 +74,14 @@ _PAYLOAD_OVERHEAD = 6  # bytes: u16 routing-info length + u32 properties length
 RUN_CHUNK = 128 * 1024  # bytes read at a time by a run (held while it waits: per queue)
 
 
-def _body_size(payload: bytes) -> int:
-    """Body bytes of an embedded payload (routing info, properties, body)."""
-    n = (payload[0] << 8) | payload[1]
-    return len(payload) - _PAYLOAD_OVERHEAD - n - int.from_bytes(payload[2 + n:6 + n], "big")
+def _body_size(buf: bytes, start: int = 0, length: int = -1) -> int:
+    """Body bytes of the embedded payload (routing info, properties, body) at
+    ``buf[start:start + length]`` (default: all of ``buf``), read without copying it."""
+    if length < 0:
+        length = len(buf) - start
+    n = (buf[start] << 8) | buf[start + 1]
+    p = start + 2 + n
+    return length - _PAYLOAD_OVERHEAD - n - int.from_bytes(buf[p:p + 4], "big")
 
 
 @dataclass(slots=True)
@@ -129,11 +133,7 @@ def _fast_records(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, in
             stop = pos + RECORD_SIZE + fld
             if stop > end:
                 return
-            start = pos + RECORD_SIZE
-            n = (buf[start] << 8) | buf[start + 1]
-            p = start + 2 + n
-            plen = int.from_bytes(buf[p:p + 4], "big")
-            yield kind, seq, fld, expiry, fld - _PAYLOAD_OVERHEAD - n - plen
+            yield kind, seq, fld, expiry, _body_size(buf, pos + RECORD_SIZE, fld)
             pos = stop
             continue
         if not PUBLISH <= kind <= RETURN or (
@@ -156,12 +156,13 @@ def _file_records(jf: JournalFile) -> Iterator[tuple[int, int, int, int, int]]:
         while True:
             more = fh.read(CHUNK)
             buf += more
-            pos = 0
+            pos = 0  # bytes of buf parsed into whole records
             try:
                 for rec in _fast_records(buf, 0, len(buf)):
                     yield rec
                     pos += RECORD_SIZE + (rec[2] if rec[0] == EMBED else 0)
             except ValueError:
+                base += pos  # the record at ``base`` does not check
                 break
             base += pos
             buf = buf[pos:]
@@ -170,7 +171,6 @@ def _file_records(jf: JournalFile) -> Iterator[tuple[int, int, int, int, int]]:
                     jf.size = base
                     return
                 break  # bytes left over at the end: a torn tail
-        base += pos
         log.warning("queue index %s: damage at offset %d, read with the careful scan",
                     jf.path, base)
         fh.seek(base)
@@ -256,7 +256,7 @@ class JournalRun:
         self._stored_size = body_size
         self._load = load
         self._lost = lost
-        self._entries = _live_entries(summary)
+        self._entries = live_entries(summary)
 
     def take(self, n: int, bodies: bool = True) -> list[QueuedMessage]:
         """Up to ``n`` messages from the run's head, in order (fewer at its end)."""
@@ -284,9 +284,10 @@ class JournalRun:
         self._entries.close()
 
 
-def _live_entries(s: JournalSummary) -> Iterator[IndexEntry]:
+def live_entries(s: JournalSummary) -> Iterator[IndexEntry]:
     """The live entries of the summarized files in order, read lazily from descriptors
-    opened now, each file read only up to its recovered size."""
+    opened now, each file read only up to its recovered size (the acks are the summary's:
+    no second pass over the files to find them)."""
     handles: list[tuple[BinaryIO, JournalFile]] = []
     for jf in s.files:
         if jf.live <= 0:

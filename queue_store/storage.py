@@ -14,13 +14,9 @@ from pathlib import Path
 
 from queue_store.backing import BackingQueue
 from queue_store.durability import Durability
-from queue_store.journal_recovery import JournalSummary, summarize
+from queue_store.journal_recovery import JournalSummary, live_entries, summarize
 from queue_store.msg_store import MessageStore
-from queue_store.queue_index import (
-    EMBED_MSGS_BELOW,
-    IndexEntry,
-    QueueIndex,
-)
+from queue_store.queue_index import EMBED_MSGS_BELOW, IndexEntry, QueueIndex
 from queue_store.ram_budget import RamBudget
 from queue_store.variable_queue import VariableQueue
 
@@ -99,7 +95,7 @@ class VhostStorage:
         if not summary.ordered:
             return None
         if summary.dead > summary.live:  # mostly dead: rewrite it (streamed, no decoding)
-            index.compact(QueueIndex.iter_live(path))
+            index.compact(live_entries(summary))
             summary = summarize(path, self.stored_size)
         lost = {seq for seq, msg_id in zip(summary.stored_seqs, summary.stored_ids, strict=True)
                 if not self.store.retain(msg_id)}

@@ -260,7 +260,8 @@ class StreamQueue(Queue):
             if reader.buffered:
                 item = reader.buffered.popleft()
                 if len(reader.buffered) < READ_AHEAD and not reader.reading:
-                    self._read_ahead(reader, item[0] + 1 + len(reader.buffered))
+                    after = reader.buffered[-1] if reader.buffered else item
+                    self._read_ahead(reader, after[0] + 1)
             else:
                 tail = self._tail
                 if reader.offset >= self.log.next_offset:

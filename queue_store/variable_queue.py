@@ -345,10 +345,15 @@ class VariableQueue:
         self.delta_count -= count - run.count
         self.delta_bytes -= nbytes - run.bytes
         if not run.count:
-            run.close()
-            self.run = None
+            self._drop_run()
             if not self.delta_count:
                 self._reset_file()
+
+    def _drop_run(self) -> None:
+        """Close the recovered journal run (read to its end, or the queue emptied/closed)."""
+        if self.run is not None:
+            self.run.close()
+            self.run = None
 
     def _page_in(self, bodies: bool = True) -> None:
         """Read up to ``read_batch`` messages from delta into q4 (``bodies`` False: index
@@ -405,9 +410,7 @@ class VariableQueue:
 
     def _reset_file(self) -> None:
         """Delta is empty: drop the paging file's contents."""
-        if self.run is not None:
-            self.run.close()
-            self.run = None
+        self._drop_run()
         self.delta_count = self.delta_transient = 0
         self.delta_bytes = 0
         self._write_buf.clear()
@@ -477,9 +480,7 @@ class VariableQueue:
         if self.errors is not None:
             self.errors.clear(self)
         self.q3.close(delete)
-        if self.run is not None:
-            self.run.close()
-            self.run = None
+        self._drop_run()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -32,6 +32,7 @@ stream consumers); Spark's Kafka source for the offset options.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import json
 import urllib.parse
@@ -142,13 +143,13 @@ def parse_source_options(options: dict[str, str], schema: T.StructType | None = 
         return value
 
     ts = options.get("startingTimestamp")
-    config = SourceConfig(
-        address, api.rstrip("/"), [],
-        _offset_spec(options.get("startingOffsets", "first"), "startingOffsets",
-                     ("first", "last")),
-        _offset_spec(options.get("endingOffsets", "last"), "endingOffsets", ("last", "latest")),
-        int(number("startingTimestamp", "0", 0)) if ts is not None else None,
-        int(number("maxOffsetsPerPartition", "100000", 1)), number("timeout", "30", 0.1))
+    starting = _offset_spec(options.get("startingOffsets", "first"), "startingOffsets",
+                            ("first", "last"))
+    ending = _offset_spec(options.get("endingOffsets", "last"), "endingOffsets",
+                          ("last", "latest"))
+    starting_ts = int(number("startingTimestamp", "0", 0)) if ts is not None else None
+    per_partition = int(number("maxOffsetsPerPartition", "100000", 1))
+    timeout = number("timeout", "30", 0.1)
     fmt = options.get("format", "").strip().lower() or None
     if fmt is not None and fmt not in FORMATS:
         raise AmqpqOptionError("format", f"{fmt!r} is not one of {', '.join(FORMATS)}")
@@ -159,9 +160,11 @@ def parse_source_options(options: dict[str, str], schema: T.StructType | None = 
     if fmt is None and given_schema is not None:
         raise AmqpqOptionError("format", "is required with a schema (json, csv or avro: how "
                                          "to decode the bodies into it)")
-    streams = [stream] if stream else _partitions(config, sup)  # type: ignore[arg-type]
-    return SourceConfig(**{**config.__dict__, "streams": streams, "fmt": fmt,
-                           "schema": given_schema})
+    config = SourceConfig(address, api.rstrip("/"), [stream] if stream else [], starting,
+                          ending, starting_ts, per_partition, timeout, fmt, given_schema)
+    if sup:  # the partitions are asked of the broker with the settings above
+        config = dataclasses.replace(config, streams=_partitions(config, sup))
+    return config
 
 
 def _offset_spec(value: str, key: str, words: tuple[str, ...]) -> Any:

@@ -86,3 +86,12 @@ def test_delete_of_something_else_is_refused(node: Node) -> None:
     assert res.returncode != 0 and "is not a super stream" in res.stderr
     res = run(node, "delete_super_stream", "nothing-here", check=False)
     assert res.returncode != 0 and "nothing-here" in res.stderr
+
+
+def test_an_existing_name_is_refused_and_kept(node: Node) -> None:
+    run(node, "declare_exchange", "taken", "direct")
+    res = run(node, "add_super_stream", "taken", "--partitions", "2", check=False)
+    assert res.returncode != 0 and "exchange 'taken' in vhost '/' already exists" in res.stderr
+    assert any(e["name"] == "taken" for e in api(node, "exchanges/%2F"))  # not rolled back
+    assert not any(q["name"].startswith("taken-") for q in api(node, "queues/%2F"))
+    run(node, "delete_exchange", "taken")
