@@ -31,7 +31,18 @@ _FIXED = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 
 
 def _number_type(base: type, name: str) -> type:
-    return type(f"Wire_{name}", (base,), {"__slots__": (), "amqp_type": name})
+    def reduce(self: Any) -> tuple[Any, ...]:  # pickled across worker links, type kept
+        return wire_number, (name, base(self))
+
+    return type(f"Wire_{name}", (base,), {"__slots__": (), "amqp_type": name,
+                                          "__reduce__": reduce})
+
+
+def wire_number(amqp_type: str, value: float) -> Any:
+    """The number ``value`` as sent with field type ``amqp_type`` (unpickling)."""
+    cls = next(c for c in WIRE_NUMBER_TYPES.values()
+               if getattr(c, "amqp_type", None) == amqp_type)
+    return cls(value)
 
 
 #: field type tag -> number subclass named as RabbitMQ's rabbit_binary_parser names the type

@@ -54,7 +54,7 @@ from broker.message_stats import ChannelCounters
 from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, Settlement
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
@@ -89,6 +89,8 @@ class Channel:
         self.tx: list[tuple[str, Any]] | None = None  # None: not transactional
         self.last_queue = ""
         self._tx_unsynced = False
+        self._tx_waits: list[tuple[int, int]] = []  # publishes awaiting other workers
+        self._workers = connection.broker.workers  # None with one worker
         # (first delivery tag, time) samples for the consumer timeout
         self._tag_marks: deque[tuple[int, float]] = deque([(1, connection.clock())])
         self._perm_version = -1
@@ -234,7 +236,17 @@ class Channel:
             self._publish_reply(msg, mandatory)
             return
         self.counters.publish += 1
-        result = self.vhost.publish(x, msg, mandatory=mandatory)
+        workers = self._workers
+        waits = None
+        if workers is not None and (self.confirms is not None or self.tx is not None):
+            workers.want_results = True  # queues on other workers: answer this publish
+            try:
+                result = self.vhost.publish(x, msg, mandatory=mandatory)
+            finally:
+                workers.want_results = False
+            waits, workers.published = workers.published, []
+        else:
+            result = self.vhost.publish(x, msg, mandatory=mandatory)
         if not result:
             if mandatory:
                 self.counters.returned += 1
@@ -245,14 +257,18 @@ class Channel:
         if confirms is not None:
             if result & REJECTED:
                 confirms.reject(confirms.next_seq(pending=True))
-            elif result & NEEDS_SYNC:
+            elif result & (NEEDS_SYNC | REMOTE):
                 seq = confirms.next_seq(pending=True)
-                self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq))
+                self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq),
+                                 result, waits)
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
-        elif result & NEEDS_SYNC and self.tx is not None:
-            self._tx_unsynced = True
+        elif self.tx is not None:
+            if result & NEEDS_SYNC:
+                self._tx_unsynced = True
+            if waits:
+                self._tx_waits.extend(waits)
 
     def _return_unroutable(self, msg: Message) -> None:
         """Basic.Return 312 NO_ROUTE with the message (mandatory, no queue reached)."""
@@ -262,20 +278,36 @@ class Channel:
             framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max))
 
     def _after_sync(self, callback: Callable[[], None],
-                    on_error: Callable[[], None] | None = None) -> None:
+                    on_error: Callable[[], None] | None = None, result: int = NEEDS_SYNC,
+                    waits: list[tuple[int, int]] | None = None) -> None:
         """Run ``callback`` once what was written so far is fsynced (``on_error`` instead
-        when that fsync fails), then flush confirms."""
+        when that fsync fails) and, with ``waits`` (publishes to queues on other workers),
+        once their homes accepted them (``on_error`` when one refused); then flush
+        confirms. ``result`` without NEEDS_SYNC: nothing local to wait for."""
         conn = self.connection
+        workers = self._workers
 
         def settled(action: Callable[[], None]) -> Callable[[], None]:
             def run() -> None:
                 action()
                 if not self.closing:
                     conn.confirms_dirty.add(self)
+                    if workers is not None:
+                        workers.dirty_connections.add(conn)
             return run
 
-        conn.broker.durability.after_sync(
-            settled(callback), None if on_error is None else settled(on_error))
+        ok = settled(callback)
+        err = None if on_error is None else settled(on_error)
+        if waits:
+            local_ok = ok
+
+            def ok() -> None:
+                workers.after_results(waits, local_ok, err or local_ok)
+
+        if result & NEEDS_SYNC:
+            conn.broker.durability.after_sync(ok, err)
+        else:
+            ok()
 
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""
@@ -474,7 +506,27 @@ class Channel:
     def _basic_get(self, m: Any) -> None:
         self.check_permission("read", "queue", self.queue_name(m.queue))
         q = self.vhost.queue(self.queue_name(m.queue), self.connection)
+        if q.remote:  # its home takes the message; this channel hands it out
+            q.call_home(self, ("get", m.no_ack),  # type: ignore[attr-defined]
+                        lambda answer: self._remote_get_ok(q, m.no_ack, answer))
+            return
         qm = q.get(m.no_ack)
+        self._get_ok(q, m.no_ack, qm, q.message_count if qm is not None else 0)
+
+    def _remote_get_ok(self, q: Queue, no_ack: bool, answer: Any) -> None:
+        """The home's answer to a Basic.Get: None (empty) or the message with its
+        delivery number there and the queue's remaining count."""
+        if answer is None:
+            self._get_ok(q, no_ack, None, 0)
+            return
+        did, redelivered, exrk, props, body, count = answer
+        n = exrk[0]
+        msg = Message(exrk[1:1 + n].decode("utf-8", "surrogateescape"),
+                      exrk[2 + n:].decode("utf-8", "surrogateescape"), exrk, props, body)
+        self._get_ok(q, no_ack, QueuedMessage(did, msg, redelivered), count)
+
+    def _get_ok(self, q: Queue, no_ack: bool, qm: QueuedMessage | None, count: int) -> None:
+        """Basic.GetOk with ``qm`` (``count`` messages left), or Basic.GetEmpty."""
         if qm is None:
             self.counters.get_empty += 1
             self.send(commands.Basic.GetEmpty())
@@ -484,7 +536,7 @@ class Channel:
         if qm.redelivered:
             self.counters.redeliver += 1
             q.counters.redelivered += 1
-        if not m.no_ack:
+        if not no_ack:
             self.counters.get += 1
             self.unacked[tag] = (qm, q, None)
         else:
@@ -493,7 +545,7 @@ class Channel:
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(0, framing.get_ok_frame(self.number, tag, qm.redelivered, msg.ex_rk_raw,
-                                           q.message_count))
+                                           count))
         conn.send_frames(out)
 
     # ---- basic class: acknowledgements ---------------------------------------------------
@@ -610,10 +662,13 @@ class Channel:
             if kind != "publish":
                 taken, requeue = arg
                 self._apply_settle([entry for _, entry in taken], requeue=requeue)
-        if self._tx_unsynced:
-            # persistent publishes: CommitOk only once they are on disk (RabbitMQ)
-            self._tx_unsynced = False
-            self._after_sync(lambda: self.send(commands.Tx.CommitOk()))
+        if self._tx_unsynced or self._tx_waits:
+            # persistent publishes: CommitOk only once they are on disk (RabbitMQ), and
+            # publishes to other workers' queues once their homes have them
+            unsynced, self._tx_unsynced = self._tx_unsynced, False
+            waits, self._tx_waits = self._tx_waits, []
+            self._after_sync(lambda: self.send(commands.Tx.CommitOk()), None,
+                             NEEDS_SYNC if unsynced else 0, waits)
         else:
             self.send(commands.Tx.CommitOk())
 

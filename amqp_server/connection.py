@@ -30,6 +30,7 @@ Source: AMQP 0-9-1 spec sections 2.2-2.3, 4.2; RabbitMQ ``rabbit_reader``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import struct
 import time
@@ -67,6 +68,7 @@ CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
 OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 _method_index = struct.Struct(">I")
+_serials = itertools.count(1)
 
 
 class Connection:
@@ -87,7 +89,8 @@ class Connection:
                  "confirms_dirty", "client_properties", "user", "peer_cn", "vhost_name",
                  "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
                  "_out", "_out_size", "_throttled", "_header_buf", "auth_mechanism",
-                 "created_at", "last_received", "last_sent", "_close_deadline", "__weakref__")
+                 "created_at", "last_received", "last_sent", "_close_deadline", "serial", "_held",
+                 "__weakref__")
 
     def __init__(
         self,
@@ -130,6 +133,9 @@ class Connection:
         self.last_received = now
         self.last_sent = now
         self._close_deadline: float | None = None
+        self.serial = next(_serials)  # names the connection to other workers
+        # frames read while a topology change is with the other workers (None: not waiting)
+        self._held: list[tuple[int, int, bytes]] | None = None
         broker.connections.add(self)
         broker.message_totals.connections_opened += 1
 
@@ -193,9 +199,18 @@ class Connection:
             frames = []
             self._fail(0, exc)
             self._terminate()  # the stream cannot be resynchronised
+        if self._held is not None:  # suspended: these wait their turn
+            self._held.extend(frames)
+            return
+        self._process(frames)
+
+    def _process(self, frames: list[tuple[int, int, bytes]]) -> None:
         i, n = 0, len(frames)
         while i < n:
             if self.state is State.CLOSED:
+                break
+            if self._held is not None:  # a handler suspended the connection
+                self._held.extend(frames[i:])
                 break
             ftype, channel, payload = frames[i]
             i += 1
@@ -217,6 +232,32 @@ class Connection:
                 self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), payload)
         self.flush_confirms()
         self.broker.after_batch()
+
+    def suspend(self) -> None:
+        """Read no further frame until :meth:`resume` (a topology change or a Basic.Get is
+        with another worker: what the client sent after it must see its effect)."""
+        if self._held is None:
+            self._held = []
+            if self.on_block is not None:
+                self.on_block(True)
+
+    def resume(self, channel: int, then: Callable[[], None]) -> None:
+        """Run ``then`` (the rest of the suspended method: errors it raises close the
+        channel or connection as if raised while reading ``channel``'s frame), then process
+        the frames held meanwhile."""
+        held, self._held = self._held, None
+        if self.state is State.CLOSED:
+            return
+        try:
+            then()
+        except AMQPError as exc:
+            self._fail(channel, exc)
+        except Exception as exc:
+            log.exception("internal error on channel %d", channel)
+            self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"))
+        if not self.blocked and self.on_block is not None:
+            self.on_block(False)
+        self._process(held or [])
 
     def flush_confirms(self) -> None:
         """Send coalesced Basic.Ack/Nack for every channel with newly settled confirms."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import importlib.metadata
 import logging
@@ -31,12 +32,14 @@ from typing import Any
 
 from amqp_server import conf_file, tls
 from amqp_server.connection import Connection
+from amqp_server.workers import supervisor
+from amqp_server.workers.runtime import WorkerRuntime
 from broker import log_setup
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment, ResourceProbes
 from broker.listeners import ListenError, bind_all, format_host
-from broker.persistence import recover_messages
+from broker.persistence import DEFINITIONS_FILE, recover_messages
 from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
@@ -146,12 +149,25 @@ class BrokerServer:
     """
 
     def __init__(self, config: BrokerConfig) -> None:
+        shared_dir = Path(config.data_dir)
+        if config.worker_index:  # worker i > 0 of several: its queues in a folder of its own
+            config = dataclasses.replace(config,
+                                         data_dir=shared_dir / f"worker-{config.worker_index}")
         self.config = config
         loop = asyncio.get_running_loop()
         self.env = BrokerEnvironment(clock=loop.time, wakeup=self._arm_timers,
                                      run_blocking=self._run_sync, storage=True,
                                      resources=ResourceProbes())
         self.broker = Broker(config, self.env)
+        self.workers: WorkerRuntime | None = None
+        if config.worker_index is not None:
+            assert config.worker_run_dir is not None
+            self.workers = WorkerRuntime(self.broker, config.worker_index, config.workers,
+                                         config.worker_run_dir)
+            if config.worker_index and self.broker.topology is not None:
+                # the definitions are worker 0's to write; the others read them at start
+                self.broker.topology.path = shared_dir / DEFINITIONS_FILE
+                self.broker.topology.read_only = True
         self.protocols: set[AMQPProtocol] = set()
         self.port = config.port
         self._servers: list[asyncio.base_events.Server] = []  # AMQP and AMQPS, every host
@@ -170,6 +186,8 @@ class BrokerServer:
         topology, alarms = self.broker.topology, self.broker.alarms
         assert topology is not None and alarms is not None  # storage and resources are on
         topology.load()
+        if self.workers is not None:  # every topology change so far, links to the others
+            await self.workers.start()
         counts = recover_messages(self.broker)
         topology.save_if_changed()
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
@@ -183,10 +201,11 @@ class BrokerServer:
                                                    tls.make_context(self.config.tls))
                 log.info("amqpq AMQPS listening on %s port %d",
                          ", ".join(self.config.listen_hosts), self.tls_port)
-            self.management = await management.start_for_server(self.broker, self.config,
-                                                                self.port)
-            self.prometheus = await prometheus.start_for_server(self.broker, self.config,
-                                                                self.port)
+            if not self.config.worker_index:  # one management API: worker 0 serves it
+                self.management = await management.start_for_server(self.broker, self.config,
+                                                                    self.port)
+                self.prometheus = await prometheus.start_for_server(self.broker, self.config,
+                                                                    self.port)
         except BaseException:
             await stop_management(getattr(self, "management", None))
             for server in self._servers:
@@ -197,6 +216,8 @@ class BrokerServer:
         # of the collector's generations, so full collections under load do not walk it
         gc.collect()
         gc.freeze()
+        if self.workers is not None:
+            self.workers.ready()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
 
@@ -210,7 +231,8 @@ class BrokerServer:
 
         async def bind(host: str, port: int) -> int:
             server = await loop.create_server(lambda: AMQPProtocol(self), host, port,
-                                              ssl=ssl, backlog=1024)
+                                              ssl=ssl, backlog=1024,
+                                              reuse_port=self.workers is not None or None)
             self._servers.append(server)
             return int(server.sockets[0].getsockname()[1])
 
@@ -258,6 +280,8 @@ class BrokerServer:
                 except Exception:
                     log.exception("tick failed")
             self.broker.tick()  # retries a failed definitions save, alarms, fsync round
+            if self.workers is not None:
+                self.workers.tick()
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
@@ -284,6 +308,8 @@ class BrokerServer:
             await server.wait_closed()
         self.broker.save_topology()
         self.broker.durability.flush_writes()
+        if self.workers is not None:
+            self.workers.close()
         for vhost in self.broker.vhosts.values():
             if vhost.storage is not None:
                 vhost.storage.close()
@@ -332,6 +358,12 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
                    help="memory alarm: fraction of RAM (<= 1) or bytes (> 1)")
     p.add_argument("--disk-free-limit", type=int, default=50_000_000,
                    help="disk alarm: bytes that must stay free in the data dir")
+    p.add_argument("--workers", default="1", metavar="N",
+                   help="worker processes sharing the port (a number or 'auto' = one per "
+                        "core; default 1: this process alone)")
+    p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--worker-run-dir", default=None, help=argparse.SUPPRESS)
     management.add_arguments(p)
     prometheus.add_arguments(p)
     tls.add_arguments(p)
@@ -358,6 +390,12 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         p.error("--consumer-timeout and --max-connections must be >= 0")
     if a.disk_free_limit < 0:
         p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
+    try:
+        workers = supervisor.resolve_count(str(a.workers))
+    except ValueError as exc:
+        p.error(str(exc))
+    if a.worker_index is not None:  # started by a supervisor: one of its workers
+        workers = a.worker_count
     config = BrokerConfig(
         hosts=tuple(a.host) if a.host else conf and conf.hosts, port=a.port,
         data_dir=Path(a.data_dir), log=log_setup.from_args(a),
@@ -365,7 +403,8 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         memory_high_watermark=a.vm_memory_high_watermark, disk_free_limit=a.disk_free_limit,
         tls=tls.from_args(a, p), consumer_timeout=a.consumer_timeout,
         max_connections=a.max_connections, management=management.from_args(a, p),
-        prometheus=prometheus.from_args(a, p),
+        prometheus=prometheus.from_args(a, p), workers=workers, worker_index=a.worker_index,
+        worker_run_dir=Path(a.worker_run_dir) if a.worker_run_dir else None,
     )
     if conf is not None:
         conf.apply(config)
@@ -382,9 +421,10 @@ async def serve(config: BrokerConfig) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     host = format_host(config.host)
-    print(f"amqpq: listening on amqp://{host}:{server.port}", flush=True)
-    if server.tls_port:
-        print(f"amqpq: listening on amqps://{host}:{server.tls_port}", flush=True)
+    if config.worker_index is None:  # a worker's supervisor prints it for all
+        print(f"amqpq: listening on amqp://{host}:{server.port}", flush=True)
+        if server.tls_port:
+            print(f"amqpq: listening on amqps://{host}:{server.tls_port}", flush=True)
     await stop.wait()
     await server.stop()
 
@@ -417,6 +457,9 @@ def main(argv: list[str] | None = None) -> None:
     for warning in warnings:
         log.warning("%s", warning)
     raise_open_files_limit()
+    if config.workers > 1 and config.worker_index is None:
+        args = list(sys.argv[1:] if argv is None else argv)
+        sys.exit(supervisor.run(args, config, config.workers))
     try:
         import uvloop  # optional speed-up
     except ImportError:

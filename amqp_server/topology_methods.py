@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from amqp_common import framing
+from amqp_server.workers import ops
 from broker import direct_reply_to
-from exchanges.binding import Destination
 from vhosts.names import check_server_named_allowed, server_generated_name
 
 if TYPE_CHECKING:
@@ -45,12 +45,19 @@ def exchange_declare(ch: Channel, m: Any) -> None:
         if isinstance(ae, str):
             ch.check_permission("read", "exchange", m.exchange)
             ch.check_permission("write", "exchange", ae)
-    ch.vhost.declare_exchange(
-        m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
-        m.arguments or {},
-    )
+    if m.passive:
+        ch.vhost.declare_exchange(m.exchange, m.exchange_type, True)
+        _answer(ch, m, commands.Exchange.DeclareOk)
+        return
+    ops.run(ch, ("xdecl", ch.vhost.name, m.exchange, m.exchange_type, m.durable,
+                 m.auto_delete, m.internal, m.arguments or {}),
+            lambda _: _answer(ch, m, commands.Exchange.DeclareOk))
+
+
+def _answer(ch: Channel, m: Any, ok: Any) -> None:
+    """Send ``ok()`` unless the method said nowait."""
     if not m.nowait:
-        ch.send(commands.Exchange.DeclareOk())
+        ch.send(ok())
 
 
 def exchange_delete(ch: Channel, m: Any) -> None:
@@ -60,9 +67,8 @@ def exchange_delete(ch: Channel, m: Any) -> None:
         AccessRefused (403), PreconditionFailed (406): from the check and the vhost.
     """
     ch.check_permission("configure", "exchange", m.exchange)
-    ch.vhost.delete_exchange(m.exchange, m.if_unused)
-    if not m.nowait:
-        ch.send(commands.Exchange.DeleteOk())
+    ops.run(ch, ("xdel", ch.vhost.name, m.exchange, m.if_unused),
+            lambda _: _answer(ch, m, commands.Exchange.DeleteOk))
 
 
 def exchange_bind(ch: Channel, m: Any) -> None:
@@ -70,10 +76,10 @@ def exchange_bind(ch: Channel, m: Any) -> None:
     ch.check_permission("write", "exchange", m.destination)
     ch.check_permission("read", "exchange", m.source)
     bind = isinstance(m, commands.Exchange.Bind)
-    change = ch.vhost.bind if bind else ch.vhost.unbind
-    change(Destination("exchange", m.destination), m.source, m.routing_key, m.arguments)
-    if not m.nowait:
-        ch.send(commands.Exchange.BindOk() if bind else commands.Exchange.UnbindOk())
+    ops.run(ch, ("bind" if bind else "unbind", ch.vhost.name, "exchange", m.destination,
+                 m.source, m.routing_key, m.arguments, None),
+            lambda _: _answer(ch, m, commands.Exchange.BindOk if bind
+                              else commands.Exchange.UnbindOk))
 
 
 # ---- queue class ---------------------------------------------------------------------------------
@@ -105,18 +111,32 @@ def queue_declare(ch: Channel, m: Any) -> None:
         if isinstance(dlx, str):
             ch.check_permission("read", "queue", name)
             ch.check_permission("write", "exchange", dlx)
+    if m.passive:
+        _declared(ch, m, ch.vhost.declare_queue(name, True, connection=conn), False)
+        return
     is_new = name not in ch.vhost.queues
-    q = ch.vhost.declare_queue(
-        name, m.passive, m.durable, m.exclusive, m.auto_delete, m.arguments or {}, conn,
-        server_named,
-    )
-    if is_new and q.exclusive:
+    workers = conn.broker.workers
+    home = workers.index if workers is not None else 0
+    ops.run(ch, ("qdecl", ch.vhost.name, name, m.durable, m.exclusive, m.auto_delete,
+                 m.arguments or {}, ops.owner_ref(ch), server_named, home),
+            lambda q: _declared(ch, m, q, is_new))
+
+
+def _declared(ch: Channel, m: Any, q: Any, is_new: bool) -> None:
+    """Queue.Declare applied: record a new exclusive queue, answer DeclareOk."""
+    conn = ch.connection
+    if is_new and q.exclusive and q.exclusive_owner is conn:
         conn.exclusive_queues.append(q)
     ch.last_queue = q.name
-    if not m.nowait:
-        # hand-packed: pamqp refuses queue names outside a narrow character set
-        conn.send_frame(framing.declare_ok_frame(ch.number, q.name, q.message_count,
-                                                 q.consumer_count))
+    if m.nowait:
+        return
+    if q.remote:  # its counts are at its home
+        q.call_home(ch, ("counts",), lambda counts: conn.send_frame(
+            framing.declare_ok_frame(ch.number, q.name, counts[0], counts[1])))
+        return
+    # hand-packed: pamqp refuses queue names outside a narrow character set
+    conn.send_frame(framing.declare_ok_frame(ch.number, q.name, q.message_count,
+                                             q.consumer_count))
 
 
 def check_bind(ch: Channel, queue: str, exchange: str, routing_key: str) -> None:
@@ -135,12 +155,15 @@ def queue_bind(ch: Channel, m: Any) -> None:
     rk = m.routing_key if (m.routing_key or m.queue) else name
     check_bind(ch, name, m.exchange, rk)
     bind = isinstance(m, commands.Queue.Bind)
-    change = ch.vhost.bind if bind else ch.vhost.unbind
-    change(Destination("queue", name), m.exchange, rk, m.arguments, ch.connection)
-    if not bind:
-        ch.send(commands.Queue.UnbindOk())
-    elif not m.nowait:
-        ch.send(commands.Queue.BindOk())
+
+    def answer(_: Any) -> None:
+        if not bind:
+            ch.send(commands.Queue.UnbindOk())
+        elif not m.nowait:
+            ch.send(commands.Queue.BindOk())
+
+    ops.run(ch, ("bind" if bind else "unbind", ch.vhost.name, "queue", name, m.exchange, rk,
+                 m.arguments, ops.owner_ref(ch)), answer)
 
 
 def queue_purge(ch: Channel, m: Any) -> None:
@@ -148,9 +171,15 @@ def queue_purge(ch: Channel, m: Any) -> None:
     unless nowait. Raises AccessRefused (403), NotFound (404), ResourceLocked (405)."""
     ch.check_permission("read", "queue", ch.queue_name(m.queue))
     q = ch.vhost.queue(ch.queue_name(m.queue), ch.connection)
-    count = q.purge()
-    if not m.nowait:
-        ch.send(commands.Queue.PurgeOk(message_count=count))
+
+    def answer(count: int) -> None:
+        if not m.nowait:
+            ch.send(commands.Queue.PurgeOk(message_count=count))
+
+    if q.remote:  # on another worker: its home purges and counts
+        q.call_home(ch, ("purge",), answer)  # type: ignore[attr-defined]
+    else:
+        answer(q.purge())
 
 
 def queue_delete(ch: Channel, m: Any) -> None:
@@ -162,8 +191,6 @@ def queue_delete(ch: Channel, m: Any) -> None:
             empty.
     """
     ch.check_permission("configure", "queue", ch.queue_name(m.queue))
-    count = ch.vhost.delete_queue(
-        ch.queue_name(m.queue), m.if_unused, m.if_empty, ch.connection
-    )
-    if not m.nowait:
-        ch.send(commands.Queue.DeleteOk(message_count=count))
+    ops.run(ch, ("qdel", ch.vhost.name, ch.queue_name(m.queue), m.if_unused, m.if_empty,
+                 ops.owner_ref(ch)),
+            lambda count: _answer(ch, m, lambda: commands.Queue.DeleteOk(message_count=count)))

@@ -8,7 +8,7 @@ a :class:`~broker.environment.BrokerEnvironment` at construction.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from amqp_common.timers import Timers
 from broker.alarms import Alarms
@@ -81,6 +81,9 @@ class Broker:
         self.connections: set[Connection] = set()
         self.message_totals = MessageTotals()  # closed channels' counts, churn (stats)
         self.reply_to = ReplyToRegistry()
+        # amqp_server.workers.runtime.WorkerRuntime when this broker is one of several
+        # worker processes (a layer above: typed Any here); None with one worker
+        self.workers: Any = None
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
         self.permissions.set(self.config.default_user, self.config.default_vhost, ".*", ".*",
@@ -104,6 +107,8 @@ class Broker:
                                        self.ram_budget)
             vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits)
             vhost.changed = self.mark_changed
+            if self.workers is not None:
+                self.workers.attach_vhost(vhost)
             self.mark_changed()
         return vhost
 

@@ -120,6 +120,9 @@ class BrokerConfig:
         log: logging destinations, levels and format.
         product, version: reported in Connection.Start server properties.
         config_files: the ``--config`` file read (absolute), for ``/api/nodes``.
+        workers: worker processes of the broker (``--workers``; 1: this process alone).
+        worker_index: this process's index among them (None: not a worker of several).
+        worker_run_dir: the supervisor's Unix-socket directory (workers only).
     """
 
     hosts: tuple[str, ...] | None = None
@@ -144,6 +147,9 @@ class BrokerConfig:
     product: str = "amqpq"
     version: str = "0.1.0"
     config_files: tuple[str, ...] = ()
+    workers: int = 1
+    worker_index: int | None = None
+    worker_run_dir: Path | None = None
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

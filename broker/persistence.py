@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpq.persistence")
 
 DEFINITIONS_FILE = "definitions.json"
+HOMES_KEY = "amqpq_queue_homes"  # [[vhost, queue, worker index], ...] with several workers
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -74,9 +75,14 @@ class TopologyStore:
         self._saved_version: int | None = None  # None: nothing written or loaded yet
         self._failing = False
         self.exports = 0  # definitions exported to be saved (stats, tests)
+        self.read_only = False  # a worker other than 0 reads worker 0's file, never writes
 
     def snapshot(self) -> dict[str, Any]:
-        return export_definitions(self.broker)
+        doc = export_definitions(self.broker)
+        workers = self.broker.workers
+        if workers is not None:  # several workers: which one each durable queue lives on
+            doc[HOMES_KEY] = workers.export_homes()
+        return doc
 
     @property
     def pending(self) -> bool:
@@ -92,7 +98,7 @@ class TopologyStore:
                 stays pending, so the next call tries again).
         """
         version = self.broker.topology_version
-        if version == self._saved_version:
+        if version == self._saved_version or self.read_only:
             return False
         current = self.snapshot()
         self.exports += 1
@@ -135,6 +141,9 @@ class TopologyStore:
             raise ValueError(f"{self.path}: not valid JSON: {exc}") from None
         if isinstance(data, dict):
             drop_unknown_policy_keys(data)
+            homes = data.pop(HOMES_KEY, None)
+            if homes and self.broker.workers is not None:
+                self.broker.workers.import_homes(homes)
         import_definitions(self.broker, data)
         self._saved_version = self.broker.topology_version  # the file says just this
         return True

@@ -258,17 +258,23 @@ def channel_json(ch: Channel, st: ManagementState) -> dict[str, Any]:
 
 def consumer_json(c: Consumer, st: ManagementState) -> dict[str, Any]:
     ch = cast("Channel", c.channel)
-    conn = ch.connection
-    peer_host, peer_port = conn.peer or ("127.0.0.1", 0)
+    conn = getattr(ch, "connection", None)
+    if conn is None:  # --workers N: the consumer's client is on another worker (its ``peer``)
+        details: dict[str, Any] = {"name": f"worker {getattr(ch, 'peer', '?')}", "number": 0,
+                                   "connection_name": "", "peer_host": "", "peer_port": 0,
+                                   "node": st.node, "user": ""}
+    else:
+        peer_host, peer_port = conn.peer or ("127.0.0.1", 0)
+        details = {"name": channel_name(ch, st), "number": ch.number,
+                   "connection_name": connection_name(conn, st),
+                   "peer_host": peer_host, "peer_port": peer_port,
+                   "node": st.node, "user": conn.user or ""}
     return {
         "consumer_tag": c.tag, "exclusive": c.exclusive, "ack_required": not c.no_ack,
         "prefetch_count": c.prefetch, "active": True, "activity_status": "up",
         "arguments": jsonable(c.arguments),
         "queue": {"name": c.queue.name, "vhost": c.queue.vhost_name},
-        "channel_details": {"name": channel_name(ch, st), "number": ch.number,
-                            "connection_name": connection_name(conn, st),
-                            "peer_host": peer_host, "peer_port": peer_port,
-                            "node": st.node, "user": conn.user or ""},
+        "channel_details": details,
     }
 
 
@@ -346,6 +352,9 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
                                                            "bqs", name), value)),
         "message_stats": queue_message_stats(q, st.rates),
     }
+    workers = st.broker.workers
+    if workers is not None:  # amqpq's, with --workers N: the worker the queue lives on
+        out["worker"] = workers.home_of(q)
     stream_fields = getattr(q, "stream_fields", None)
     if stream_fields is not None:  # amqpq's: first/last offset, segments
         out.update(stream_fields())

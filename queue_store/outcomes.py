@@ -28,6 +28,7 @@ class PublishResult(IntFlag):
     REJECTED = 2  # a queue refused it (x-overflow reject-publish): nack the publisher
     NEEDS_SYNC = 4  # written to disk: confirm only after the next fsync
     DUPLICATE = 8  # dropped by a deduplication exchange: not returned, confirm ack
+    REMOTE = 16  # sent to a queue on another worker: confirm when its home answers
 
 
 UNROUTABLE = 0
@@ -35,6 +36,7 @@ ROUTED = 1
 REJECTED = 2
 NEEDS_SYNC = 4
 DUPLICATE = 8
+REMOTE = 16
 #: Queue.publish's answers: taken; refused; taken and written to disk.
 ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC

@@ -92,6 +92,7 @@ class Queue:
     """
 
     uses_index = True  # a durable queue keeps a queue index (stream queues have a log)
+    remote = False  # True: a stand-in for a queue whose home is another worker
 
     def __init__(self, name: str, vhost_name: str, durable: bool = False,
                  exclusive: bool = False, auto_delete: bool = False,

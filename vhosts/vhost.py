@@ -79,6 +79,10 @@ class VirtualHost:
         self.storage = storage
         self.limits = limits or Limits()  # the broker's vhost/user limits
         self.changed: Callable[[], None] = lambda: None  # topology changed (persist it)
+        # several workers: builds a new queue (a stand-in when its home is another worker)
+        self.make_queue: Callable[..., Queue] | None = None
+        # several workers: the home removed a queue by itself (auto-delete, x-expires, owner)
+        self.on_queue_removed: Callable[[Queue], None] | None = None
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -242,7 +246,7 @@ class VirtualHost:
                                       (auto_delete, "auto-delete")):
                     if refused:
                         raise PreconditionFailed(f"invalid property '{prop}' for {what}")
-            q = queue_class(arguments)(
+            q = (self.make_queue or queue_class(arguments))(
                 name,
                 self.name,
                 durable=durable,
@@ -309,6 +313,8 @@ class VirtualHost:
             source = self.exchanges.get(binding.source)
             if source is not None:
                 self._drop_binding(source, binding)
+        if self.on_queue_removed is not None:
+            self.on_queue_removed(q)
         return count
 
     # ---- callbacks from queues (QueueHost) -----------------------------------------------

@@ -1,0 +1,126 @@
+"""Stand-ins for queues whose home is another worker, and for consumers on another worker.
+
+On every worker but its home, a queue is a :class:`RemoteQueue`: it is in the vhost's table,
+so routing, permission and exclusivity checks, Basic.Consume and the management API find it
+as any queue; what would change the queue is sent to its home over the link
+(:class:`~amqp_server.workers.runtime.WorkerRuntime` does the sending):
+
+* ``publish``: the message, its property bytes and body as received (a PUBLISH record);
+* ``add_consumer``/``remove_consumer``: a consume/cancel record; the home runs the consumer
+  as a :class:`LinkConsumerChannel` and delivers over the link (DELIVER records);
+* ``settle``: the deliveries' numbers at the home (SETTLE); ``dispatch``: deliveries that
+  arrived while the client's channel could not take them (global prefetch, a full socket).
+
+On the home, a consumer whose client is on another worker is an ordinary
+:class:`~queue_store.consumer.Consumer` whose channel is a :class:`LinkConsumerChannel`: the
+queue checks its prefetch and picks it as any consumer; the channel side adds *credit*
+(deliveries in flight over the link, :data:`CREDIT_WINDOW`), returned by the consuming worker
+as it hands deliveries to its client, so a slow client's worker is not flooded (RabbitMQ's
+``credit_flow`` between queue and channel processes).
+
+Counts a remote worker cannot know at once (ready messages, consumers) come from the home's
+snapshot, sent every second (:attr:`RemoteQueue.stats`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.workers.link_codec import queue_key
+from queue_store.consumer import Consumer
+from queue_store.outcomes import Settlement
+from queue_store.queue import Delivery, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from amqp_server.workers.runtime import WorkerRuntime
+
+CREDIT_WINDOW = 500  # deliveries a consumer may have in flight over the link
+
+
+class RemoteQueue(Queue):
+    """Queue ``name`` of ``vhost_name`` whose home is worker ``home`` (keyword arguments as
+    :class:`~queue_store.queue.Queue`'s; nothing is stored here)."""
+
+    remote = True
+    uses_index = False
+
+    def __init__(self, runtime: WorkerRuntime, home: int, name: str, vhost_name: str,
+                 **kwargs: Any) -> None:
+        kwargs["vhost"] = None  # no storage, timers or dead lettering here: the home has them
+        super().__init__(name, vhost_name, **kwargs)
+        self.runtime = runtime
+        self.home = home
+        self.qkey = queue_key(vhost_name, name)
+        self.stats = (0, 0, 0)  # (ready, unacked, consumers) at the home, last snapshot
+
+    def __repr__(self) -> str:
+        return f"<RemoteQueue {self.name!r} vhost={self.vhost_name!r} home={self.home}>"
+
+    def publish(self, message: Any) -> int:
+        return self.runtime.forward_publish(self, message)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        super().add_consumer(consumer)
+        self.runtime.remote_consume(self, consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self._consumer_order:
+            super().remove_consumer(consumer)
+            self.runtime.remote_cancel(self, consumer)
+
+    def dispatch(self) -> None:
+        self.runtime.drain_waiting(self)
+
+    def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
+        self.runtime.remote_settle(self.home, [qm.seq for qm, _, _ in deliveries], outcome)
+
+    def get(self, no_ack: bool = False) -> QueuedMessage | None:
+        raise RuntimeError("a remote queue's Basic.Get goes through call_home")
+
+    def purge(self) -> int:
+        raise RuntimeError("a remote queue's purge goes through call_home")
+
+    def call_home(self, ch: Any, request: tuple[Any, ...], then: Callable[[Any], None]) -> None:
+        """Ask the home (``("get", no_ack)``, ``("purge",)``, ``("counts",)``) and call
+        ``then(answer)`` on ``ch``'s connection, which reads nothing meanwhile."""
+        self.runtime.call_home(ch, self, request, then)
+
+    @property
+    def message_count(self) -> int:
+        return self.stats[0]
+
+    @property
+    def consumer_count(self) -> int:
+        return max(len(self._consumer_order), self.stats[2])
+
+    def mark_deleted(self) -> list[Consumer]:
+        consumers = super().mark_deleted()
+        for consumer in consumers:
+            self.runtime.remote_cancel(self, consumer)
+        return consumers
+
+
+class LinkConsumerChannel:
+    """The home's view of a consumer whose client is on worker ``peer`` (its ``cid`` there):
+    a :class:`~queue_store.consumer.ConsumerChannel` that delivers over the link while it
+    has credit."""
+
+    __slots__ = ("runtime", "peer", "cid", "credit", "consumer")
+
+    def __init__(self, runtime: WorkerRuntime, peer: int, cid: int, credit: int) -> None:
+        self.runtime = runtime
+        self.peer = peer
+        self.cid = cid
+        self.credit = credit
+        self.consumer: Consumer | None = None
+
+    def can_deliver(self) -> bool:
+        return self.credit > 0 and self.runtime.link_open(self.peer)
+
+    def deliver(self, consumer: Consumer, qm: QueuedMessage, queue: Queue) -> None:
+        self.credit -= 1
+        self.runtime.deliver_remote(self, consumer, qm, queue)
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        self.runtime.home_consumer_cancelled(self)

@@ -1,0 +1,700 @@
+"""One worker of a multi-process broker (``amqpq-server --workers N``): theory of operation.
+
+Every worker is the ordinary single-process broker (its own event loop, sans-IO connections,
+vhosts, queues) plus this runtime, which keeps it in step with the others:
+
+* **Topology** has one order: a declare, bind, unbind or delete is a record
+  (:mod:`amqp_server.workers.ops`) sent to the supervisor, which numbers it and sends it to
+  every worker; each applies it in that order; the asking worker answers its client once it
+  applied its own copy (the client's connection reads nothing meanwhile). A worker that
+  (re)starts gets every record so far before it accepts clients.
+* **A queue lives on one worker**, its *home*: the worker of the connection that declared it
+  (RabbitMQ's ``client-local`` queue leader locator), so an exclusive queue is always with
+  its connection. Elsewhere it is a :class:`~amqp_server.workers.remote_queue.RemoteQueue`.
+* **Messages cross a link only when they must**: a publish routed to a queue of this worker
+  costs what it costs with one worker (no link in the path); one routed to another worker's
+  queue is appended to that worker's outbox (property bytes and body as received) and
+  written with everything else for it at the end of the event-loop turn.
+* **Confirms and transactions**: a publish that reached another worker's queue is confirmed
+  once that home answered (after its fsync when the message was written to disk); a refusal
+  (``reject-publish``) or the home's death is a nack.
+* **Deliveries** to a consumer on another worker carry the home's delivery number; the
+  consumer's worker maps them to its channel's delivery tags, and settles them back by
+  number. The home keeps them outstanding (prefetch counted there) until then, or until the
+  consumer's worker dies, when they are requeued.
+* **A worker dies**: the supervisor tells everyone (an ordered record); its non-durable and
+  exclusive queues are forgotten everywhere, consumers of its queues get Basic.Cancel, its
+  consumers' deliveries are requeued, publishes waiting for its answer are nacked. Restarted,
+  it recovers its durable queues from its own data directory.
+
+Measured costs (``benchmarks``, this machine): see ``docs/workers.md``.
+
+Source: RabbitMQ clustering (``rabbit_amqqueue`` home node, ``client-local`` leader locator,
+``credit_flow``); the record layout is :mod:`amqp_server.workers.link_codec`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import pickle
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amqp_common import framing
+from amqp_common.errors import AMQPError, NotFound, rs
+from amqp_server.workers import ops
+from amqp_server.workers.link_codec import (
+    CONTROL,
+    CREDIT,
+    DELIVER,
+    PUBLISH,
+    RESULTS,
+    SETTLE,
+    queue_key,
+    read_control,
+    read_credit,
+    read_deliver,
+    read_publish,
+    read_results,
+    read_settle,
+    split_queue_key,
+)
+from amqp_server.workers.links import Links
+from amqp_server.workers.remote_queue import CREDIT_WINDOW, LinkConsumerChannel, RemoteQueue
+from queue_store.consumer import Consumer
+from queue_store.grouped_queue import queue_class
+from queue_store.message import Message
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, ROUTED, Settlement
+from queue_store.queue import Delivery, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from broker.broker import Broker
+
+log = logging.getLogger("amqpq.workers")
+
+ORPHAN_WAIT = 5.0  # seconds a record for a queue not declared here yet is kept
+
+
+class OwnerStub:
+    """An exclusive queue's owner connection on another worker (identity only)."""
+
+    __slots__ = ("worker", "serial")
+
+    def __init__(self, worker: int, serial: int) -> None:
+        self.worker, self.serial = worker, serial
+
+
+class _Join:
+    """Calls ``ok`` when every awaited answer is in and none was a refusal, else ``err``."""
+
+    __slots__ = ("left", "failed", "ok", "err")
+
+    def __init__(self, left: int, ok: Callable[[], None], err: Callable[[], None]) -> None:
+        self.left, self.failed, self.ok, self.err = left, False, ok, err
+
+    def done(self, result: int) -> None:
+        if result & REJECTED:
+            self.failed = True
+        self.left -= 1
+        if self.left == 0:
+            (self.err if self.failed else self.ok)()
+
+
+def message_from(exrk: bytes, props: bytes, body: bytes) -> Message:
+    """A :class:`Message` from link bytes (``exrk``: exchange and routing key shortstrs)."""
+    n = exrk[0]
+    exchange = exrk[1:1 + n].decode("utf-8", "surrogateescape")
+    rk = exrk[2 + n:].decode("utf-8", "surrogateescape")
+    return Message(exchange, rk, exrk, props, body)
+
+
+class WorkerRuntime:
+    """The link side of worker ``index`` of ``count`` (see the module docstring).
+
+    Args:
+        broker: this worker's broker (``broker.workers`` is set to this runtime).
+        run_dir: the supervisor's socket directory.
+    """
+
+    def __init__(self, broker: Broker, index: int, count: int, run_dir: Path) -> None:
+        self.broker = broker
+        self.index = index
+        self.count = count
+        broker.workers = self
+        self.links = Links(run_dir, index, self._on_records, self._peer_lost)
+        self.synced = asyncio.get_running_loop().create_future()
+        self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
+        self._home_now: int | None = None  # home of the queue being declared
+        self._applying = False
+        self._ops = itertools.count(1)
+        self._pending_ops: dict[int, tuple[Channel, Callable[[Any], None]]] = {}
+        self._stubs: dict[tuple[int, int], OwnerStub] = {}
+        self.up: set[int] = set()  # workers with an open link
+        # consumer side (this worker's clients, queues elsewhere)
+        self._pub = itertools.count(1)
+        self.want_results = False  # set by a confirm/tx channel around its publish
+        self.published: list[tuple[int, int]] = []  # (home, pub_id) of that publish
+        self._waits: dict[tuple[int, int], _Join] = {}
+        self._cids = itertools.count(1)
+        self._consumers: dict[int, tuple[Consumer, RemoteQueue]] = {}
+        self._cid_of: dict[int, int] = {}  # id(consumer) -> cid
+        self._waiting: dict[int, deque[QueuedMessage]] = {}
+        self._credit_due: dict[tuple[int, int], int] = {}
+        self._calls: dict[int, tuple[Channel, Callable[[Any], None], int]] = {}
+        self._call_ids = itertools.count(1)
+        # home side (queues here, clients elsewhere)
+        self._remote_consumers: dict[tuple[int, int], Consumer] = {}
+        self._dids = itertools.count(1)
+        self._unacked: dict[int, dict[int, Delivery]] = {}
+        self._results_due: dict[int, list[tuple[int, int]]] = {}
+        self._orphans: dict[bytes, list[tuple[int, int, bytes, float]]] = {}
+        self._flush_scheduled = False
+        self._connecting: list[asyncio.Task[None]] = []
+        self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
+        for vhost in broker.vhosts.values():
+            self.attach_vhost(vhost)
+
+    # ---- start ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Link up and apply every topology record so far (returns when in step)."""
+        await self.links.start()
+        await self.synced
+
+    def ready(self) -> None:
+        """Tell the supervisor this worker accepts clients."""
+        self.links.send_hub(("ready",))
+
+    def attach_vhost(self, vhost: Any) -> None:
+        vhost.make_queue = self._make_queue
+        vhost.on_queue_removed = self._queue_removed
+
+    def _make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
+        home = self._home_now
+        if home is None:
+            home = self.homes.get((vhost_name, name), 0)
+        if home == self.index:
+            return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
+        return RemoteQueue(self, home, name, vhost_name, **kwargs)
+
+    def export_homes(self) -> list[list[Any]]:
+        """``[[vhost, queue, worker], ...]`` for every durable queue (definitions.json)."""
+        return [[v.name, q.name, self.home_of(q)] for v in self.broker.vhosts.values()
+                for q in v.queues.values() if q.durable]
+
+    def import_homes(self, homes: list[list[Any]]) -> None:
+        for vname, name, home in homes:
+            self.homes[(vname, name)] = int(home)
+
+    def home_of(self, q: Queue) -> int:
+        return q.home if isinstance(q, RemoteQueue) else self.index
+
+    def _queue_removed(self, q: Queue) -> None:
+        """A queue of this vhost went: a home that removed it by itself tells everyone."""
+        if not self._applying and not q.remote:
+            self.links.send_hub(("submit", 0, ("qforget", q.vhost_name, q.name)))
+
+    # ---- topology ------------------------------------------------------------------------
+
+    def submit(self, ch: Channel, op: ops.Op, then: Callable[[Any], None]) -> None:
+        """Send ``op`` for ordering; ``then(result)`` runs once applied here (see
+        :func:`amqp_server.workers.ops.run`)."""
+        op_id = next(self._ops)
+        self._pending_ops[op_id] = (ch, then)
+        ch.connection.suspend()
+        self.links.send_hub(("submit", op_id, op))
+
+    def _stub(self, ref: Any) -> object | None:
+        if ref is None:
+            return None
+        stub = self._stubs.get(ref)
+        if stub is None:
+            stub = self._stubs[ref] = OwnerStub(ref[0], ref[1])
+        return stub
+
+    def _apply(self, op: ops.Op, owner_of: ops.OwnerOf) -> Any:
+        self._applying = True
+        self._home_now = op[9] if op[0] == "qdecl" else None
+        try:
+            if op[0] == "worker_down":
+                return self._worker_down(op[1])
+            if op[1] not in self.broker.vhosts:
+                raise NotFound(f"no vhost '{op[1]}'")
+            return ops.apply_op(self.broker, op, owner_of)
+        finally:
+            self._applying = False
+            self._home_now = None
+
+    def _on_apply(self, origin: int, op_id: int, op: ops.Op) -> None:
+        pending = self._pending_ops.pop(op_id, None) if origin == self.index else None
+        if pending is None:
+            try:
+                self._apply(op, self._stub)
+            except AMQPError:
+                pass  # the asking worker reports it; the state is the same everywhere
+            except Exception:
+                log.exception("topology record %r failed", op[:3])
+            self._drain_orphans()
+            return
+        ch, then = pending
+        conn = ch.connection
+        own = (self.index, conn.serial)
+        error: Exception | None = None
+        result = None
+        try:
+            result = self._apply(op, lambda ref: conn if ref == own else self._stub(ref))
+        except Exception as exc:
+            error = exc
+            if not isinstance(exc, AMQPError):
+                log.exception("topology record %r failed", op[:3])
+        self._drain_orphans()
+
+        def answer() -> None:
+            if error is not None:
+                raise error
+            then(result)
+
+        conn.resume(ch.number, answer)
+        self.broker.after_batch()
+
+    def _worker_down(self, w: int) -> None:
+        """Worker ``w`` died: forget what died with it, cancel what used it."""
+        self.up.discard(w)
+        for vhost in self.broker.vhosts.values():
+            for q in list(vhost.queues.values()):
+                owner = q.exclusive_owner
+                gone_owner = isinstance(owner, OwnerStub) and owner.worker == w
+                if gone_owner or (isinstance(q, RemoteQueue) and q.home == w
+                                  and not q.durable):
+                    vhost.remove_queue(q)
+                elif isinstance(q, RemoteQueue) and q.home == w:
+                    for consumer in q.consumers:
+                        q.remove_consumer(consumer)
+                        consumer.channel.consumer_cancelled_by_broker(consumer)
+        self._stubs = {k: v for k, v in self._stubs.items() if k[0] != w}
+        self._forget_peer(w)
+
+    def _forget_peer(self, w: int) -> None:
+        for key in [k for k in self._waits if k[0] == w]:
+            self._waits.pop(key).done(REJECTED)
+        for key in [k for k in self._remote_consumers if k[0] == w]:
+            consumer = self._remote_consumers.pop(key)
+            consumer.queue.remove_consumer(consumer)
+        self._requeue_all(w)
+        for call_id, (_, _, home) in list(self._calls.items()):
+            if home == w:
+                self._on_reply(("reply", call_id, "down", None))
+
+    def _requeue_all(self, w: int) -> None:
+        unacked = self._unacked.pop(w, {})
+        by_queue: dict[Queue, list[Delivery]] = {}
+        for entry in unacked.values():
+            by_queue.setdefault(entry[1], []).append(entry)
+        for q, group in by_queue.items():
+            q.settle(group, Settlement.REQUEUE)
+
+    # ---- records in ----------------------------------------------------------------------
+
+    def _on_records(self, peer: int, records: list[tuple[int, bytes]]) -> None:
+        for kind, body in records:
+            try:
+                if kind == PUBLISH:
+                    self._on_publish(peer, body)
+                elif kind == DELIVER:
+                    self._on_deliver(peer, body)
+                elif kind == SETTLE:
+                    self._on_settle(peer, body)
+                elif kind == CREDIT:
+                    self._on_credit(peer, body)
+                elif kind == RESULTS:
+                    for pub_id, result in read_results(body):
+                        join = self._waits.pop((peer, pub_id), None)
+                        if join is not None:
+                            join.done(result)
+                elif kind == CONTROL:
+                    self._on_control(peer, read_control(body))
+            except Exception:
+                log.exception("worker link record %d from %d failed", kind, peer)
+        self._flush_credit()
+        self.broker.after_batch()
+        if self.dirty_connections:
+            for conn in self.dirty_connections:
+                conn.flush_confirms()
+            self.dirty_connections.clear()
+
+    def _on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
+        kind = rec[0]
+        if kind == "apply":
+            self._on_apply(rec[1], rec[2], rec[3])
+        elif kind == "synced":
+            asyncio.ensure_future(self._finish_sync())
+        elif kind == "peer_up":
+            if rec[1] != self.index:
+                self._connecting.append(
+                    asyncio.get_running_loop().create_task(self._connect(rec[1])))
+        elif kind == "consume":
+            self._on_consume(peer, rec)
+        elif kind == "cancel":
+            consumer = self._remote_consumers.pop((peer, rec[1]), None)
+            if consumer is not None:
+                consumer.queue.remove_consumer(consumer)
+        elif kind == "cancelled":
+            entry = self._consumers.get(rec[1])
+            if entry is not None:
+                consumer, q = entry
+                q.remove_consumer(consumer)
+                consumer.channel.consumer_cancelled_by_broker(consumer)
+        elif kind == "call":
+            self._on_call(peer, rec)
+        elif kind == "reply":
+            self._on_reply(rec)
+        elif kind == "stats":
+            for qkey, stats in rec[1].items():
+                q = self._queue(qkey)
+                if isinstance(q, RemoteQueue):
+                    q.stats = stats
+                    q.unacked_count = stats[1]
+
+    async def _finish_sync(self) -> None:
+        await asyncio.gather(*self._connecting)
+        self._connecting.clear()
+        if not self.synced.done():
+            self.synced.set_result(None)
+
+    async def _connect(self, peer: int) -> None:
+        try:
+            await self.links.connect(peer)
+        except OSError as exc:
+            log.warning("cannot link to worker %d: %s", peer, exc)
+            return
+        self.up.add(peer)
+
+    def _peer_lost(self, peer: int) -> None:
+        self.up.discard(peer)
+
+    def link_open(self, peer: int) -> bool:
+        s = self.links.out.get(peer)
+        return s is not None and not s.congested
+
+    def _queue(self, qkey: bytes) -> Queue | None:
+        vname, name = split_queue_key(qkey)
+        vhost = self.broker.vhosts.get(vname)
+        return None if vhost is None else vhost.queues.get(name)
+
+    def _home_queue(self, peer: int, kind: int, body: bytes, qkey: bytes) -> Queue | None:
+        """The queue of a record if it lives here; a record for a queue this worker has not
+        heard of yet (its declare is still on its way from the supervisor) waits."""
+        q = self._queue(qkey)
+        if q is None:
+            now = asyncio.get_running_loop().time()
+            self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
+            return None
+        return None if q.remote else q
+
+    def _drain_orphans(self) -> None:
+        if not self._orphans:
+            return
+        now = asyncio.get_running_loop().time()
+        for qkey in list(self._orphans):
+            if self._queue(qkey) is not None:
+                for peer, kind, body, _ in self._orphans.pop(qkey):
+                    self._on_records(peer, [(kind, body)])
+            elif all(now - t > ORPHAN_WAIT for *_, t in self._orphans[qkey]):
+                for peer, kind, body, _ in self._orphans.pop(qkey):
+                    self._orphan_dropped(peer, kind, body)
+
+    def _orphan_dropped(self, peer: int, kind: int, body: bytes) -> None:
+        if kind == PUBLISH:
+            pub_id, want, *_ = read_publish(body)
+            if want:
+                self._result(peer, pub_id, ROUTED)  # the queue is gone: dropped, as RabbitMQ
+        elif kind == CONTROL:
+            rec = read_control(body)
+            if rec[0] == "consume":
+                self._control(peer, ("cancelled", rec[1]))
+            elif rec[0] == "call":
+                self._control(peer, ("reply", rec[1], "error", rec[2]))
+
+    # ---- publish -------------------------------------------------------------------------
+
+    def forward_publish(self, q: RemoteQueue, message: Message) -> int:
+        """Send ``message`` to ``q``'s home; PublishResult bits (REMOTE when an answer will
+        come for a confirm or a transaction, REJECTED when the home is down)."""
+        out = self.links.out.get(q.home)
+        if out is None:
+            return REJECTED
+        pub_id = next(self._pub) & 0xFFFFFFFF
+        want = self.want_results
+        out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
+                           message.body)
+        out.schedule()
+        if want:
+            self.published.append((q.home, pub_id))
+            return ROUTED | REMOTE
+        return ROUTED
+
+    def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
+                      err: Callable[[], None]) -> None:
+        """``ok()`` once every home of ``waits`` accepted its message, else ``err()``."""
+        join = _Join(len(waits), ok, err)
+        for key in waits:
+            if key[0] not in self.links.out:
+                join.done(REJECTED)
+            else:
+                self._waits[key] = join
+
+    def _on_publish(self, peer: int, body: bytes) -> None:
+        pub_id, want, qkey, exrk, props, data = read_publish(body)
+        q = self._home_queue(peer, PUBLISH, body, qkey)
+        if q is None:
+            return
+        result = q.publish(message_from(exrk, props, data))
+        if not want:
+            return
+        if result & NEEDS_SYNC:
+            self.broker.durability.after_sync(
+                lambda: self._result(peer, pub_id, ROUTED),
+                lambda: self._result(peer, pub_id, REJECTED))
+        else:
+            self._result(peer, pub_id, result)
+
+    def _result(self, peer: int, pub_id: int, result: int) -> None:
+        due = self._results_due.get(peer)
+        if due is None:
+            due = self._results_due[peer] = []
+        due.append((pub_id, result))
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for peer, due in self._results_due.items():
+            out = self.links.out.get(peer)
+            if out is not None and due:
+                out.outbox.results(due)
+                out.schedule()
+        self._results_due.clear()
+        self._flush_credit()
+
+    # ---- consumers: this worker's clients ------------------------------------------------
+
+    def remote_consume(self, q: RemoteQueue, consumer: Consumer) -> None:
+        cid = next(self._cids)
+        self._consumers[cid] = (consumer, q)
+        self._cid_of[id(consumer)] = cid
+        self._control(q.home, ("consume", cid, q.qkey, consumer.tag, consumer.no_ack,
+                               consumer.exclusive, consumer.prefetch, consumer.priority,
+                               consumer.arguments, CREDIT_WINDOW))
+
+    def remote_cancel(self, q: RemoteQueue, consumer: Consumer) -> None:
+        cid = self._cid_of.pop(id(consumer), None)
+        if cid is None:
+            return
+        self._consumers.pop(cid, None)
+        waiting = self._waiting.pop(cid, None)
+        if waiting:  # not handed to the client yet: back to the queue
+            dids = [qm.seq for qm in waiting if qm.seq]
+            if dids:
+                self.remote_settle(q.home, dids, Settlement.REQUEUE)
+        self._control(q.home, ("cancel", cid))
+
+    def remote_settle(self, home: int, dids: list[int], outcome: Settlement) -> None:
+        out = self.links.out.get(home)
+        if out is not None and dids:
+            out.outbox.settle(int(outcome), dids)
+            out.schedule()
+
+    def _on_deliver(self, peer: int, body: bytes) -> None:
+        cid, did, redelivered, exrk, props, data = read_deliver(body)
+        entry = self._consumers.get(cid)
+        if entry is None:  # cancelled meanwhile
+            if did:
+                self.remote_settle(peer, [did], Settlement.REQUEUE)
+            return
+        consumer, q = entry
+        qm = QueuedMessage(did, message_from(exrk, props, data), redelivered)
+        waiting = self._waiting.get(cid)
+        if waiting is not None or not consumer.channel.can_deliver():
+            if waiting is None:
+                waiting = self._waiting[cid] = deque()
+            waiting.append(qm)
+            return
+        consumer.channel.deliver(consumer, qm, q)
+        key = (peer, cid)
+        self._credit_due[key] = self._credit_due.get(key, 0) + 1
+
+    def drain_waiting(self, q: RemoteQueue) -> None:
+        """Hand deliveries held for ``q``'s consumers to their channels as they can take."""
+        if not self._waiting:
+            return
+        for consumer in q.consumers:
+            cid = self._cid_of.get(id(consumer))
+            waiting = self._waiting.get(cid) if cid is not None else None
+            if not waiting:
+                continue
+            n = 0
+            while waiting and consumer.channel.can_deliver():
+                consumer.channel.deliver(consumer, waiting.popleft(), q)
+                n += 1
+            if not waiting:
+                del self._waiting[cid]  # type: ignore[arg-type]
+            if n:
+                key = (q.home, cid)
+                self._credit_due[key] = self._credit_due.get(key, 0) + n  # type: ignore[index]
+                self._schedule_flush()
+
+    def _flush_credit(self) -> None:
+        if not self._credit_due:
+            return
+        for (peer, cid), n in self._credit_due.items():
+            out = self.links.out.get(peer)
+            if out is not None:
+                out.outbox.credit(cid, n)
+                out.schedule()
+        self._credit_due.clear()
+
+    # ---- consumers: clients elsewhere (home side) ----------------------------------------
+
+    def _on_consume(self, peer: int, rec: tuple[Any, ...]) -> None:
+        _, cid, qkey, tag, no_ack, exclusive, prefetch, priority, arguments, credit = rec
+        q = self._home_queue(peer, CONTROL, _control_body(rec), qkey)
+        if q is None:
+            return
+        if q.deleted or (q.consumer_count and (exclusive or q.has_exclusive_consumer())):
+            self._control(peer, ("cancelled", cid))
+            return
+        channel = LinkConsumerChannel(self, peer, cid, credit)
+        consumer = Consumer(tag, framing.encode_shortstr(tag), channel, q, no_ack, exclusive,
+                            prefetch, priority, arguments)
+        channel.consumer = consumer
+        self._remote_consumers[(peer, cid)] = consumer
+        q.add_consumer(consumer)
+
+    def _on_credit(self, peer: int, body: bytes) -> None:
+        cid, n = read_credit(body)
+        consumer = self._remote_consumers.get((peer, cid))
+        if consumer is not None:
+            consumer.channel.credit += n  # type: ignore[attr-defined]
+            consumer.queue.dispatch()
+
+    def deliver_remote(self, channel: LinkConsumerChannel, consumer: Consumer,
+                       qm: QueuedMessage, queue: Queue) -> None:
+        did = 0
+        if not consumer.no_ack:
+            did = self._hand_out(channel.peer, qm, queue, consumer)
+        out = self.links.out[channel.peer]
+        msg = qm.message
+        out.outbox.deliver(channel.cid, did, qm.redelivered, msg.ex_rk_raw,
+                           msg.properties_raw, msg.body)
+        out.schedule()
+
+    def _hand_out(self, peer: int, qm: QueuedMessage, queue: Queue,
+                  consumer: Consumer | None) -> int:
+        did = next(self._dids) & 0xFFFFFFFF or next(self._dids)
+        unacked = self._unacked.get(peer)
+        if unacked is None:
+            unacked = self._unacked[peer] = {}
+        unacked[did] = (qm, queue, consumer)
+        return did
+
+    def home_consumer_cancelled(self, channel: LinkConsumerChannel) -> None:
+        if self._remote_consumers.pop((channel.peer, channel.cid), None) is not None:
+            self._control(channel.peer, ("cancelled", channel.cid))
+
+    def _on_settle(self, peer: int, body: bytes) -> None:
+        outcome, dids = read_settle(body)
+        unacked = self._unacked.get(peer, {})
+        by_queue: dict[Queue, list[Delivery]] = {}
+        for did in dids:
+            entry = unacked.pop(did, None)
+            if entry is not None:
+                by_queue.setdefault(entry[1], []).append(entry)
+        for q, group in by_queue.items():
+            q.settle(group, Settlement(outcome))
+
+    # ---- calls (Basic.Get, purge, counts) ------------------------------------------------
+
+    def call_home(self, ch: Channel, q: RemoteQueue, request: tuple[Any, ...],
+                  then: Callable[[Any], None]) -> None:
+        if q.home not in self.links.out:
+            raise NotFound(f"{rs('queue', q.name, q.vhost_name)} is on a worker that is down")
+        call_id = next(self._call_ids)
+        self._calls[call_id] = (ch, then, q.home)
+        ch.connection.suspend()
+        self._control(q.home, ("call", call_id, q.qkey, request))
+
+    def _on_call(self, peer: int, rec: tuple[Any, ...]) -> None:
+        _, call_id, qkey, request = rec
+        q = self._home_queue(peer, CONTROL, _control_body(rec), qkey)
+        if q is None:
+            return
+        what = request[0]
+        answer: Any
+        if what == "get":
+            qm = q.get(request[1])
+            if qm is None:
+                answer = None
+            else:
+                did = 0 if request[1] else self._hand_out(peer, qm, q, None)
+                msg = qm.message
+                answer = (did, qm.redelivered, msg.ex_rk_raw, msg.properties_raw, msg.body,
+                          q.message_count)
+        elif what == "purge":
+            answer = q.purge()
+        else:
+            answer = (q.message_count, q.consumer_count)
+        self._control(peer, ("reply", call_id, "ok", answer))
+
+    def _on_reply(self, rec: tuple[Any, ...]) -> None:
+        _, call_id, status, answer = rec
+        pending = self._calls.pop(call_id, None)
+        if pending is None:
+            return
+        ch, then, _ = pending
+
+        def run() -> None:
+            if status == "down":
+                raise NotFound("the queue's worker is down")
+            if status != "ok":
+                vname, name = split_queue_key(answer)
+                raise NotFound(f"no {rs('queue', name, vname)}")
+            then(answer)
+
+        ch.connection.resume(ch.number, run)
+
+    # ---- misc ----------------------------------------------------------------------------
+
+    def _control(self, peer: int, record: tuple[Any, ...]) -> None:
+        out = self.links.out.get(peer)
+        if out is not None:
+            out.outbox.control(record)
+            out.schedule()
+
+    def tick(self) -> None:
+        """Once a second: send the home queues' counts to every worker; expire orphans."""
+        stats = {}
+        for vhost in self.broker.vhosts.values():
+            for q in vhost.queues.values():
+                if not q.remote:
+                    stats[queue_key(q.vhost_name, q.name)] = (
+                        q.message_count, q.unacked_count, q.consumer_count)
+        for peer in list(self.links.out):
+            self._control(peer, ("stats", stats))
+        self._drain_orphans()
+
+    def close(self) -> None:
+        self.links.close()
+
+
+def _control_body(rec: tuple[Any, ...]) -> bytes:
+    """A control record's body again (to keep it while its queue is unknown here)."""
+    return pickle.dumps(rec)

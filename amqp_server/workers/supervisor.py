@@ -1,0 +1,225 @@
+"""The supervisor of a multi-process broker (``amqpq-server --workers N``).
+
+It starts N worker processes (``python -m amqp_server`` with the same options and
+``--worker-index``), each listening on the same AMQP port (``SO_REUSEPORT``: the kernel
+spreads new connections over them), and stays out of the message path. It does three things:
+
+* **orders topology**: workers send it their declares, binds and deletes
+  (:mod:`amqp_server.workers.ops` records); it numbers each and sends it to every worker,
+  and keeps the list, which a (re)started worker gets in full before it accepts clients;
+* **introduces workers** to each other (``peer_up``: open your link to worker *j*);
+* **restarts a worker that died** (after :data:`RESTART_DELAY`), having first told the others
+  (an ordered ``worker_down`` record: they forget its non-durable queues and requeue what
+  its consumers held).
+
+It prints ``amqpq: listening on amqp://HOST:PORT`` once every worker is ready, and stops them
+all on SIGTERM/SIGINT (each closes its connections as a single broker does).
+
+The record list grows with every topology change since start (a few hundred bytes each);
+compacting it into a snapshot is left for later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from amqp_server.workers.link_codec import CONTROL, Outbox, RecordReader, read_control
+from amqp_server.workers.links import hub_path
+from broker.config import BrokerConfig
+from broker.listeners import format_host
+
+log = logging.getLogger("amqpq.supervisor")
+
+RESTART_DELAY = 0.5  # seconds before a dead worker is started again
+STOP_TIMEOUT = 10.0  # seconds workers get to stop before SIGKILL
+
+
+def reserve_port(host: str) -> socket.socket:
+    """A bound (not listening) ``SO_REUSEPORT`` socket on a free port of ``host``: holds
+    the port for the workers, which bind it with ``SO_REUSEPORT`` too."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, 0))
+    return sock
+
+
+class _HubConn(asyncio.Protocol):
+    def __init__(self, sup: Supervisor) -> None:
+        self.sup = sup
+        self.reader = RecordReader()
+        self.transport: asyncio.Transport | None = None
+        self.index = -1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        for kind, body in self.reader.feed(data):
+            if kind == CONTROL:
+                self.sup.on_record(self, read_control(body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.sup.on_lost(self)
+
+    def send(self, records: list[tuple[Any, ...]]) -> None:
+        if self.transport is None:
+            return
+        box = Outbox()
+        for record in records:
+            box.control(record)
+        self.transport.write(box.take())
+
+
+class Supervisor:
+    """Workers ``0..count-1`` of one broker.
+
+    Args:
+        argv: the command line the workers get (theirs plus ``--worker-*`` options).
+        config: the parsed options (port, hosts, TLS) for the listening line.
+        count: number of workers (>= 2).
+    """
+
+    def __init__(self, argv: list[str], config: BrokerConfig, count: int) -> None:
+        self.argv = argv
+        self.config = config
+        self.count = count
+        self.run_dir = Path(tempfile.mkdtemp(prefix="amqpq-workers-"))
+        self.log: list[tuple[Any, ...]] = []  # every topology record so far, in order
+        self.conns: dict[int, _HubConn] = {}
+        self.ready: set[int] = set()
+        self.procs: dict[int, asyncio.subprocess.Process] = {}
+        self.stopping = False
+        self.all_ready = asyncio.Event()
+        self._reserved: list[socket.socket] = []
+        self.port = config.port
+        self.tls_port = config.tls.port if config.tls.enabled else 0
+        self.restarts = 0
+
+    def worker_command(self, index: int) -> list[str]:
+        return [sys.executable, "-m", "amqp_server", *self.argv, "--port", str(self.port),
+                *(["--ssl-port", str(self.tls_port)] if self.tls_port else []),
+                "--worker-index", str(index), "--worker-count", str(self.count),
+                "--worker-run-dir", str(self.run_dir)]
+
+    async def serve(self) -> int:
+        loop = asyncio.get_running_loop()
+        host = self.config.listen_hosts[0]
+        if self.port == 0:
+            sock = reserve_port(host)
+            self._reserved.append(sock)
+            self.port = sock.getsockname()[1]
+        if self.config.tls.enabled and self.tls_port == 0:
+            sock = reserve_port(host)
+            self._reserved.append(sock)
+            self.tls_port = sock.getsockname()[1]
+        server = await loop.create_unix_server(lambda: _HubConn(self), str(hub_path(self.run_dir)))
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        watchers = [asyncio.create_task(self._run_worker(i)) for i in range(self.count)]
+        ready = asyncio.create_task(self.all_ready.wait())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([ready, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if self.all_ready.is_set():
+            shown = format_host(self.config.host)
+            print(f"amqpq: listening on amqp://{shown}:{self.port}", flush=True)
+            if self.tls_port:
+                print(f"amqpq: listening on amqps://{shown}:{self.tls_port}", flush=True)
+            await stop.wait()
+        self.stopping = True
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        done, pending = await asyncio.wait(watchers, timeout=STOP_TIMEOUT)
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        for task in pending:
+            task.cancel()
+        server.close()
+        for sock in self._reserved:
+            sock.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        return 0
+
+    async def _run_worker(self, index: int) -> None:
+        while not self.stopping:
+            proc = await asyncio.create_subprocess_exec(*self.worker_command(index))
+            self.procs[index] = proc
+            code = await proc.wait()
+            if self.stopping:
+                return
+            log.error("worker %d (pid %d) exited with %s; restarting it", index, proc.pid, code)
+            self.restarts += 1
+            self.ready.discard(index)
+            self.conns.pop(index, None)
+            self._append(-1, 0, ("worker_down", index))
+            await asyncio.sleep(RESTART_DELAY)
+
+    def _append(self, origin: int, op_id: int, op: tuple[Any, ...]) -> None:
+        self.log.append(op)
+        record = ("apply", origin, op_id, op)
+        for conn in self.conns.values():
+            conn.send([record])
+
+    def on_record(self, conn: _HubConn, rec: tuple[Any, ...]) -> None:
+        kind = rec[0]
+        if kind == "hello":
+            conn.index = int(rec[1])
+            # the records so far, links to every worker there is (and from them), then
+            # "synced": the newcomer accepts clients once it applied and linked all that
+            replay = [("apply", -1, 0, op) for op in self.log]
+            peers = [("peer_up", other) for other in self.conns]
+            for other in self.conns.values():
+                other.send([("peer_up", conn.index)])
+            conn.send([*replay, *peers, ("synced",)])
+            self.conns[conn.index] = conn
+        elif kind == "submit":
+            self._append(conn.index, rec[1], rec[2])
+        elif kind == "ready":
+            self.ready.add(conn.index)
+            if len(self.ready) == self.count:
+                self.all_ready.set()
+
+    def on_lost(self, conn: _HubConn) -> None:
+        if self.conns.get(conn.index) is conn:
+            del self.conns[conn.index]
+
+
+def run(argv: list[str], config: BrokerConfig, count: int) -> int:
+    """Run ``count`` workers until SIGTERM/SIGINT; the exit status."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(Supervisor(argv, config, count).serve())
+    return uvloop.run(Supervisor(argv, config, count).serve())
+
+
+def resolve_count(value: str) -> int:
+    """``--workers`` value: a positive number or ``auto`` (the cores this process may use).
+
+    Raises:
+        ValueError: anything else (the CLI prints it on one line).
+    """
+    if value == "auto":
+        return len(os.sched_getaffinity(0)) or 1
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--workers must be a number or 'auto', got {value!r}") from None
+    if not 1 <= n <= 256:
+        raise ValueError(f"--workers must be 1..256, got {n}")
+    return n

@@ -1,0 +1,308 @@
+"""``amqpq-server --workers 2``: one broker in two processes, seen by real pika clients.
+
+Connections land on either worker (SO_REUSEPORT); a queue lives on the worker of the
+connection that declared it (``worker`` in ``/api/queues``). These tests pick connections on
+a given worker and check that what one worker's client does reaches the other's: topology,
+publishes with confirms, consumers with acks and prefetch, Basic.Get, transactions,
+exclusivity, deletes with consumer cancel notifications, and a worker killed with -9.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker, NackError
+
+from tests.support.broker_process import BrokerProcess, free_port
+
+WAIT = 10.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    base = tmp_path_factory.mktemp("workers")
+    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(),
+                         args=("--workers", "2"))
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.close()
+
+
+def api(broker: BrokerProcess, path: str) -> object:
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.management_port}{path}")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def queue_info(broker: BrokerProcess, name: str) -> dict:
+    info = api(broker, f"/api/queues/%2F/{name}")
+    assert isinstance(info, dict)
+    return info
+
+
+def worker_of(broker: BrokerProcess, conn: pika.BlockingConnection) -> int:
+    """The worker ``conn`` is on: where an exclusive queue it declares lives."""
+    ch = conn.channel()
+    name = ch.queue_declare("", exclusive=True).method.queue
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            return int(queue_info(broker, name)["worker"])
+        except urllib.error.HTTPError:  # not on worker 0's list yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        finally:
+            pass
+
+
+def connect_on(broker: BrokerProcess, worker: int) -> pika.BlockingConnection:
+    """A connection that landed on ``worker`` (others opened on the way are closed)."""
+    for _ in range(100):
+        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+        if worker_of(broker, conn) == worker:
+            return conn
+        conn.close()
+    raise AssertionError(f"no connection landed on worker {worker} in 100 tries")
+
+
+@pytest.fixture()
+def pair(broker: BrokerProcess) -> Iterator[tuple[pika.BlockingConnection,
+                                                  pika.BlockingConnection]]:
+    a, b = connect_on(broker, 0), connect_on(broker, 1)
+    yield a, b
+    for conn in (a, b):
+        if conn.is_open:
+            conn.close()
+
+
+def qname() -> str:
+    return f"wq-{uuid.uuid4().hex[:8]}"
+
+
+def test_connections_land_on_both_workers(broker: BrokerProcess) -> None:
+    conns = [pika.BlockingConnection(pika.URLParameters(broker.url)) for _ in range(16)]
+    try:
+        seen = {worker_of(broker, c) for c in conns}
+    finally:
+        for c in conns:
+            c.close()
+    assert seen == {0, 1}
+
+
+def test_topology_from_one_worker_routes_on_the_other(pair: tuple) -> None:
+    a, b = pair
+    ca, cb = a.channel(), b.channel()
+    q, x = qname(), qname()
+    ca.exchange_declare(x, "topic")
+    ca.queue_declare(q)
+    ca.queue_bind(q, x, "orders.*")
+    cb.confirm_delivery()
+    cb.basic_publish(x, "orders.new", b"routed across", mandatory=True)
+    cb.exchange_declare(x, "topic", passive=True)  # visible on worker 1 too
+    assert cb.queue_declare(q, passive=True).method.message_count == 1
+    method, _, body = cb.basic_get(q, auto_ack=True)
+    assert method is not None and body == b"routed across"
+    ca.queue_delete(q)
+    ca.exchange_delete(x)
+
+
+def test_consumer_on_other_worker_gets_everything_in_order_with_acks(
+        broker: BrokerProcess, pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    ca = a.channel()
+    ca.queue_declare(q)  # home: worker 0
+    ca.confirm_delivery()
+    cb = b.channel()
+    cb.basic_qos(prefetch_count=10)
+    got: list[bytes] = []
+
+    def on_message(ch, method, props, body):  # type: ignore[no-untyped-def]
+        got.append(body)
+        ch.basic_ack(method.delivery_tag)
+
+    cb.basic_consume(q, on_message)
+    for i in range(500):
+        ca.basic_publish("", q, b"m%d" % i, pika.BasicProperties(delivery_mode=2))
+    deadline = time.monotonic() + WAIT
+    while len(got) < 500 and time.monotonic() < deadline:
+        b.process_data_events(time_limit=0.1)
+    assert got == [b"m%d" % i for i in range(500)]
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        info = queue_info(broker, q)
+        if info["messages"] == 0 and info["worker"] == 0:
+            break
+        time.sleep(0.1)
+    assert (info["messages"], info["worker"]) == (0, 0)
+    ca.queue_delete(q)
+
+
+def test_prefetch_holds_across_workers(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    ca = a.channel()
+    ca.queue_declare(q)
+    for i in range(20):
+        ca.basic_publish("", q, b"%d" % i)
+    cb = b.channel()
+    cb.basic_qos(prefetch_count=3)
+    got: list[int] = []
+    cb.basic_consume(q, lambda ch, m, p, body: got.append(m.delivery_tag))
+    b.process_data_events(time_limit=1.0)
+    assert len(got) == 3  # no ack: the home keeps to the prefetch
+    cb.basic_ack(got[-1], multiple=True)
+    b.process_data_events(time_limit=1.0)
+    assert len(got) == 6
+    cb.close()  # the three unacked go back, redelivered
+    method, _, _ = ca.basic_get(q)
+    assert method is not None and method.redelivered
+    ca.queue_delete(q)
+
+
+def test_basic_get_requeue_on_close_and_counts(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    ca = a.channel()
+    ca.queue_declare(q)
+    for i in range(3):
+        ca.basic_publish("", q, b"g%d" % i)
+    cb = b.channel()
+    method, _, body = cb.basic_get(q)
+    assert body == b"g0" and method.message_count == 2
+    cb.close()  # unacked Basic.Get goes back to the home
+    cb = b.channel()
+    method, _, body = cb.basic_get(q, auto_ack=True)
+    assert body == b"g0" and method.redelivered
+    assert cb.queue_purge(q).method.message_count == 2
+    assert cb.basic_get(q) == (None, None, None)
+    ca.queue_delete(q)
+
+
+def test_reject_publish_overflow_nacks_a_publisher_on_the_other_worker(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    a.channel().queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    cb = b.channel()
+    cb.confirm_delivery()
+    cb.basic_publish("", q, b"fits")
+    with pytest.raises(NackError):
+        cb.basic_publish("", q, b"refused")
+    assert cb.queue_declare(q, passive=True).method.message_count == 1
+    cb.queue_delete(q)
+
+
+def test_transaction_commits_to_a_queue_on_the_other_worker(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    a.channel().queue_declare(q, durable=True)
+    cb = b.channel()
+    cb.tx_select()
+    cb.basic_publish("", q, b"t1", pika.BasicProperties(delivery_mode=2))
+    cb.basic_publish("", q, b"t2", pika.BasicProperties(delivery_mode=2))
+    assert cb.queue_declare(q, passive=True).method.message_count == 0  # not committed
+    cb.tx_commit()
+    assert cb.queue_declare(q, passive=True).method.message_count == 2
+    cb.queue_delete(q)
+
+
+def test_exclusive_queue_is_locked_for_the_other_worker(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    a.channel().queue_declare(q, exclusive=True)
+    cb = b.channel()
+    with pytest.raises(ChannelClosedByBroker) as err:
+        cb.basic_consume(q, lambda *args: None)
+    assert err.value.reply_code == 405
+    a.close()  # the owner goes: the queue goes everywhere
+    cb = b.channel()
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            cb.queue_declare(q, passive=True)
+        except ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            break
+        assert time.monotonic() < deadline, "exclusive queue outlived its owner"
+        time.sleep(0.05)
+
+
+def test_delete_on_one_worker_cancels_consumers_on_the_other(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    cb = b.channel()
+    cb.queue_declare(q)  # home: worker 1
+    ca = a.channel()
+    cancelled: list[str] = []
+    ca.basic_consume(q, lambda *args: None)
+    ca.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    cb.queue_delete(q)
+    deadline = time.monotonic() + WAIT
+    while not cancelled and time.monotonic() < deadline:
+        a.process_data_events(time_limit=0.1)
+    assert cancelled
+
+
+def _worker_pids(supervisor_pid: int) -> list[int]:
+    children = Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text()
+    return [int(p) for p in children.split()]
+
+
+def test_kill_9_of_a_worker_keeps_the_broker_serving_and_loses_nothing_confirmed(
+        broker: BrokerProcess) -> None:
+    b = connect_on(broker, 1)
+    q = qname()
+    cb = b.channel()
+    cb.queue_declare(q, durable=True)  # home: worker 1
+    cb.confirm_delivery()
+    for i in range(200):
+        cb.basic_publish("", q, b"p%d" % i, pika.BasicProperties(delivery_mode=2))
+    pids = _worker_pids(broker.pid)
+    assert len(pids) == 2
+    a = connect_on(broker, 0)
+    victim = next(p for p in pids if p != _pid_of_worker0(broker, pids))
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + WAIT
+    while b.is_open and time.monotonic() < deadline:
+        try:
+            b.process_data_events(time_limit=0.1)
+        except Exception:
+            break
+    assert not b.is_open  # its clients see a closed connection
+    a.channel().queue_declare(qname(), exclusive=True)  # worker 0 kept serving
+    deadline = time.monotonic() + 3 * WAIT
+    count = -1
+    while time.monotonic() < deadline:
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(broker.url))
+            count = conn.channel().queue_declare(q, passive=True).method.message_count
+            conn.close()
+            if count == 200:
+                break
+        except Exception:  # the restarted worker may still be recovering
+            pass
+        time.sleep(0.2)
+    assert count == 200
+    a.close()
+
+
+def _pid_of_worker0(broker: BrokerProcess, pids: list[int]) -> int:
+    for pid in pids:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"--worker-index" in cmd and cmd[cmd.index(b"--worker-index") + 1] == b"0":
+            return pid
+    raise AssertionError("worker 0 not found")
