@@ -312,9 +312,13 @@ class Channel:
     def _publish_reply(self, msg: Message, mandatory: bool) -> None:
         """A reply to a direct reply-to address: straight to that channel's consumer."""
         self.counters.publish += 1
-        target = self.connection.broker.reply_to.lookup(msg.routing_key)
+        registry = self.connection.broker.reply_to
+        target = registry.lookup(msg.routing_key)
+        worker = registry.worker_of(msg.routing_key) if self._workers is not None else None
         if target is not None:
             target.deliver_reply(msg)
+        elif worker is not None and worker != self._workers.index:
+            self._workers.forward_reply(worker, msg)  # that worker's channel, if still there
         elif mandatory:
             self.counters.returned += 1
             self._return_unroutable(msg)

@@ -31,10 +31,14 @@ class ReplyToRegistry:
 
     def __init__(self) -> None:
         self._channels: dict[str, Channel] = {}
+        self.worker: int | None = None  # with several workers: this one's index
 
     def register(self, channel: Channel) -> str:
-        """A new unguessable reply address for ``channel``."""
+        """A new unguessable reply address for ``channel`` (with several workers it starts
+        with ``w<index>.``, so a reply published on another worker finds its way here)."""
         key = base64.urlsafe_b64encode(os.urandom(18)).decode()
+        if self.worker is not None:
+            key = f"w{self.worker}.{key}"
         self._channels[key] = channel
         return PREFIX + key
 
@@ -44,6 +48,14 @@ class ReplyToRegistry:
     def lookup(self, routing_key: str) -> Channel | None:
         """The channel a ``amq.rabbitmq.reply-to.<key>`` routing key addresses, if any."""
         return self._channels.get(routing_key[len(PREFIX):])
+
+    def worker_of(self, routing_key: str) -> int | None:
+        """The worker a reply address names (``w<index>.`` keys), else None."""
+        key = routing_key[len(PREFIX):]
+        head, dot, _ = key.partition(".")
+        if dot and head[:1] == "w" and head[1:].isdigit():
+            return int(head[1:])
+        return None
 
 
 def check_reply_consumer(no_ack: bool) -> None:

@@ -7,7 +7,8 @@ Which broker:
   differentially.
 * otherwise: our broker, started once per session as ``python -m amqp_server`` on a free port
   with a temporary data directory (:class:`tests.support.broker_process.BrokerProcess`);
-  skipped when ``amqp_server`` is not importable yet.
+  skipped when ``amqp_server`` is not importable yet. ``AMQPQ_TEST_WORKERS=2`` runs it as
+  ``--workers 2`` (connections spread over two worker processes).
 
 Tests never collide on a shared broker: every name they declare comes from ``unique_name``
 (a uuid suffix), and they delete what they declare (or use exclusive/auto-delete queues).
@@ -28,6 +29,7 @@ import pytest
 from tests.support.broker_process import REPO_ROOT, BrokerProcess, BrokerStartError
 
 ENV_URL = "AMQPQ_TEST_URL"
+ENV_WORKERS = "AMQPQ_TEST_WORKERS"  # N: our broker runs as ``--workers N`` (CI runs 1 and 2)
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
 
     base = tmp_path_factory.mktemp("amqpq")
-    broker = BrokerProcess(base / "data", base / "broker.log", management=True)
+    workers = os.environ.get(ENV_WORKERS, "1")
+    broker = BrokerProcess(base / "data", base / "broker.log", management=True,
+                           args=("--workers", workers) if workers != "1" else ())
     try:
         broker.start()
     except BrokerStartError as exc:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker.access_sync import ACCESS_PATHS
 from management.auth import Handler, auth_middleware
 from management.errors import ApiError, from_amqp, not_found
 from management.listing import list_query_middleware
@@ -64,6 +65,10 @@ async def persist_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             broker = request.app[STATE_KEY].broker
+            workers = getattr(broker, "workers", None)
+            if workers is not None and request.path.startswith(ACCESS_PATHS):
+                # --workers N: the other workers take the same users, vhosts, policies...
+                workers.share_access(request.path.startswith("/api/definitions"))
             for hook in ("mark_changed", "after_batch"):
                 fn = getattr(broker, hook, None)
                 if callable(fn):

@@ -306,3 +306,104 @@ def _pid_of_worker0(broker: BrokerProcess, pids: list[int]) -> int:
         if b"--worker-index" in cmd and cmd[cmd.index(b"--worker-index") + 1] == b"0":
             return pid
     raise AssertionError("worker 0 not found")
+
+
+def api_write(broker: BrokerProcess, method: str, path: str, body: object = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.management_port}{path}",
+                                 data=data, method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return resp.status
+
+
+def test_http_api_changes_reach_every_worker(broker: BrokerProcess) -> None:
+    vhost, user = qname(), qname()
+    api_write(broker, "PUT", f"/api/vhosts/{vhost}")
+    api_write(broker, "PUT", f"/api/users/{user}", {"password": "pw", "tags": ""})
+    api_write(broker, "PUT", f"/api/permissions/{vhost}/{user}",
+              {"configure": ".*", "write": ".*", "read": ".*"})
+    api_write(broker, "PUT", f"/api/queues/{vhost}/hq", {"durable": False})
+    params = pika.URLParameters(f"amqp://{user}:pw@127.0.0.1:{broker.port}/{vhost}")
+    seen: set[int] = set()
+    conns = []
+    for _ in range(40):  # until a connection of that user landed on each worker
+        conn = pika.BlockingConnection(params)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "hq", b"via http queue", mandatory=True)  # routed on both
+        name = ch.queue_declare("", exclusive=True).method.queue
+        seen.add(int(queue_info_in(broker, vhost, name)["worker"]))
+        conns.append(conn)
+        if seen == {0, 1}:
+            break
+    assert seen == {0, 1}
+    assert queue_info_in(broker, vhost, "hq")["worker"] == 0  # declared over HTTP
+    api_write(broker, "DELETE", f"/api/users/{user}")
+    deadline = time.monotonic() + WAIT
+    for conn in conns:  # the user is gone everywhere: its connections are closed (320)
+        while conn.is_open and time.monotonic() < deadline:
+            try:
+                conn.process_data_events(time_limit=0.1)
+            except pika.exceptions.ConnectionClosedByBroker as exc:
+                assert exc.reply_code == 320
+    assert not any(c.is_open for c in conns)
+    api_write(broker, "DELETE", f"/api/vhosts/{vhost}")
+
+
+def queue_info_in(broker: BrokerProcess, vhost: str, name: str) -> dict:
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            info = api(broker, f"/api/queues/{vhost}/{name}")
+            assert isinstance(info, dict)
+            return info
+        except urllib.error.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_direct_reply_to_across_workers(pair: tuple) -> None:
+    a, b = pair
+    server_q = qname()
+    ca = a.channel()
+    ca.queue_declare(server_q)
+
+    def serve(ch, method, props, body):  # type: ignore[no-untyped-def]
+        ch.basic_publish("", props.reply_to, b"re:" + body)
+
+    ca.basic_consume(server_q, serve, auto_ack=True)
+    cb = b.channel()
+    replies: list[bytes] = []
+    cb.basic_consume("amq.rabbitmq.reply-to", lambda ch, m, p, body: replies.append(body),
+                     auto_ack=True)
+    cb.basic_publish("", server_q, b"ping",
+                     pika.BasicProperties(reply_to="amq.rabbitmq.reply-to"))
+    deadline = time.monotonic() + WAIT
+    while not replies and time.monotonic() < deadline:
+        a.process_data_events(time_limit=0.05)
+        b.process_data_events(time_limit=0.05)
+    assert replies == [b"re:ping"]
+    ca.queue_delete(server_q)
+
+
+def test_dead_letters_reach_a_queue_on_the_other_worker(pair: tuple) -> None:
+    a, b = pair
+    dlq, q = qname(), qname()
+    b.channel().queue_declare(dlq)  # home: worker 1
+    ca = a.channel()
+    ca.queue_declare(q, arguments={"x-dead-letter-exchange": "",
+                                   "x-dead-letter-routing-key": dlq, "x-message-ttl": 50})
+    ca.basic_publish("", q, b"expires")  # home: worker 0; expires, dead-lettered to worker 1
+    cb = b.channel()
+    deadline = time.monotonic() + WAIT
+    body = None
+    while body is None and time.monotonic() < deadline:
+        _, props, body = cb.basic_get(dlq, auto_ack=True)
+        time.sleep(0.05)
+    assert body == b"expires"
+    assert props.headers["x-death"][0]["queue"] == q
+    ca.queue_delete(q)
+    cb.queue_delete(dlq)

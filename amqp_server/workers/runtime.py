@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_common import framing
-from amqp_common.errors import AMQPError, NotFound, rs
+from amqp_common.errors import AMQPError, InternalError, NotFound, rs
 from amqp_server.workers import ops
 from amqp_server.workers.link_codec import (
     CONTROL,
@@ -65,6 +65,7 @@ from amqp_server.workers.link_codec import (
 )
 from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import CREDIT_WINDOW, LinkConsumerChannel, RemoteQueue
+from broker.access_sync import access_document, apply_access
 from queue_store.consumer import Consumer
 from queue_store.grouped_queue import queue_class
 from queue_store.message import Message
@@ -126,13 +127,15 @@ class WorkerRuntime:
         self.index = index
         self.count = count
         broker.workers = self
+        broker.reply_to.worker = index
         self.links = Links(run_dir, index, self._on_records, self._peer_lost)
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
         self._applying = False
         self._ops = itertools.count(1)
-        self._pending_ops: dict[int, tuple[Channel, Callable[[Any], None]]] = {}
+        # op_id -> (channel, continuation) of a client's method, or the HTTP API's future
+        self._pending_ops: dict[int, Any] = {}
         self._stubs: dict[tuple[int, int], OwnerStub] = {}
         self.up: set[int] = set()  # workers with an open link
         # consumer side (this worker's clients, queues elsewhere)
@@ -223,6 +226,8 @@ class WorkerRuntime:
         try:
             if op[0] == "worker_down":
                 return self._worker_down(op[1])
+            if op[0] == "access":
+                return apply_access(self.broker, op[1])
             if op[1] not in self.broker.vhosts:
                 raise NotFound(f"no vhost '{op[1]}'")
             return ops.apply_op(self.broker, op, owner_of)
@@ -230,8 +235,35 @@ class WorkerRuntime:
             self._applying = False
             self._home_now = None
 
+    def submit_async(self, op: ops.Op) -> asyncio.Future[Any]:
+        """Send ``op`` for ordering (the HTTP API); the future has the result of applying
+        it here, or the error."""
+        op_id = next(self._ops)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending_ops[op_id] = future
+        self.links.send_hub(("submit", op_id, op))
+        return future
+
+    def share_access(self, with_topology: bool) -> None:
+        """Users, vhosts, permissions, policies... changed here (the HTTP API): the other
+        workers take the same (:mod:`broker.access_sync`)."""
+        self.links.send_hub(("submit", 0, ("access", access_document(self.broker,
+                                                                     with_topology))))
+
     def _on_apply(self, origin: int, op_id: int, op: ops.Op) -> None:
+        if origin == self.index and op_id == 0:
+            return  # told to the others about a change made here
         pending = self._pending_ops.pop(op_id, None) if origin == self.index else None
+        if isinstance(pending, asyncio.Future):
+            try:
+                result = self._apply(op, self._stub)
+            except Exception as exc:
+                pending.set_exception(exc)
+            else:
+                pending.set_result(result)
+            self._drain_orphans()
+            self.broker.after_batch()
+            return
         if pending is None:
             try:
                 self._apply(op, self._stub)
@@ -353,6 +385,10 @@ class WorkerRuntime:
             self._on_call(peer, rec)
         elif kind == "reply":
             self._on_reply(rec)
+        elif kind == "reply_to":
+            target = self.broker.reply_to.lookup(rec[1])
+            if target is not None:
+                target.deliver_reply(message_from(rec[2], rec[3], rec[4]))
         elif kind == "stats":
             for qkey, stats in rec[1].items():
                 q = self._queue(qkey)
@@ -437,6 +473,11 @@ class WorkerRuntime:
             self.published.append((q.home, pub_id))
             return ROUTED | REMOTE
         return ROUTED
+
+    def forward_reply(self, worker: int, message: Message) -> None:
+        """A direct reply-to reply for a channel on ``worker``."""
+        self._control(worker, ("reply_to", message.routing_key, message.ex_rk_raw,
+                               message.properties_raw, message.body))
 
     def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
                       err: Callable[[], None]) -> None:
@@ -637,6 +678,19 @@ class WorkerRuntime:
         q = self._home_queue(peer, CONTROL, _control_body(rec), qkey)
         if q is None:
             return
+        try:
+            answer = self._answer_call(peer, q, request)
+        except AMQPError as exc:  # raised to the client on the asking worker (its class)
+            self._control(peer, ("reply", call_id, "raise", exc))
+            return
+        except Exception as exc:
+            log.exception("worker call %r failed", request)
+            self._control(peer, ("reply", call_id, "raise",
+                                 InternalError(f"{type(exc).__name__}: {exc}")))
+            return
+        self._control(peer, ("reply", call_id, "ok", answer))
+
+    def _answer_call(self, peer: int, q: Queue, request: tuple[Any, ...]) -> Any:
         what = request[0]
         answer: Any
         if what == "get":
@@ -652,7 +706,7 @@ class WorkerRuntime:
             answer = q.purge()
         else:
             answer = (q.message_count, q.consumer_count)
-        self._control(peer, ("reply", call_id, "ok", answer))
+        return answer
 
     def _on_reply(self, rec: tuple[Any, ...]) -> None:
         _, call_id, status, answer = rec
@@ -664,6 +718,8 @@ class WorkerRuntime:
         def run() -> None:
             if status == "down":
                 raise NotFound("the queue's worker is down")
+            if status == "raise":
+                raise answer
             if status != "ok":
                 vname, name = split_queue_key(answer)
                 raise NotFound(f"no {rs('queue', name, vname)}")

@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker.topology_records import change_topology
 from exchanges.binding import Binding, Destination, DestinationKind
 from management.auth import check_permission, require_vhost, visible_vhosts
 from management.errors import from_amqp, not_found
@@ -93,7 +94,8 @@ async def create_binding(request: web.Request) -> web.Response:
     arguments = dict(table(body, "arguments"))
     _check_bind(request, vhost, source, dest)
     try:
-        vhost.bind(dest, source, routing_key, arguments)
+        await change_topology(state(request).broker, (
+            "bind", vhost.name, dest.kind, dest.name, source, routing_key, arguments, None))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     key = properties_key(routing_key, arguments)
@@ -122,7 +124,9 @@ async def delete_binding(request: web.Request) -> web.Response:
     vhost, b = _find(request)
     _check_bind(request, vhost, b.source, b.destination)
     try:
-        vhost.unbind(b.destination, b.source, b.routing_key, b.arguments)
+        await change_topology(state(request).broker, (
+            "unbind", vhost.name, b.destination.kind, b.destination.name, b.source,
+            b.routing_key, b.arguments, None))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return no_content()

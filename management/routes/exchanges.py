@@ -13,6 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker.topology_records import change_topology
 from management.auth import (
     check_permission,
     principal,
@@ -82,11 +83,9 @@ async def put_exchange(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "exchange", name)
     was_new = name not in vhost.exchanges
     try:
-        vhost.declare_exchange(name, text(body, "type", "direct"),
-                               durable=flag(body, "durable"),
-                               auto_delete=flag(body, "auto_delete"),
-                               internal=flag(body, "internal"),
-                               arguments=dict(table(body, "arguments")))
+        await change_topology(state(request).broker, (
+            "xdecl", vhost.name, name, text(body, "type", "direct"), flag(body, "durable"),
+            flag(body, "auto_delete"), flag(body, "internal"), dict(table(body, "arguments"))))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return created(was_new)
@@ -102,7 +101,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
         raise not_found()
     check_permission(request, vhost.name, "configure", "exchange", name)
     try:
-        vhost.delete_exchange(name, if_unused=query_flag(request, "if-unused"))
+        await change_topology(state(request).broker,
+                              ("xdel", vhost.name, name, query_flag(request, "if-unused")))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return no_content()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker.topology_records import change_topology
 from management.auth import check_permission, visible_vhosts
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
@@ -87,9 +88,9 @@ async def put_queue(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "queue", name)
     was_new = name not in vhost.queues
     try:
-        vhost.declare_queue(name, durable=flag(body, "durable"),
-                            auto_delete=flag(body, "auto_delete"),
-                            arguments=dict(table(body, "arguments")))
+        await change_topology(state(request).broker, (
+            "qdecl", vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
+            dict(table(body, "arguments")), None, False, 0))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return created(was_new)
@@ -102,8 +103,9 @@ async def delete_queue(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "queue", q.name)
     _unlocked(q)
     try:
-        vhost.delete_queue(q.name, if_unused=query_flag(request, "if-unused"),
-                           if_empty=query_flag(request, "if-empty"))
+        await change_topology(state(request).broker, (
+            "qdel", vhost.name, q.name, query_flag(request, "if-unused"),
+            query_flag(request, "if-empty"), None))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return no_content()

@@ -1,0 +1,69 @@
+"""Users, vhosts, permissions, policies, parameters and limits kept equal on every worker.
+
+With ``--workers N`` the HTTP API is served by worker 0. After a request that changed any of
+these, worker 0 sends its whole state of them (:func:`access_document`, a definitions
+document without queues, exchanges and bindings, which travel as topology records) as one
+ordered record; every other worker makes its own state equal to it (:func:`apply_access`):
+what the document lacks is deleted (users, vhosts — closing their connections as on one
+node — permissions, policies, parameters, limits), the rest imported as
+``POST /api/definitions`` would. A definitions import (``POST /api/definitions``) carries
+its queues, exchanges and bindings too (added where missing, never deleted by this path).
+
+Source: RabbitMQ keeps these in its metadata store, replicated to every node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vhosts.definitions import OPERATOR_POLICY, export_definitions, import_definitions
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+#: HTTP paths whose changes :func:`access_document` carries (``/api/definitions``: all)
+ACCESS_PATHS = ("/api/users", "/api/vhosts", "/api/permissions", "/api/topic-permissions",
+                "/api/policies", "/api/operator-policies", "/api/parameters",
+                "/api/global-parameters", "/api/vhost-limits", "/api/user-limits",
+                "/api/limits", "/api/definitions")
+
+
+def access_document(broker: Broker, with_topology: bool = False) -> dict[str, Any]:
+    """The definitions document to send; queues, exchanges and bindings only when
+    ``with_topology`` (a definitions import)."""
+    doc = export_definitions(broker, include_transient=with_topology)
+    if not with_topology:
+        doc["queues"], doc["exchanges"], doc["bindings"] = [], [], []
+    return doc
+
+
+def apply_access(broker: Broker, doc: dict[str, Any]) -> None:
+    """Make ``broker``'s users, vhosts, permissions, policies, parameters and limits those
+    of ``doc``.
+
+    Raises:
+        DefinitionsError (ValueError): the document does not import (logged by the caller).
+    """
+    users = {u["name"] for u in doc["users"]}
+    for name in [n for n in broker.users.users if n not in users]:
+        broker.delete_user(name)
+    vhosts = {v["name"] for v in doc["vhosts"]}
+    for name in [n for n in broker.vhosts if n not in vhosts]:
+        broker.delete_vhost(name)
+    perms = {(p["user"], p["vhost"]) for p in doc["permissions"]}
+    for user, vhost in [k for k in broker.permissions.permissions if k not in perms]:
+        broker.permissions.clear(user, vhost)
+    broker.permissions.topic_permissions.clear()
+    policies = {(p["vhost"], p["name"]) for p in doc["policies"]}
+    operator = {(p["vhost"], p["name"]) for p in doc["parameters"]
+                if p.get("component") == OPERATOR_POLICY}
+    for vhost in broker.vhosts.values():
+        for name in [n for n in vhost.policies if (vhost.name, n) not in policies]:
+            vhost.clear_policy(name)
+        for name in [n for n in vhost.operator_policies if (vhost.name, n) not in operator]:
+            vhost.clear_operator_policy(name)
+    broker.extras.parameters.clear()
+    broker.extras.global_parameters.clear()
+    broker.limits.users.clear()
+    broker.limits.vhosts.clear()
+    import_definitions(broker, doc)
