@@ -35,6 +35,13 @@ lint: install
 
 test: install lint
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory interop-workers
+
+# The interop suite (and its differential run, when the reference RabbitMQ is up) against a
+# broker of two worker processes (--workers 2): connections land on both.
+.PHONY: interop-workers
+interop-workers: install
+	AMQPQ_TEST_WORKERS=2 $(PY) -m pytest -q interop_tests
 
 unit: install
 	$(PY) -m pytest -q tests

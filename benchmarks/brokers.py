@@ -103,17 +103,26 @@ class Amqpq:
     """A fresh amqpq broker process per run (:class:`tests.support.broker_process.BrokerProcess`
     with a temporary data dir, removed by :meth:`stop`)."""
 
-    name = "amqpq"
     fresh_per_run = True
 
-    def __init__(self, python: str = sys.executable, extra_args: tuple[str, ...] = ()) -> None:
-        self.python, self.extra_args = python, extra_args
+    def __init__(self, python: str = sys.executable, extra_args: tuple[str, ...] = (),
+                 workers: int = 1) -> None:
+        self.python, self.workers = python, workers
+        self.extra_args = extra_args + (("--workers", str(workers)) if workers > 1 else ())
+        self.name = "amqpq" if workers == 1 else f"amqpq-w{workers}"
         self.process: BrokerProcess | None = None
         self.port = 0
+        self._pids: list[int] = []
 
     @property
     def pids(self) -> list[int]:
-        return [self.process.pid] if self.process is not None else []
+        """The broker's processes: with --workers N, the supervisor and its workers (read
+        once the broker is up; a restarted worker is not followed)."""
+        if self.process is None:
+            return []
+        if not self._pids:
+            self._pids = [self.process.pid, *descendants(self.process.pid)]
+        return self._pids
 
     @property
     def output(self) -> list[str]:
@@ -122,6 +131,7 @@ class Amqpq:
 
     def start(self) -> None:
         self.process = BrokerProcess(python=self.python, args=self.extra_args, start_timeout=30)
+        self._pids = []
         try:
             self.port = self.process.start().port
         except BrokerStartError as exc:
@@ -136,6 +146,21 @@ class Amqpq:
             self.process.stop(timeout=15)
             self.process.close()
             self.process = None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children...), from /proc."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        out.extend(kids)
+        todo.extend(kids)
+    return out
 
 
 def rabbit_pids() -> list[int]:

@@ -193,6 +193,8 @@ class Consumer:
         for q in cfg["queues"]:
             c = Client(cfg["port"])
             c.channel(1)
+            if cfg.get("declare"):  # the queue lives where its consumer is (--workers N)
+                c.declare_queue(q)
             if cfg.get("prefetch"):
                 c.qos(int(cfg["prefetch"]))
             if not cfg.get("consume_on_go"):

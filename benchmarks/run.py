@@ -54,7 +54,7 @@ BACKLOG_RABBIT_MEM_MB = 10_000  # full backlog on RabbitMQ only with this much m
 BACKLOG_RABBIT_REDUCED = 250_000
 # memory- and latency-sensitive scenarios first (RabbitMQ gives memory back slowly after a
 # backlog, which would show as noise in the RSS of 9), the 1M backlog last
-EXEC_ORDER = [9, 7, 1, 2, 3, 4, 5, 6, 8, 10, 11]
+EXEC_ORDER = [9, 7, 1, 12, 2, 3, 4, 5, 6, 8, 10, 11]
 # the 10 M persistent backlog and the 1,000 durable queues (tens of minutes): only with --only
 ON_DEMAND = {10, 11}
 
@@ -210,6 +210,13 @@ def summarise(scenarios: list[Scenario], runs: dict[int, dict[str, list[dict[str
             r = row.get("rabbitmq")
             met, ratio = _check(m.target, a["median"] if a else None, r["median"] if r else None)
             row.update(ratio=ratio, target=m.target, met=met)
+            for b in brokers:  # --workers N columns: their own ratio and target check
+                if b.startswith("amqpq-w") and row.get(b):
+                    bmet, bratio = _check(m.target, row[b]["median"],
+                                          r["median"] if r else None)
+                    row[f"ratio_{b}"], row[f"met_{b}"] = bratio, bmet
+                    if a and a["median"]:
+                        row[f"vs_amqpq_{b}"] = row[b]["median"] / a["median"]
             (entry["metrics"] if m in sc.metrics else entry["resources"])[m.key] = row
         for b in brokers:
             ok = [r for r in per.get(b, []) if not r.get("error")]
@@ -262,6 +269,16 @@ def print_table(scenarios: list[Scenario], summary: dict[int, Any], brokers: lis
             tgt = (m.target or "").replace("ratio", "x").replace("amqpq", "")
             line += f"{tgt:<11} {row['met']}"
             print(line)
+            for b in brokers:
+                if not b.startswith("amqpq-w"):
+                    continue
+                r_b = row.get(f"ratio_{b}")
+                vs = row.get(f"vs_amqpq_{b}")
+                print(f"{'':<34} {'  ' + b:<16} {mmm(row.get(b), m.fmt):>30}  "
+                      + (f"{'':>30}  {'-' if r_b is None else format(r_b, '.2f'):>6}  "
+                         if has_r else "")
+                      + f"{tgt:<11} {row.get(f'met_{b}', '')}"
+                      + ("" if vs is None else f"  ({vs:.2f}x amqpq)"))
             if m.target:
                 targets.append({"scenario": sc.sid, "name": sc.name, "metric": m.key,
                                 "label": m.label, "target": m.target, "met": row["met"],
@@ -349,6 +366,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-rabbitmq", action="store_true", help="amqpq only")
     p.add_argument("--no-amqpq", action="store_true", help="RabbitMQ only (debugging)")
     p.add_argument("--rabbit-port", type=int, default=5672)
+    p.add_argument("--workers", default="1", metavar="N[,M...]",
+                   help="amqpq --workers settings to run, each a column of its own beside "
+                        "RabbitMQ (e.g. 1,2; default 1)")
     p.add_argument("--no-ceiling", action="store_true",
                    help="skip measuring the load generator's ceiling")
     p.add_argument("--backlog", type=int, default=None,
@@ -408,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             if k.endswith("_error"):
                 print(f"  ceiling {k[:-6]}: {v}")
 
-    brokers: list[Any] = [] if args.no_amqpq else [Amqpq()]
+    worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    brokers: list[Any] = [] if args.no_amqpq else [Amqpq(workers=w) for w in worker_counts]
     if not args.no_rabbitmq:
         rabbit = RabbitMQ(args.rabbit_port)
         try:

@@ -75,6 +75,7 @@ class Params:
     s11: int = 10_000  # messages per queue
     s11_rabbit: int = 1_000  # per queue on RabbitMQ (1 M in all: ~2.5 GB)
     s11_queues: int = 1_000
+    s12: int = 150_000  # messages per pair (4 pairs)
     time_limit: float = 120.0
     backlog_time_limit: float = 600.0
 
@@ -82,7 +83,7 @@ class Params:
     def quick(cls) -> Params:
         return cls(s1=30_000, s2=20_000, s3=10_000, s4=20_000, s5=5_000, s6=20_000,
                    s7_duration=3.0, s8=100_000, s8_rabbit=100_000, s9=200, s9_rabbit=200, s10=100_000, s10_rabbit=100_000,
-                   s11=100, s11_rabbit=100, s11_queues=100, time_limit=30.0,
+                   s11=100, s11_rabbit=100, s11_queues=100, s12=15_000, time_limit=30.0,
                    backlog_time_limit=60.0)
 
 
@@ -306,6 +307,29 @@ def s1_transient(ctx: RunCtx) -> dict[str, Any]:
             "rate": _rate(con.get("received", 0), t_go, con.get("t_last")),
             "publish_rate": _rate(pub.get("sent", 0), t_go, pub.get("t_sent")),
             "error": _errors(con, pub) or ctx.leftover([q])}
+
+
+def s12_four_pairs(ctx: RunCtx) -> dict[str, Any]:
+    """4 independent publisher -> queue -> no-ack consumer pairs at once (8 connections,
+    transient, 200 B); each consumer declares its queue, so with --workers N a queue lives on
+    its consumer's worker and a publisher lands on either."""
+    n = ctx.p.s12
+    qs = [f"{ctx.prefix}-pair{i}" for i in range(4)]
+    ctx.queues.extend(qs)
+    specs: list[tuple[str, dict[str, Any]]] = [
+        ("consumer", {"queues": [q], "expected": n, "body_size": BODY, "no_ack": True,
+                      "declare": True}) for q in qs]
+    specs += [("publisher", {"exchange": "", "routing_keys": [q], "count": n,
+                             "body_size": BODY, "batch": 1000}) for q in qs]
+    t_go, results = ctx.run_workers(specs, ctx.p.time_limit)
+    cons, pubs = results[:4], results[4:]
+    received = sum(c.get("received", 0) for c in cons)
+    t_last = max((c.get("t_last") or 0.0) for c in cons) or None
+    sent = sum(p.get("sent", 0) for p in pubs)
+    t_sent = max((p.get("t_sent") or 0.0) for p in pubs) or None
+    return {"messages": received, "rate": _rate(received, t_go, t_last),
+            "publish_rate": _rate(sent, t_go, t_sent),
+            "error": _errors(*results) or ctx.leftover(qs)}
 
 
 def _confirm_run(ctx: RunCtx, n: int, durable: bool) -> dict[str, Any]:
@@ -589,6 +613,9 @@ SCENARIOS = [
               Metric("peak_rss_mb", "peak RSS", "MB", False, "amqpq<=512", fmt="{:,.0f}"),
               Metric("restart_s", "kill -9, restart", "s", False, "amqpq<=60", fmt="{:.1f}"),
               Metric("restart_rss_mb", "RSS at restart", "MB", False, fmt="{:,.0f}")]),
+    Scenario(12, "4 independent pairs, auto-ack", s12_four_pairs,
+             [Metric("rate", "delivered", RATE, True, "ratio>=1.3"),
+              Metric("publish_rate", "published", RATE, True)]),
 ]
 
 
