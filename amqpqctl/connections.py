@@ -122,4 +122,21 @@ def list_consumers(ctx: Context, columns: tuple[str, ...], vhost: str | None,
     show(out, rows, columns, default, CONSUMER_COLUMNS, f"Listing consumers in vhost {vhost} ...")
 
 
-COMMANDS = [list_connections, close_connection, list_channels, list_consumers]
+WORKER_COLUMNS = {"index", "pid", "up", "connections", "channels", "consumers", "queues",
+                  "messages_ready", "messages_unacknowledged", "mem_alarm",
+                  "disk_free_alarm"}
+
+
+@click.command("list_workers")
+@columns_argument(WORKER_COLUMNS)
+@output_options
+def list_workers(ctx: Context, columns: tuple[str, ...], out: Output) -> None:
+    """List the broker's worker processes (amqpq's own, ``--workers N``; default columns:
+    index pid up connections queues). Which worker a queue lives on: ``list_queues name
+    worker``."""
+    show(out, call(ctx, "GET", "/api/workers"), columns,
+         ["index", "pid", "up", "connections", "queues"], WORKER_COLUMNS,
+         "Listing workers ...")
+
+
+COMMANDS = [list_connections, close_connection, list_channels, list_consumers, list_workers]

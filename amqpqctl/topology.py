@@ -42,7 +42,7 @@ QUEUE_COLUMNS = {
     "single_active_consumer_tag", "memory", "state", "type", "node", "head_message_timestamp",
     "idle_since", "message_stats", "backing_queue_status", "disk_reads", "disk_writes",
     "pid", "owner_pid", "exclusive_consumer_pid", "slave_pids", "synchronised_slave_pids",
-    "leader", "members", "online",
+    "leader", "members", "online", "worker",
 }
 EXCHANGE_COLUMNS = {"name", "vhost", "type", "durable", "auto_delete", "internal",
                     "arguments", "policy"}

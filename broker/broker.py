@@ -115,7 +115,11 @@ class Broker:
     def _alarm_changed(self, active: bool) -> None:
         alarms = self.alarms
         disk_only = alarms is not None and alarms.disk and not alarms.memory
-        self.set_alarm(active, "low on disk" if disk_only else "low on memory")
+        reason = "low on disk" if disk_only else "low on memory"
+        if self.workers is not None:  # one view over every worker: the runtime decides
+            self.workers.local_alarm(active, reason)
+        else:
+            self.set_alarm(active, reason)
 
     def set_alarm(self, active: bool, reason: str = "low on memory") -> None:
         """A memory/disk alarm went on or off: block or unblock publishing connections."""

@@ -31,7 +31,7 @@ WAIT = 10.0
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("workers")
-    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(),
+    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(), log_level="debug",
                          args=("--workers", "2"))
     try:
         proc.start()
@@ -407,3 +407,30 @@ def test_dead_letters_reach_a_queue_on_the_other_worker(pair: tuple) -> None:
     assert props.headers["x-death"][0]["queue"] == q
     ca.queue_delete(q)
     cb.queue_delete(dlq)
+
+
+def test_workers_listed_with_their_queues_and_totals_summed(broker: BrokerProcess,
+                                                             pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    b.channel().queue_declare(q)  # lives on worker 1
+    deadline = time.monotonic() + WAIT
+    while True:  # summaries travel once a second
+        workers = api(broker, "/api/workers")
+        assert isinstance(workers, list)
+        if all(w["up"] for w in workers) and workers[1].get("queues", 0) >= 1 and all(
+                w.get("connections", 0) >= 1 for w in workers):
+            break
+        assert time.monotonic() < deadline, workers
+        time.sleep(0.2)
+    assert [w["index"] for w in workers] == [0, 1]
+    assert len({w["pid"] for w in workers}) == 2
+    overview = api(broker, "/api/overview")
+    assert isinstance(overview, dict)
+    assert overview["object_totals"]["connections"] == sum(w["connections"] for w in workers)
+    from amqpqctl.cli import main as ctl  # the CLI over the same API
+
+    with pytest.raises(SystemExit) as done:
+        ctl(["--port", str(broker.management_port), "list_workers", "--formatter", "json"])
+    assert done.value.code == 0
+    b.channel().queue_delete(q)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import pickle
 from collections import deque
 from collections.abc import Callable
@@ -79,6 +80,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpq.workers")
 
 ORPHAN_WAIT = 5.0  # seconds a record for a queue not declared here yet is kept
+LINK_TIMEOUT = 5.0  # seconds to open the link to another worker
+LINK_ATTEMPTS = 5
+CALL_TIMEOUT = 10.0  # seconds a Basic.Get, purge or count may wait for the queue's home
 
 
 class OwnerStub:
@@ -133,6 +137,7 @@ class WorkerRuntime:
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
         self._applying = False
+        self._applied = 0  # topology records applied (log)
         self._ops = itertools.count(1)
         # op_id -> (channel, continuation) of a client's method, or the HTTP API's future
         self._pending_ops: dict[int, Any] = {}
@@ -150,6 +155,7 @@ class WorkerRuntime:
         self._credit_due: dict[tuple[int, int], int] = {}
         self._calls: dict[int, tuple[Channel, Callable[[Any], None], int]] = {}
         self._call_ids = itertools.count(1)
+        self._call_deadlines: deque[tuple[float, int]] = deque()
         # home side (queues here, clients elsewhere)
         self._remote_consumers: dict[tuple[int, int], Consumer] = {}
         self._dids = itertools.count(1)
@@ -159,6 +165,8 @@ class WorkerRuntime:
         self._flush_scheduled = False
         self._connecting: list[asyncio.Task[None]] = []
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
+        self.peer_summaries: dict[int, tuple[dict[str, Any], float]] = {}
+        self._local_alarm: tuple[bool, str] = (False, "low on memory")
         for vhost in broker.vhosts.values():
             self.attach_vhost(vhost)
 
@@ -221,6 +229,7 @@ class WorkerRuntime:
         return stub
 
     def _apply(self, op: ops.Op, owner_of: ops.OwnerOf) -> Any:
+        self._applied += 1
         self._applying = True
         self._home_now = op[9] if op[0] == "qdecl" else None
         try:
@@ -390,6 +399,9 @@ class WorkerRuntime:
             if target is not None:
                 target.deliver_reply(message_from(rec[2], rec[3], rec[4]))
         elif kind == "stats":
+            self.peer_summaries[peer] = (rec[2], asyncio.get_running_loop().time())
+            if rec[2].get("local_alarm", [False])[0] or self.broker.alarms_active:
+                self._apply_alarms()
             for qkey, stats in rec[1].items():
                 q = self._queue(qkey)
                 if isinstance(q, RemoteQueue):
@@ -397,18 +409,29 @@ class WorkerRuntime:
                     q.unacked_count = stats[1]
 
     async def _finish_sync(self) -> None:
-        await asyncio.gather(*self._connecting)
-        self._connecting.clear()
+        connecting, self._connecting = self._connecting, []
+        done, pending = await asyncio.wait(connecting, timeout=LINK_TIMEOUT) if connecting \
+            else (set(), set())
+        if pending:
+            log.warning("worker %d: %d link(s) not up after %.0f s; going on", self.index,
+                        len(pending), LINK_TIMEOUT)
+        log.info("worker %d in step: %d topology records applied, linked to workers %s",
+                 self.index, self._applied, sorted(self.links.out))
         if not self.synced.done():
             self.synced.set_result(None)
 
     async def _connect(self, peer: int) -> None:
-        try:
-            await self.links.connect(peer)
-        except OSError as exc:
-            log.warning("cannot link to worker %d: %s", peer, exc)
+        for attempt in range(LINK_ATTEMPTS):
+            try:
+                await asyncio.wait_for(self.links.connect(peer), LINK_TIMEOUT)
+            except (TimeoutError, OSError) as exc:
+                if attempt == LINK_ATTEMPTS - 1:
+                    log.warning("cannot link to worker %d: %r", peer, exc)
+                    return
+                await asyncio.sleep(0.2)
+                continue
+            self.up.add(peer)
             return
-        self.up.add(peer)
 
     def _peer_lost(self, peer: int) -> None:
         self.up.discard(peer)
@@ -430,7 +453,11 @@ class WorkerRuntime:
             now = asyncio.get_running_loop().time()
             self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
             return None
-        return None if q.remote else q
+        if q.remote:  # the sender thinks it lives here: answer as for a queue that is gone
+            log.warning("worker %d sent a record for %r, which does not live here", peer, q)
+            self._orphan_dropped(peer, kind, body)
+            return None
+        return q
 
     def _drain_orphans(self) -> None:
         if not self._orphans:
@@ -670,6 +697,7 @@ class WorkerRuntime:
             raise NotFound(f"{rs('queue', q.name, q.vhost_name)} is on a worker that is down")
         call_id = next(self._call_ids)
         self._calls[call_id] = (ch, then, q.home)
+        self._call_deadlines.append((asyncio.get_running_loop().time() + CALL_TIMEOUT, call_id))
         ch.connection.suspend()
         self._control(q.home, ("call", call_id, q.qkey, request))
 
@@ -718,6 +746,8 @@ class WorkerRuntime:
         def run() -> None:
             if status == "down":
                 raise NotFound("the queue's worker is down")
+            if status == "timeout":
+                raise NotFound("the queue's worker did not answer")
             if status == "raise":
                 raise answer
             if status != "ok":
@@ -735,17 +765,79 @@ class WorkerRuntime:
             out.outbox.control(record)
             out.schedule()
 
+    def summary(self) -> dict[str, Any]:
+        """This worker's figures for ``/api/workers`` and the broker-wide totals."""
+        broker = self.broker
+        channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
+        home = [q for v in broker.vhosts.values() for q in v.queues.values() if not q.remote]
+        alarms = broker.alarms
+        return {"index": self.index, "pid": os.getpid(), "connections": len(broker.connections),
+                "channels": len(channels),
+                "consumers": sum(len(ch.consumers) for ch in channels),
+                "queues": len(home), "messages_ready": sum(q.message_count for q in home),
+                "messages_unacknowledged": sum(q.unacked_count for q in home),
+                "mem_alarm": bool(alarms and alarms.memory),
+                "disk_free_alarm": bool(alarms and alarms.disk),
+                "local_alarm": [self._local_alarm[0], self._local_alarm[1]]}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every worker's last summary (this one's now), ``up`` when its link is open."""
+        now = asyncio.get_running_loop().time()
+        out = []
+        for index in range(self.count):
+            if index == self.index:
+                item = self.summary()
+            elif index in self.peer_summaries:
+                item = dict(self.peer_summaries[index][0])
+            else:
+                item = {"index": index}
+            item["up"] = index == self.index or (
+                index in self.links.out and index in self.peer_summaries
+                and now - self.peer_summaries[index][1] < 5.0)
+            out.append(item)
+        return out
+
+    def totals(self) -> dict[str, int]:
+        """Connections, channels and consumers summed over every worker (last summaries)."""
+        keys = ("connections", "channels", "consumers")
+        return {k: sum(int(w.get(k, 0)) for w in self.workers()) for k in keys}
+
+    def local_alarm(self, active: bool, reason: str) -> None:
+        """This worker's own memory/disk alarm changed: the broker-wide view follows."""
+        self._local_alarm = (active, reason)
+        self._apply_alarms()
+
+    def _apply_alarms(self) -> None:
+        """Publishers are blocked on every worker while any worker has an alarm (as
+        RabbitMQ blocks publishers on every node while one node has one)."""
+        active, reason = self._local_alarm
+        if not active:
+            for summary, _ in self.peer_summaries.values():
+                if summary.get("local_alarm", [False])[0]:
+                    active, reason = True, str(summary["local_alarm"][1])
+                    break
+        if (active, reason) != (self.broker.alarms_active, self.broker.alarm_reason):
+            self.broker.set_alarm(active, reason)
+
     def tick(self) -> None:
-        """Once a second: send the home queues' counts to every worker; expire orphans."""
+        """Once a second: send the home queues' counts and this worker's summary to every
+        worker; expire orphans."""
         stats = {}
         for vhost in self.broker.vhosts.values():
             for q in vhost.queues.values():
                 if not q.remote:
                     stats[queue_key(q.vhost_name, q.name)] = (
                         q.message_count, q.unacked_count, q.consumer_count)
+        summary = self.summary()
         for peer in list(self.links.out):
-            self._control(peer, ("stats", stats))
+            self._control(peer, ("stats", stats, summary))
         self._drain_orphans()
+        now = asyncio.get_running_loop().time()
+        deadlines = self._call_deadlines
+        while deadlines and deadlines[0][0] <= now:  # a home that never answers
+            _, call_id = deadlines.popleft()
+            if call_id in self._calls:
+                self._on_reply(("reply", call_id, "timeout", None))
 
     def close(self) -> None:
         self.links.close()

@@ -92,3 +92,25 @@ async def get_node(request: web.Request) -> web.Response:
     if request.match_info["name"] != st.node:
         raise not_found()
     return ok(node_json(st))
+
+
+@routes.get("/api/workers")
+async def list_workers(request: web.Request) -> web.Response:
+    """amqpq's own: the broker's worker processes (``--workers N``), each with its pid,
+    whether it is up, its clients (connections, channels, consumers), the queues that live
+    on it with their ready and unacknowledged messages, and its own alarms. With one worker,
+    this process alone."""
+    require_monitor(request)
+    broker = state(request).broker
+    if broker.workers is not None:
+        return ok(broker.workers.workers())
+    channels = [ch for conn in broker.connections for ch in conn.channels.values()]
+    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    alarms = broker.alarms
+    return ok([{"index": 0, "pid": os.getpid(), "up": True,
+                "connections": len(broker.connections), "channels": len(channels),
+                "consumers": sum(len(ch.consumers) for ch in channels), "queues": len(queues),
+                "messages_ready": sum(q.message_count for q in queues),
+                "messages_unacknowledged": sum(q.unacked_count for q in queues),
+                "mem_alarm": bool(alarms and alarms.memory),
+                "disk_free_alarm": bool(alarms and alarms.disk)}])

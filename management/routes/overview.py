@@ -36,6 +36,10 @@ async def overview(request: web.Request) -> web.Response:
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked_count for q in queues)
     channels = list(open_channels(broker))
+    totals = {"channels": len(channels), "connections": len(broker.connections),
+              "consumers": sum(len(ch.consumers) for ch in channels)}
+    if broker.workers is not None:  # --workers N: every worker's clients
+        totals = broker.workers.totals()
     return ok({
         "management_version": RABBITMQ_VERSION, "rates_mode": "basic",
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
@@ -51,8 +55,7 @@ async def overview(request: web.Request) -> web.Response:
                                 messages=ready + unacked, messages_ready=ready,
                                 messages_unacknowledged=unacked),
         "object_totals": {
-            "channels": len(channels), "connections": len(broker.connections),
-            "consumers": sum(len(ch.consumers) for ch in channels),
+            **totals,
             "exchanges": sum(len(v.exchanges) + 1 for v in broker.vhosts.values()),
             "queues": len(queues)},
         "listeners": [
