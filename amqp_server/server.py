@@ -186,9 +186,9 @@ class BrokerServer:
         topology, alarms = self.broker.topology, self.broker.alarms
         assert topology is not None and alarms is not None  # storage and resources are on
         topology.load()
+        counts = recover_messages(self.broker)
         if self.workers is not None:  # every topology change so far, links to the others
             await self.workers.start()
-        counts = recover_messages(self.broker)
         topology.save_if_changed()
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
                  counts["messages"], counts["queues"], counts["skipped"])

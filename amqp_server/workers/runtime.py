@@ -310,8 +310,9 @@ class WorkerRuntime:
             for q in list(vhost.queues.values()):
                 owner = q.exclusive_owner
                 gone_owner = isinstance(owner, OwnerStub) and owner.worker == w
-                if gone_owner or (isinstance(q, RemoteQueue) and q.home == w
-                                  and not q.durable):
+                # w == this worker: replayed to it after its restart (its old transient
+                # queues were re-created by the records before this one)
+                if gone_owner or (self.home_of(q) == w and not q.durable):
                     vhost.remove_queue(q)
                 elif isinstance(q, RemoteQueue) and q.home == w:
                     for consumer in q.consumers:

@@ -179,18 +179,21 @@ class Supervisor:
         kind = rec[0]
         if kind == "hello":
             conn.index = int(rec[1])
-            # the records so far, links to every worker there is (and from them), then
-            # "synced": the newcomer accepts clients once it applied and linked all that
+            # the records so far, links to every worker that is ready, then "synced": the
+            # newcomer accepts clients once it applied and linked all that; the others
+            # link to it once it is ready (before, it is down to them: nothing is sent to
+            # a worker still recovering)
             replay = [("apply", -1, 0, op) for op in self.log]
-            peers = [("peer_up", other) for other in self.conns]
-            for other in self.conns.values():
-                other.send([("peer_up", conn.index)])
+            peers = [("peer_up", other) for other in self.ready if other in self.conns]
             conn.send([*replay, *peers, ("synced",)])
             self.conns[conn.index] = conn
         elif kind == "submit":
             self._append(conn.index, rec[1], rec[2])
         elif kind == "ready":
             self.ready.add(conn.index)
+            for other, other_conn in self.conns.items():
+                if other != conn.index:
+                    other_conn.send([("peer_up", conn.index)])
             if len(self.ready) == self.count:
                 self.all_ready.set()
 
