@@ -347,9 +347,11 @@ class Connection:
                 f"negotiated channel_max ({self.channel_max})"
             )
         limit = self.broker.limits.user(self.user or "", "max-channels")
+        workers = self.broker.workers  # --workers N: the others' channels count too
         if limit is not None and sum(
                 len(c.channels) for c in self.broker.connections if c.user == self.user
-        ) >= limit:
+        ) + (0 if workers is None else workers.elsewhere("channels_by_user", self.user)
+             ) >= limit:
             raise NotAllowed(f"number of channels opened for user '{self.user}' has reached "
                              f"the maximum allowed user limit of ({limit})")
         ch = self.channels[number] = Channel(self, number)

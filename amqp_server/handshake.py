@@ -212,15 +212,22 @@ def check_connection_limits(conn: Connection, vhost: str) -> None:
     """
     broker, user = conn.broker, conn.user or ""
     open_conns = [c for c in broker.connections if c.state is State.OPEN]
+    workers = broker.workers  # --workers N: the others' connections count too (1 s old)
+
+    def elsewhere(key: str, name: str | None = None) -> int:
+        return 0 if workers is None else int(workers.elsewhere(key, name))
+
     limit = broker.config.max_connections
-    if limit and len(open_conns) >= limit:
+    if limit and len(open_conns) + elsewhere("connections") >= limit:
         raise NotAllowed(f"connection refused: node connection limit ({limit}) is reached")
     limit = broker.limits.vhost(vhost, "max-connections")
-    if limit is not None and sum(c.vhost_name == vhost for c in open_conns) >= limit:
+    if limit is not None and sum(c.vhost_name == vhost for c in open_conns) + elsewhere(
+            "open_by_vhost", vhost) >= limit:
         raise NotAllowed(f"access to vhost '{vhost}' refused for user '{user}': "
                          f"connection limit ({limit}) is reached")
     limit = broker.limits.user(user, "max-connections")
-    if limit is not None and sum(c.user == user for c in open_conns) >= limit:
+    if limit is not None and sum(c.user == user for c in open_conns) + elsewhere(
+            "open_by_user", user) >= limit:
         raise NotAllowed(f"connection refused for user '{user}': "
                          f"user connection limit ({limit}) is reached")
 

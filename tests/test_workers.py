@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -486,3 +487,56 @@ def test_kill_9_of_a_queue_home_under_confirmed_publishing_loses_nothing_confirm
     assert got == sorted(got)  # per-publisher order held
     ch.queue_delete(q)
     a.close()
+
+
+def test_vhost_connection_limit_counts_every_worker(broker: BrokerProcess) -> None:
+    vhost = qname()
+    api_write(broker, "PUT", f"/api/vhosts/{vhost}")
+    api_write(broker, "PUT", f"/api/permissions/{vhost}/guest",
+              {"configure": ".*", "write": ".*", "read": ".*"})
+    api_write(broker, "PUT", f"/api/vhost-limits/{vhost}/max-connections", {"value": 2})
+    params = pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{broker.port}/{vhost}")
+    held: list[pika.BlockingConnection] = []
+    seen: set[int] = set()
+    try:
+        while len(held) < 2:  # one on each worker
+            conn = pika.BlockingConnection(params)
+            name = conn.channel().queue_declare("", exclusive=True).method.queue
+            worker = int(queue_info_in(broker, vhost, name)["worker"])
+            if worker in seen:
+                conn.close()
+                continue
+            seen.add(worker)
+            held.append(conn)
+        time.sleep(1.5)  # the workers tell each other their counts once a second
+        for _ in range(6):  # whichever worker it lands on, a third is refused
+            with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as refused:
+                pika.BlockingConnection(params)
+            assert refused.value.reply_code == 530
+    finally:
+        for conn in held:
+            conn.close()
+        api_write(broker, "DELETE", f"/api/vhosts/{vhost}")
+
+
+def test_connections_of_every_worker_are_listed_and_closed(broker: BrokerProcess) -> None:
+    b = connect_on(broker, 1)
+    ch = b.channel()
+    ch.basic_consume(ch.queue_declare("", exclusive=True).method.queue, lambda *args: None)
+    conns = api(broker, "/api/connections")
+    assert isinstance(conns, list)
+    on_1 = [c for c in conns if c.get("worker") == 1]
+    assert on_1, conns
+    channels = api(broker, "/api/channels")
+    assert isinstance(channels, list) and any(c.get("worker") == 1 for c in channels)
+    consumers = api(broker, "/api/consumers")
+    assert isinstance(consumers, list) and any(c.get("worker") == 1 for c in consumers)
+    assert api_write(broker, "DELETE", "/api/connections/" + urllib.parse.quote(
+        on_1[-1]["name"], safe="")) == 204
+    deadline = time.monotonic() + WAIT
+    while b.is_open and time.monotonic() < deadline:
+        try:
+            b.process_data_events(time_limit=0.1)
+        except pika.exceptions.ConnectionClosedByBroker as exc:
+            assert exc.reply_code == 320
+    assert not b.is_open

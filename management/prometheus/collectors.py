@@ -447,11 +447,16 @@ class BrokerCollector(Collector):
 
     def _totals(self, channels: list[Channel], queues: int) -> Iterator[Metric]:
         broker = self.st.broker
+        totals = {"connections": len(broker.connections), "channels": len(channels),
+                  "consumers": sum(len(ch.consumers) for ch in channels)}
+        if broker.workers is not None:  # --workers N: every worker's clients
+            totals = broker.workers.totals()
         yield _single("rabbitmq_connections", "gauge", "Connections currently open",
-                      len(broker.connections))
-        yield _single("rabbitmq_channels", "gauge", "Channels currently open", len(channels))
+                      totals["connections"])
+        yield _single("rabbitmq_channels", "gauge", "Channels currently open",
+                      totals["channels"])
         yield _single("rabbitmq_consumers", "gauge", "Consumers currently connected",
-                      sum(len(ch.consumers) for ch in channels))
+                      totals["consumers"])
         yield _single("rabbitmq_queues", "gauge", "Queues available", queues)
 
     def _global(self, channels: list[Channel]) -> Iterator[Metric]:

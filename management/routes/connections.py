@@ -8,12 +8,12 @@ Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from management.auth import principal, visible_vhosts
-from management.errors import not_found
+from management.errors import ApiError, not_found
 from management.routes.common import no_content, ok, readable_vhost
 from management.serializers import (
     channel_json,
@@ -43,10 +43,23 @@ def _connections(request: web.Request) -> list[Connection]:
     return sorted(found, key=lambda c: connection_name(c, st))
 
 
+async def _elsewhere(request: web.Request, kind: str) -> list[dict[str, Any]]:
+    """``--workers N``: the other workers' connections, channels or consumers (as this
+    API shows them, ``worker`` added), those the user may see; [] with one worker."""
+    workers = state(request).broker.workers
+    if workers is None:
+        return []
+    found = await workers.gather_json(kind)
+    if kind == "consumers":
+        return found
+    return [item for item in found if _visible(request, item.get("user"))]
+
+
 @routes.get("/api/connections")
 async def list_connections(request: web.Request) -> web.Response:
     st = state(request)
-    return ok([connection_json(c, st) for c in _connections(request)])
+    return ok([connection_json(c, st) for c in _connections(request)]
+              + await _elsewhere(request, "connections"))
 
 
 def _connection(request: web.Request) -> Connection:
@@ -65,8 +78,15 @@ async def get_connection(request: web.Request) -> web.Response:
 
 @routes.delete("/api/connections/{name}")
 async def close_connection(request: web.Request) -> web.Response:
-    conn = _connection(request)
     reason = request.headers.get("X-Reason", "Closed via management plugin")
+    workers = state(request).broker.workers
+    try:
+        conn = _connection(request)
+    except ApiError:
+        if workers is None or not await workers.close_elsewhere(
+                request.match_info["name"], f"CONNECTION_FORCED - {reason}"):
+            raise
+        return no_content()
     conn.close(320, f"CONNECTION_FORCED - {reason}")
     return no_content()
 
@@ -87,7 +107,8 @@ def _channels(request: web.Request) -> list[Channel]:
 @routes.get("/api/channels")
 async def list_channels(request: web.Request) -> web.Response:
     st = state(request)
-    return ok([channel_json(ch, st) for ch in _channels(request)])
+    return ok([channel_json(ch, st) for ch in _channels(request)]
+              + await _elsewhere(request, "channels"))
 
 
 @routes.get("/api/channels/{name}")
@@ -106,12 +127,19 @@ def _consumers(request: web.Request, vhosts: set[str]) -> list[dict[str, object]
             if c.queue.vhost_name in vhosts]
 
 
+async def _all_consumers(request: web.Request, vhosts: set[str]) -> list[dict[str, Any]]:
+    elsewhere = [c for c in await _elsewhere(request, "consumers")
+                 if c["queue"]["vhost"] in vhosts
+                 and _visible(request, c["channel_details"].get("user"))]
+    return _consumers(request, vhosts) + elsewhere
+
+
 @routes.get("/api/consumers")
 async def list_consumers(request: web.Request) -> web.Response:
-    return ok(_consumers(request, set(visible_vhosts(request))))
+    return ok(await _all_consumers(request, set(visible_vhosts(request))))
 
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
     vhost = readable_vhost(request)
-    return ok(_consumers(request, {vhost.name}))
+    return ok(await _all_consumers(request, {vhost.name}))

@@ -1,0 +1,403 @@
+"""The message path of a worker (``--workers N``): what crosses the link for a queue whose
+home is another worker, on both sides.
+
+Publishing side: :meth:`MessagePath.forward_publish` (a PUBLISH record; an answer is asked
+for when the publisher is in confirm or transaction mode) and the answers
+(:meth:`after_results`). Home side: PUBLISH records are published to the queue and answered
+after the fsync when the message was written to disk.
+
+Consuming side: a consumer of a remote queue is announced to the home (``consume``); its
+deliveries (DELIVER records) are handed to the client's channel when it can take them
+(else held, with no credit returned), and settled back by the home's delivery number
+(SETTLE). Home side: the consumer is an ordinary consumer whose channel is a
+:class:`~amqp_server.workers.remote_queue.LinkConsumerChannel`; deliveries handed to another
+worker are kept (``_unacked``) until settled or until that worker dies.
+
+Calls: Basic.Get, purge and Declare-Ok counts of a remote queue ask the home and suspend the
+client's connection until the answer (or :data:`CALL_TIMEOUT`).
+
+Part of :class:`~amqp_server.workers.runtime.WorkerRuntime` (whose ``__init__`` holds the
+state named below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from amqp_common import framing
+from amqp_common.errors import AMQPError, InternalError, NotFound, rs
+from amqp_server.workers.link_codec import (
+    CONTROL,
+    PUBLISH,
+    read_credit,
+    read_deliver,
+    read_publish,
+    read_settle,
+    split_queue_key,
+)
+from amqp_server.workers.links import Links
+from amqp_server.workers.remote_queue import CREDIT_WINDOW, LinkConsumerChannel, RemoteQueue
+from queue_store.consumer import Consumer
+from queue_store.message import Message
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, ROUTED, Settlement
+from queue_store.queue import Delivery, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from amqp_server.channel import Channel
+    from broker.broker import Broker
+
+log = logging.getLogger("amqpq.workers")
+
+CREDIT_BATCH = CREDIT_WINDOW // 4  # deliveries whose credit goes back in one record
+CALL_TIMEOUT = 10.0  # seconds a Basic.Get, purge or count may wait for the queue's home
+
+
+class Join:
+    """Calls ``ok`` when every awaited answer is in and none was a refusal, else ``err``."""
+
+    __slots__ = ("left", "failed", "ok", "err")
+
+    def __init__(self, left: int, ok: Callable[[], None], err: Callable[[], None]) -> None:
+        self.left, self.failed, self.ok, self.err = left, False, ok, err
+
+    def done(self, result: int) -> None:
+        if result & REJECTED:
+            self.failed = True
+        self.left -= 1
+        if self.left == 0:
+            (self.err if self.failed else self.ok)()
+
+
+def message_from(exrk: bytes, props: bytes, body: bytes) -> Message:
+    """A :class:`Message` from link bytes (``exrk``: exchange and routing key shortstrs)."""
+    n = exrk[0]
+    exchange = exrk[1:1 + n].decode("utf-8", "surrogateescape")
+    rk = exrk[2 + n:].decode("utf-8", "surrogateescape")
+    return Message(exchange, rk, exrk, props, body)
+
+
+def control_body(rec: tuple[Any, ...]) -> bytes:
+    """A control record's body again (to keep it while its queue is unknown here)."""
+    return pickle.dumps(rec)
+
+
+class MessagePath:
+    """Publishes, consumers, deliveries, settlements and calls across the link."""
+
+    broker: Broker
+    links: Links
+    want_results: bool
+    published: list[tuple[int, int]]
+    _waits: dict[tuple[int, int], Join]
+    _pub: Any
+    _cids: Any
+    _dids: Any
+    _call_ids: Any
+    _consumers: dict[int, tuple[Consumer, RemoteQueue]]
+    _cid_of: dict[int, int]
+    _waiting: dict[int, deque[QueuedMessage]]
+    _credit_due: dict[tuple[int, int], int]
+    _calls: dict[int, tuple[Channel, Callable[[Any], None], int]]
+    _call_deadlines: deque[tuple[float, int]]
+    _remote_consumers: dict[tuple[int, int], Consumer]
+    _unacked: dict[int, dict[int, Delivery]]
+    _results_due: dict[int, list[tuple[int, int]]]
+    _flush_scheduled: bool
+
+    def _home_queue(self, peer: int, kind: int, body: bytes, qkey: bytes) -> Queue | None:
+        raise NotImplementedError  # WorkerRuntime's
+
+    # ---- publish -------------------------------------------------------------------------
+
+    def forward_publish(self, q: RemoteQueue, message: Message) -> int:
+        """Send ``message`` to ``q``'s home; PublishResult bits (REMOTE when an answer will
+        come for a confirm or a transaction, REJECTED when the home is down)."""
+        out = self.links.out.get(q.home)
+        if out is None:
+            return REJECTED
+        pub_id = next(self._pub) & 0xFFFFFFFF
+        want = self.want_results
+        out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
+                           message.body)
+        out.schedule()
+        if want:
+            self.published.append((q.home, pub_id))
+            return ROUTED | REMOTE
+        return ROUTED
+
+    def forward_reply(self, worker: int, message: Message) -> None:
+        """A direct reply-to reply for a channel on ``worker``."""
+        self._control(worker, ("reply_to", message.routing_key, message.ex_rk_raw,
+                               message.properties_raw, message.body))
+
+    def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
+                      err: Callable[[], None]) -> None:
+        """``ok()`` once every home of ``waits`` accepted its message, else ``err()``."""
+        join = Join(len(waits), ok, err)
+        for key in waits:
+            if key[0] not in self.links.out:
+                join.done(REJECTED)
+            else:
+                self._waits[key] = join
+
+    def _on_publish(self, peer: int, body: bytes) -> None:
+        pub_id, want, qkey, exrk, props, data = read_publish(body)
+        q = self._home_queue(peer, PUBLISH, body, qkey)
+        if q is None:
+            return
+        result = q.publish(message_from(exrk, props, data))
+        if not want:
+            return
+        if result & NEEDS_SYNC:
+            self.broker.durability.after_sync(
+                lambda: self._result(peer, pub_id, ROUTED),
+                lambda: self._result(peer, pub_id, REJECTED))
+        else:
+            self._result(peer, pub_id, result)
+
+    def _result(self, peer: int, pub_id: int, result: int) -> None:
+        due = self._results_due.get(peer)
+        if due is None:
+            due = self._results_due[peer] = []
+        due.append((pub_id, result))
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for peer, due in self._results_due.items():
+            out = self.links.out.get(peer)
+            if out is not None and due:
+                out.outbox.results(due)
+                out.schedule()
+        self._results_due.clear()
+        self._flush_credit()
+
+    # ---- consumers: this worker's clients ------------------------------------------------
+
+    def remote_consume(self, q: RemoteQueue, consumer: Consumer) -> None:
+        cid = next(self._cids)
+        self._consumers[cid] = (consumer, q)
+        self._cid_of[id(consumer)] = cid
+        self._control(q.home, ("consume", cid, q.qkey, consumer.tag, consumer.no_ack,
+                               consumer.exclusive, consumer.prefetch, consumer.priority,
+                               consumer.arguments, CREDIT_WINDOW))
+
+    def remote_cancel(self, q: RemoteQueue, consumer: Consumer) -> None:
+        cid = self._cid_of.pop(id(consumer), None)
+        if cid is None:
+            return
+        self._consumers.pop(cid, None)
+        self._credit_due.pop((q.home, cid), None)
+        waiting = self._waiting.pop(cid, None)
+        if waiting:  # not handed to the client yet: back to the queue
+            dids = [qm.seq for qm in waiting if qm.seq]
+            if dids:
+                self.remote_settle(q.home, dids, Settlement.REQUEUE)
+        self._control(q.home, ("cancel", cid))
+
+    def remote_settle(self, home: int, dids: list[int], outcome: Settlement) -> None:
+        out = self.links.out.get(home)
+        if out is not None and dids:
+            out.outbox.settle(int(outcome), dids)
+            out.schedule()
+
+    def _on_deliver(self, peer: int, body: bytes) -> None:
+        cid, did, redelivered, exrk, props, data = read_deliver(body)
+        entry = self._consumers.get(cid)
+        if entry is None:  # cancelled meanwhile
+            if did:
+                self.remote_settle(peer, [did], Settlement.REQUEUE)
+            return
+        consumer, q = entry
+        qm = QueuedMessage(did, message_from(exrk, props, data), redelivered)
+        waiting = self._waiting.get(cid)
+        if waiting is not None or not consumer.channel.can_deliver():
+            if waiting is None:
+                waiting = self._waiting[cid] = deque()
+            waiting.append(qm)
+            return
+        consumer.channel.deliver(consumer, qm, q)
+        key = (peer, cid)
+        self._credit_due[key] = self._credit_due.get(key, 0) + 1
+
+    def drain_waiting(self, q: RemoteQueue) -> None:
+        """Hand deliveries held for ``q``'s consumers to their channels as they can take."""
+        if not self._waiting:
+            return
+        for consumer in q.consumers:
+            cid = self._cid_of.get(id(consumer))
+            waiting = self._waiting.get(cid) if cid is not None else None
+            if not waiting:
+                continue
+            n = 0
+            while waiting and consumer.channel.can_deliver():
+                consumer.channel.deliver(consumer, waiting.popleft(), q)
+                n += 1
+            if not waiting:
+                del self._waiting[cid]  # type: ignore[arg-type]
+            if n:
+                key = (q.home, cid)
+                self._credit_due[key] = self._credit_due.get(key, 0) + n  # type: ignore[index]
+                self._schedule_flush()
+
+    def _flush_credit(self) -> None:
+        """Return credit to the homes, CREDIT_BATCH at a time per consumer (a record per
+        delivery would cost a write and a wake-up each at low rates; the window is
+        CREDIT_WINDOW, so the home never waits for these)."""
+        if not self._credit_due:
+            return
+        sent = []
+        for key, n in self._credit_due.items():
+            if n < CREDIT_BATCH:
+                continue
+            out = self.links.out.get(key[0])
+            if out is not None:
+                out.outbox.credit(key[1], n)
+                out.schedule()
+            sent.append(key)
+        for key in sent:
+            del self._credit_due[key]
+
+    # ---- consumers: clients elsewhere (home side) ----------------------------------------
+
+    def _on_consume(self, peer: int, rec: tuple[Any, ...]) -> None:
+        _, cid, qkey, tag, no_ack, exclusive, prefetch, priority, arguments, credit = rec
+        q = self._home_queue(peer, CONTROL, control_body(rec), qkey)
+        if q is None:
+            return
+        if q.deleted or (q.consumer_count and (exclusive or q.has_exclusive_consumer())):
+            self._control(peer, ("cancelled", cid))
+            return
+        channel = LinkConsumerChannel(self, peer, cid, credit)
+        consumer = Consumer(tag, framing.encode_shortstr(tag), channel, q, no_ack, exclusive,
+                            prefetch, priority, arguments)
+        channel.consumer = consumer
+        self._remote_consumers[(peer, cid)] = consumer
+        q.add_consumer(consumer)
+
+    def _on_credit(self, peer: int, body: bytes) -> None:
+        cid, n = read_credit(body)
+        consumer = self._remote_consumers.get((peer, cid))
+        if consumer is not None:
+            consumer.channel.credit += n  # type: ignore[attr-defined]
+            consumer.queue.dispatch()
+
+    def deliver_remote(self, channel: LinkConsumerChannel, consumer: Consumer,
+                       qm: QueuedMessage, queue: Queue) -> None:
+        did = 0
+        if not consumer.no_ack:
+            did = self._hand_out(channel.peer, qm, queue, consumer)
+        out = self.links.out[channel.peer]
+        msg = qm.message
+        out.outbox.deliver(channel.cid, did, qm.redelivered, msg.ex_rk_raw,
+                           msg.properties_raw, msg.body)
+        out.schedule()
+
+    def _hand_out(self, peer: int, qm: QueuedMessage, queue: Queue,
+                  consumer: Consumer | None) -> int:
+        did = next(self._dids) & 0xFFFFFFFF or next(self._dids)
+        unacked = self._unacked.get(peer)
+        if unacked is None:
+            unacked = self._unacked[peer] = {}
+        unacked[did] = (qm, queue, consumer)
+        return did
+
+    def home_consumer_cancelled(self, channel: LinkConsumerChannel) -> None:
+        if self._remote_consumers.pop((channel.peer, channel.cid), None) is not None:
+            self._control(channel.peer, ("cancelled", channel.cid))
+
+    def _on_settle(self, peer: int, body: bytes) -> None:
+        outcome, dids = read_settle(body)
+        unacked = self._unacked.get(peer, {})
+        by_queue: dict[Queue, list[Delivery]] = {}
+        for did in dids:
+            entry = unacked.pop(did, None)
+            if entry is not None:
+                by_queue.setdefault(entry[1], []).append(entry)
+        for q, group in by_queue.items():
+            q.settle(group, Settlement(outcome))
+
+    # ---- calls (Basic.Get, purge, counts) ------------------------------------------------
+
+    def call_home(self, ch: Channel, q: RemoteQueue, request: tuple[Any, ...],
+                  then: Callable[[Any], None]) -> None:
+        if q.home not in self.links.out:
+            raise NotFound(f"{rs('queue', q.name, q.vhost_name)} is on a worker that is down")
+        call_id = next(self._call_ids)
+        self._calls[call_id] = (ch, then, q.home)
+        self._call_deadlines.append((asyncio.get_running_loop().time() + CALL_TIMEOUT, call_id))
+        ch.connection.suspend()
+        self._control(q.home, ("call", call_id, q.qkey, request))
+
+    def _on_call(self, peer: int, rec: tuple[Any, ...]) -> None:
+        _, call_id, qkey, request = rec
+        q = self._home_queue(peer, CONTROL, control_body(rec), qkey)
+        if q is None:
+            return
+        try:
+            answer = self._answer_call(peer, q, request)
+        except AMQPError as exc:  # raised to the client on the asking worker (its class)
+            self._control(peer, ("reply", call_id, "raise", exc))
+            return
+        except Exception as exc:
+            log.exception("worker call %r failed", request)
+            self._control(peer, ("reply", call_id, "raise",
+                                 InternalError(f"{type(exc).__name__}: {exc}")))
+            return
+        self._control(peer, ("reply", call_id, "ok", answer))
+
+    def _answer_call(self, peer: int, q: Queue, request: tuple[Any, ...]) -> Any:
+        what = request[0]
+        answer: Any
+        if what == "get":
+            qm = q.get(request[1])
+            if qm is None:
+                answer = None
+            else:
+                did = 0 if request[1] else self._hand_out(peer, qm, q, None)
+                msg = qm.message
+                answer = (did, qm.redelivered, msg.ex_rk_raw, msg.properties_raw, msg.body,
+                          q.message_count)
+        elif what == "purge":
+            answer = q.purge()
+        else:
+            answer = (q.message_count, q.consumer_count)
+        return answer
+
+    def _on_reply(self, rec: tuple[Any, ...]) -> None:
+        _, call_id, status, answer = rec
+        pending = self._calls.pop(call_id, None)
+        if pending is None:
+            return
+        ch, then, _ = pending
+
+        def run() -> None:
+            if status == "down":
+                raise NotFound("the queue's worker is down")
+            if status == "timeout":
+                raise NotFound("the queue's worker did not answer")
+            if status == "raise":
+                raise answer
+            if status != "ok":
+                vname, name = split_queue_key(answer)
+                raise NotFound(f"no {rs('queue', name, vname)}")
+            then(answer)
+
+        ch.connection.resume(ch.number, run)
+
+    def _control(self, peer: int, record: tuple[Any, ...]) -> None:
+        out = self.links.out.get(peer)
+        if out is not None:
+            out.outbox.control(record)
+            out.schedule()
+

@@ -1,0 +1,191 @@
+"""A worker's figures and alarms, shared with the other workers (``--workers N``).
+
+Every second each worker sends the others a summary (:meth:`WorkerStats.summary`: pid,
+clients, queues and messages, its own alarms, connections per vhost and user). Worker 0,
+which serves the HTTP API, lists them (``/api/workers``) and sums them (overview and
+Prometheus totals); every worker counts the others' connections and channels against the
+connection and channel limits (:meth:`WorkerStats.elsewhere`), so those are broker-wide
+(within a second); and publishers are blocked on every worker while any worker has a memory
+or disk alarm (RabbitMQ blocks publishers on every node while one node has one).
+
+Part of :class:`~amqp_server.workers.runtime.WorkerRuntime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.workers.links import Links
+from management.serializers import channel_json, connection_json, consumer_json
+from management.state import ManagementState
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+ASK_TIMEOUT = 2.0  # seconds worker 0 waits for the others' lists
+
+
+class WorkerStats:
+    """Summaries of every worker; broker-wide totals, limits and alarms."""
+
+    broker: Broker
+    links: Links
+    index: int
+    count: int
+    peer_summaries: dict[int, tuple[dict[str, Any], float]]
+    _local_alarm: tuple[bool, str]
+    _asks: dict[int, asyncio.Future[Any]]
+    _ask_ids: itertools.count[int]
+    _json_state: ManagementState | None
+
+    def _control(self, peer: int, record: tuple[Any, ...]) -> None:
+        raise NotImplementedError  # MessagePath's
+
+    # ---- the HTTP API's lists over every worker (worker 0 asks, the others answer) ------
+
+    async def _ask_all(self, record: tuple[Any, ...]) -> list[Any]:
+        """Send ``record`` (its item 1 is filled with a request id) to every worker that
+        is up; their answers, those that came within :data:`ASK_TIMEOUT`."""
+        loop = asyncio.get_running_loop()
+        asked = []
+        for peer in list(self.links.out):
+            ask_id = next(self._ask_ids)
+            future: asyncio.Future[Any] = loop.create_future()
+            self._asks[ask_id] = future
+            self._control(peer, (record[0], ask_id, *record[2:]))
+            asked.append((ask_id, future))
+        if not asked:
+            return []
+        await asyncio.wait([f for _, f in asked], timeout=ASK_TIMEOUT)
+        answers = []
+        for ask_id, future in asked:
+            self._asks.pop(ask_id, None)
+            if future.done():
+                answers.append(future.result())
+        return answers
+
+    async def gather_json(self, kind: str) -> list[dict[str, Any]]:
+        """The other workers' ``connections``, ``channels`` or ``consumers`` as the HTTP API
+        shows them, each with ``worker``."""
+        return [item for items in await self._ask_all(("list", 0, kind)) for item in items]
+
+    async def close_elsewhere(self, name: str, text: str) -> bool:
+        """Close connection ``name`` (the API's name) wherever it is (320, ``text``);
+        False when no other worker has it."""
+        return any(await self._ask_all(("close", 0, name, text)))
+
+    def on_ask(self, peer: int, rec: tuple[Any, ...]) -> None:
+        """Answer worker ``peer``'s ``list`` or ``close`` record."""
+        kind, ask_id = rec[0], rec[1]
+        broker = self.broker
+        st = self._json_state
+        if st is None:
+            st = self._json_state = ManagementState(broker, amqp_host=broker.config.host,
+                                                    amqp_port=broker.config.port)
+        answer: Any
+        if kind == "close":
+            answer = False
+            for conn in list(broker.connections):
+                if conn.vhost_name and connection_json(conn, st)["name"] == rec[2]:
+                    conn.close(320, rec[3])
+                    answer = True
+        elif rec[2] == "connections":
+            answer = [connection_json(c, st) | {"worker": self.index}
+                      for c in list(broker.connections) if c.vhost_name]
+        else:
+            channels = [ch for c in list(broker.connections) if c.vhost_name
+                        for ch in c.channels.values()]
+            if rec[2] == "channels":
+                answer = [channel_json(ch, st) | {"worker": self.index} for ch in channels]
+            else:
+                answer = [consumer_json(c, st) | {"worker": self.index}
+                          for ch in channels for c in ch.consumers.values()]
+        self._control(peer, ("answer", ask_id, answer))
+
+    def on_answer(self, rec: tuple[Any, ...]) -> None:
+        future = self._asks.get(rec[1])
+        if future is not None and not future.done():
+            future.set_result(rec[2])
+
+    def summary(self) -> dict[str, Any]:
+        """This worker's figures for ``/api/workers`` and the broker-wide totals."""
+        broker = self.broker
+        channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
+        home = [q for v in broker.vhosts.values() for q in v.queues.values() if not q.remote]
+        alarms = broker.alarms
+        by_vhost: dict[str, int] = {}
+        by_user: dict[str, int] = {}
+        channels_by_user: dict[str, int] = {}
+        for conn in broker.connections:
+            if conn.vhost is not None:  # open (past Connection.Open)
+                by_vhost[conn.vhost_name] = by_vhost.get(conn.vhost_name, 0) + 1
+                user = conn.user or ""
+                by_user[user] = by_user.get(user, 0) + 1
+                channels_by_user[user] = channels_by_user.get(user, 0) + len(conn.channels)
+        return {"index": self.index, "pid": os.getpid(), "connections": len(broker.connections),
+                "open_by_vhost": by_vhost, "open_by_user": by_user,
+                "channels_by_user": channels_by_user,
+                "channels": len(channels),
+                "consumers": sum(len(ch.consumers) for ch in channels),
+                "queues": len(home), "messages_ready": sum(q.message_count for q in home),
+                "messages_unacknowledged": sum(q.unacked_count for q in home),
+                "mem_alarm": bool(alarms and alarms.memory),
+                "disk_free_alarm": bool(alarms and alarms.disk),
+                "local_alarm": [self._local_alarm[0], self._local_alarm[1]]}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every worker's last summary (this one's now), ``up`` when its link is open."""
+        now = asyncio.get_running_loop().time()
+        out = []
+        for index in range(self.count):
+            if index == self.index:
+                item = self.summary()
+            elif index in self.peer_summaries:
+                item = dict(self.peer_summaries[index][0])
+            else:
+                item = {"index": index}
+            item["up"] = index == self.index or (
+                index in self.links.out and index in self.peer_summaries
+                and now - self.peer_summaries[index][1] < 5.0)
+            out.append(item)
+        return out
+
+    def totals(self) -> dict[str, int]:
+        """Connections, channels and consumers summed over every worker (last summaries)."""
+        keys = ("connections", "channels", "consumers")
+        return {k: sum(int(w.get(k, 0)) for w in self.workers()) for k in keys}
+
+    def elsewhere(self, key: str, name: str | None = None) -> int:
+        """What the other workers that are up last reported (once a second): open
+        connections (``key`` "open_by_vhost"/"open_by_user" with a vhost or user name, or
+        "connections") or a user's channels ("channels_by_user"), summed; for limits
+        counted broker-wide."""
+        total = 0
+        for index, (summary, _) in self.peer_summaries.items():
+            if index not in self.links.out:
+                continue
+            value = summary.get(key, 0)
+            total += int(value.get(name, 0) if isinstance(value, dict) else value)
+        return total
+
+    def local_alarm(self, active: bool, reason: str) -> None:
+        """This worker's own memory/disk alarm changed: the broker-wide view follows."""
+        self._local_alarm = (active, reason)
+        self._apply_alarms()
+
+    def _apply_alarms(self) -> None:
+        """Publishers are blocked on every worker while any worker has an alarm (as
+        RabbitMQ blocks publishers on every node while one node has one)."""
+        active, reason = self._local_alarm
+        if not active:
+            for summary, _ in self.peer_summaries.values():
+                if summary.get("local_alarm", [False])[0]:
+                    active, reason = True, str(summary["local_alarm"][1])
+                    break
+        if (active, reason) != (self.broker.alarms_active, self.broker.alarm_reason):
+            self.broker.set_alarm(active, reason)
+
