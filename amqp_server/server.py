@@ -175,6 +175,8 @@ class BrokerServer:
         self._timer_handle: asyncio.TimerHandle | None = None
         self.tls_port = 0
         self._timer_when: float | None = None
+        self._tls_context: Any = None
+        self._handoff: socket.socket | None = None
 
     async def start(self) -> None:
         """Recover state from the data dir, then listen.
@@ -195,8 +197,14 @@ class BrokerServer:
         management.load_definitions(self.broker, self.config)  # --definitions FILE
         alarms.check()  # an alarm already due blocks the first publishers, as RabbitMQ
         try:
-            self.port = await self._listen(self.config.port)
-            if self.config.tls.enabled:
+            if self.config.worker_handoff_fd is not None:  # the supervisor accepts for us
+                if self.config.tls.enabled:
+                    self.tls_port = self.config.tls.port
+                    self._tls_context = tls.make_context(self.config.tls)
+                self._take_handoffs(self.config.worker_handoff_fd)
+            else:
+                self.port = await self._listen(self.config.port)
+            if self.config.tls.enabled and self.config.worker_handoff_fd is None:
                 self.tls_port = await self._listen(self.config.tls.port,
                                                    tls.make_context(self.config.tls))
                 log.info("amqpq AMQPS listening on %s port %d",
@@ -231,12 +239,47 @@ class BrokerServer:
 
         async def bind(host: str, port: int) -> int:
             server = await loop.create_server(lambda: AMQPProtocol(self), host, port,
-                                              ssl=ssl, backlog=1024,
-                                              reuse_port=self.workers is not None or None)
+                                              ssl=ssl, backlog=1024)
             self._servers.append(server)
             return int(server.sockets[0].getsockname()[1])
 
         return await bind_all(bind, self.config.listen_hosts, port, self.config.optional_hosts)
+
+    def _take_handoffs(self, fd: int) -> None:
+        """``--workers N``: take the client sockets the supervisor accepted and hands over
+        (one byte each, ``p`` AMQP or ``s`` AMQPS, with the descriptor)."""
+        loop = asyncio.get_running_loop()
+        channel = socket.socket(fileno=fd)
+        channel.setblocking(False)
+        self._handoff = channel
+
+        def receive() -> None:
+            while True:
+                try:
+                    kinds, fds, _, _ = socket.recv_fds(channel, 64, 64)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    log.error("connection hand-over from the supervisor failed: %s", exc)
+                    loop.remove_reader(fd)
+                    return
+                if not kinds and not fds:  # the supervisor is gone
+                    loop.remove_reader(fd)
+                    return
+                for kind, client_fd in zip(kinds, fds, strict=False):
+                    sock = socket.socket(fileno=client_fd)
+                    ssl = self._tls_context if kind == ord("s") else None
+                    loop.create_task(self._accepted(sock, ssl))
+
+        loop.add_reader(fd, receive)
+
+    async def _accepted(self, sock: socket.socket, ssl: Any) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: AMQPProtocol(self), sock, ssl=ssl)
+        except (OSError, ConnectionError) as exc:  # TLS handshake failed, peer gone...
+            log.info("handed-over connection failed: %s", exc)
+            sock.close()
 
     def _run_sync(self, work: Callable[[], None], done: Callable[[], None]) -> None:
         """Group commit: fsync in a worker thread, then ``done`` on the loop."""
@@ -364,6 +407,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
     p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-run-dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-handoff-fd", type=int, default=None, help=argparse.SUPPRESS)
     management.add_arguments(p)
     prometheus.add_arguments(p)
     tls.add_arguments(p)
@@ -405,6 +449,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         max_connections=a.max_connections, management=management.from_args(a, p),
         prometheus=prometheus.from_args(a, p), workers=workers, worker_index=a.worker_index,
         worker_run_dir=Path(a.worker_run_dir) if a.worker_run_dir else None,
+        worker_handoff_fd=a.worker_handoff_fd,
     )
     if conf is not None:
         conf.apply(config)

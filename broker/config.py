@@ -123,6 +123,8 @@ class BrokerConfig:
         workers: worker processes of the broker (``--workers``; 1: this process alone).
         worker_index: this process's index among them (None: not a worker of several).
         worker_run_dir: the supervisor's Unix-socket directory (workers only).
+        worker_handoff_fd: the socket on which the supervisor hands accepted client
+            connections to this worker (workers only).
     """
 
     hosts: tuple[str, ...] | None = None
@@ -150,6 +152,7 @@ class BrokerConfig:
     workers: int = 1
     worker_index: int | None = None
     worker_run_dir: Path | None = None
+    worker_handoff_fd: int | None = None
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

@@ -68,6 +68,12 @@ def _broker_importable() -> bool:
         return False
 
 
+def worker_args() -> tuple[str, ...]:
+    """``("--workers", N)`` when ``AMQPQ_TEST_WORKERS`` asks for several, else ()."""
+    workers = os.environ.get(ENV_WORKERS, "1")
+    return ("--workers", workers) if workers != "1" else ()
+
+
 @pytest.fixture(scope="session")
 def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of the broker under test (see the module docstring)."""
@@ -86,9 +92,8 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
 
     base = tmp_path_factory.mktemp("amqpq")
-    workers = os.environ.get(ENV_WORKERS, "1")
     broker = BrokerProcess(base / "data", base / "broker.log", management=True,
-                           args=("--workers", workers) if workers != "1" else ())
+                           args=worker_args())
     try:
         broker.start()
     except BrokerStartError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pika
 import pytest
 
+from interop_tests.conftest import worker_args
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = [
@@ -48,7 +49,7 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
     with BrokerProcess(d / "data", d / "broker.log", args=(
             "--ssl-port", "0", "--ssl-cert", str(d / "server.pem"),
             "--ssl-key", str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"),
-            "--ssl-verify-peer")) as broker:  # waits for the amqps:// listener too
+            "--ssl-verify-peer", *worker_args())) as broker:  # waits for amqps:// too
         yield broker.tls_port, d
 
 

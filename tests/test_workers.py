@@ -1,6 +1,7 @@
 """``amqpq-server --workers 2``: one broker in two processes, seen by real pika clients.
 
-Connections land on either worker (SO_REUSEPORT); a queue lives on the worker of the
+Connections land on either worker (the supervisor hands them out in turn); a queue lives on
+the worker of the
 connection that declared it (``worker`` in ``/api/queues``). These tests pick connections on
 a given worker and check that what one worker's client does reaches the other's: topology,
 publishes with confirms, consumers with acks and prefetch, Basic.Get, transactions,

@@ -1,8 +1,12 @@
 """The supervisor of a multi-process broker (``amqpq-server --workers N``).
 
 It starts N worker processes (``python -m amqp_server`` with the same options and
-``--worker-index``), each listening on the same AMQP port (``SO_REUSEPORT``: the kernel
-spreads new connections over them), and stays out of the message path. It does three things:
+``--worker-index``) and stays out of the message path. It does four things:
+
+* **accepts** AMQP (and AMQPS) connections on the broker's port and hands each socket to the
+  next ready worker in turn (``SCM_RIGHTS`` over a socket pair per worker; TLS is the
+  worker's): connections are spread evenly, where ``SO_REUSEPORT``'s hash can put most of a
+  few connections on one worker, and a worker still recovering gets none;
 
 * **orders topology**: workers send it their declares, binds and deletes
   (:mod:`amqp_server.workers.ops` records); it numbers each and sends it to every worker,
@@ -44,14 +48,35 @@ RESTART_DELAY = 0.5  # seconds before a dead worker is started again
 STOP_TIMEOUT = 10.0  # seconds workers get to stop before SIGKILL
 
 
-def reserve_port(host: str) -> socket.socket:
-    """A bound (not listening) ``SO_REUSEPORT`` socket on a free port of ``host``: holds
-    the port for the workers, which bind it with ``SO_REUSEPORT`` too."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, 0))
-    return sock
+def listen_all(hosts: tuple[str, ...], port: int, optional: tuple[str, ...]
+               ) -> list[socket.socket]:
+    """Non-blocking listening sockets on ``port`` of every host (port 0: a free one, the
+    same on every host); an ``optional`` host that cannot be bound is skipped.
+
+    Raises:
+        OSError: a host that is not optional cannot be bound.
+    """
+    socks: list[socket.socket] = []
+    for host in hosts:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            if host in optional:
+                continue
+            for s in socks:
+                s.close()
+            raise
+        sock.setblocking(False)
+        port = port or sock.getsockname()[1]
+        socks.append(sock)
+    return socks
 
 
 class _HubConn(asyncio.Protocol):
@@ -102,28 +127,64 @@ class Supervisor:
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.stopping = False
         self.all_ready = asyncio.Event()
-        self._reserved: list[socket.socket] = []
+        self._listeners: list[socket.socket] = []
+        self._handoff: dict[int, socket.socket] = {}  # worker -> our end of its socket pair
+        self._next = 0  # round-robin position
         self.port = config.port
         self.tls_port = config.tls.port if config.tls.enabled else 0
         self.restarts = 0
 
-    def worker_command(self, index: int) -> list[str]:
+    def worker_command(self, index: int, handoff_fd: int) -> list[str]:
         return [sys.executable, "-m", "amqp_server", *self.argv, "--port", str(self.port),
                 *(["--ssl-port", str(self.tls_port)] if self.tls_port else []),
                 "--worker-index", str(index), "--worker-count", str(self.count),
-                "--worker-run-dir", str(self.run_dir)]
+                "--worker-run-dir", str(self.run_dir), "--worker-handoff-fd", str(handoff_fd)]
+
+    def _listen(self) -> None:
+        """Open the AMQP (and AMQPS) listeners; accepted sockets go to the workers."""
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        for tls, port in ((False, self.port), (True, self.tls_port)):
+            if tls and not cfg.tls.enabled:
+                continue
+            socks = listen_all(cfg.listen_hosts, port, cfg.optional_hosts)
+            if tls:
+                self.tls_port = socks[0].getsockname()[1]
+            else:
+                self.port = socks[0].getsockname()[1]
+            for sock in socks:
+                loop.add_reader(sock.fileno(), self._accept, sock, tls)
+            self._listeners.extend(socks)
+
+    def _accept(self, sock: socket.socket, tls: bool) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors...: keep listening
+                log.warning("accept failed: %s", exc)
+                return
+            try:
+                self._hand_over(conn, tls)
+            finally:
+                conn.close()  # the worker has its own copy
+
+    def _hand_over(self, conn: socket.socket, tls: bool) -> None:
+        """Give ``conn`` to the next ready worker (round robin); with none, it is closed."""
+        ready = sorted(i for i in self.ready if i in self._handoff)
+        for _ in range(len(ready)):
+            index = ready[self._next % len(ready)]
+            self._next += 1
+            try:
+                socket.send_fds(self._handoff[index], [b"s" if tls else b"p"], [conn.fileno()])
+                return
+            except OSError as exc:
+                log.warning("cannot hand a connection to worker %d: %s", index, exc)
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
-        host = self.config.listen_hosts[0]
-        if self.port == 0:
-            sock = reserve_port(host)
-            self._reserved.append(sock)
-            self.port = sock.getsockname()[1]
-        if self.config.tls.enabled and self.tls_port == 0:
-            sock = reserve_port(host)
-            self._reserved.append(sock)
-            self.tls_port = sock.getsockname()[1]
+        self._listen()
         server = await loop.create_unix_server(lambda: _HubConn(self), str(hub_path(self.run_dir)))
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -150,16 +211,26 @@ class Supervisor:
         for task in pending:
             task.cancel()
         server.close()
-        for sock in self._reserved:
+        for sock in self._listeners:
+            loop.remove_reader(sock.fileno())
             sock.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return 0
 
     async def _run_worker(self, index: int) -> None:
         while not self.stopping:
-            proc = await asyncio.create_subprocess_exec(*self.worker_command(index))
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self.worker_command(index, theirs.fileno()), pass_fds=(theirs.fileno(),))
+            finally:
+                theirs.close()
+            self._handoff[index] = ours
             self.procs[index] = proc
             code = await proc.wait()
+            if self._handoff.get(index) is ours:
+                del self._handoff[index]
+            ours.close()
             if self.stopping:
                 return
             log.error("worker %d (pid %d) exited with %s; restarting it", index, proc.pid, code)
