@@ -238,6 +238,8 @@ class Channel:
         self.counters.publish += 1
         workers = self._workers
         waits = None
+        if workers is not None:
+            workers.publisher = self.connection  # held back if a link it fills is full
         if workers is not None and (self.confirms is not None or self.tx is not None):
             workers.want_results = True  # queues on other workers: answer this publish
             try:

@@ -90,7 +90,7 @@ class Connection:
                  "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
                  "_out", "_out_size", "_throttled", "_header_buf", "auth_mechanism",
                  "created_at", "last_received", "last_sent", "_close_deadline", "serial", "_held",
-                 "__weakref__")
+                 "_flow_paused", "_reading_paused", "__weakref__")
 
     def __init__(
         self,
@@ -136,6 +136,8 @@ class Connection:
         self.serial = next(_serials)  # names the connection to other workers
         # frames read while a topology change is with the other workers (None: not waiting)
         self._held: list[tuple[int, int, bytes]] | None = None
+        self._flow_paused = False  # a link to another worker is full (set_flow)
+        self._reading_paused = False  # what on_block was last told
         broker.connections.add(self)
         broker.message_totals.connections_opened += 1
 
@@ -238,8 +240,7 @@ class Connection:
         with another worker: what the client sent after it must see its effect)."""
         if self._held is None:
             self._held = []
-            if self.on_block is not None:
-                self.on_block(True)
+            self._update_reading()
 
     def resume(self, channel: int, then: Callable[[], None]) -> None:
         """Run ``then`` (the rest of the suspended method: errors it raises close the
@@ -255,8 +256,7 @@ class Connection:
         except Exception as exc:
             log.exception("internal error on channel %d", channel)
             self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"))
-        if not self.blocked and self.on_block is not None:
-            self.on_block(False)
+        self._update_reading()
         self._process(held or [])
 
     def flush_confirms(self) -> None:
@@ -412,8 +412,22 @@ class Connection:
             method = (commands.Connection.Blocked(reason=reason) if blocked
                       else commands.Connection.Unblocked())
             self.send_frame(framing.method_frame(0, method))
-        if self.on_block is not None:
-            self.on_block(blocked)
+        self._update_reading()
+
+    def set_flow(self, paused: bool) -> None:
+        """``--workers N``: a link this worker forwards publishes on is full: stop reading
+        from publishing clients until it drains (RabbitMQ's ``credit_flow`` blocking a
+        reader), so a backlog waits in the clients' sockets, not in this worker's RAM."""
+        self._flow_paused = paused and self.has_published
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Tell the transport to read or not: not while blocked by an alarm, suspended, or
+        held back by a full link."""
+        paused = self.blocked or self._held is not None or self._flow_paused
+        if paused != self._reading_paused and self.on_block is not None:
+            self._reading_paused = paused
+            self.on_block(paused)
 
     def client_capability(self, name: str) -> bool:
         caps = self.client_properties.get("capabilities") or {}

@@ -543,3 +543,108 @@ def test_connections_of_every_worker_are_listed_and_closed(broker: BrokerProcess
         except pika.exceptions.ConnectionClosedByBroker as exc:
             assert exc.reply_code == 320
     assert not b.is_open
+
+
+def _drain(conn: pika.BlockingConnection, until: object, wait: float = WAIT) -> None:
+    deadline = time.monotonic() + wait
+    while not until() and time.monotonic() < deadline:  # type: ignore[operator]
+        conn.process_data_events(time_limit=0.05)
+
+
+def test_single_active_consumer_across_workers(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    ca = a.channel()
+    ca.queue_declare(q, arguments={"x-single-active-consumer": True})
+    got_a: list[bytes] = []
+    got_b: list[bytes] = []
+    cb = b.channel()
+    tag_b = cb.basic_consume(q, lambda ch, m, p, body: got_b.append(body), auto_ack=True)
+    b.process_data_events(time_limit=0.3)  # b's consumer is first: it is the active one
+    ca.basic_consume(q, lambda ch, m, p, body: got_a.append(body), auto_ack=True)
+    for i in range(10):
+        ca.basic_publish("", q, b"%d" % i)
+    _drain(b, lambda: len(got_b) == 10)
+    a.process_data_events(time_limit=0.3)
+    assert len(got_b) == 10 and got_a == []
+    cb.basic_cancel(tag_b)
+    ca.basic_publish("", q, b"after")
+    _drain(a, lambda: got_a == [b"after"])
+    assert got_a == [b"after"]
+    ca.queue_delete(q)
+
+
+def test_priorities_and_nack_requeue_across_workers(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    a.channel().queue_declare(q, arguments={"x-max-priority": 5})
+    cb = b.channel()
+    for prio in (1, 5, 3):
+        cb.basic_publish("", q, b"p%d" % prio, pika.BasicProperties(priority=prio))
+    cb.queue_declare(q, passive=True)  # a round trip: the publishes are in
+    cb.basic_qos(prefetch_count=10)
+    got: list[tuple[bytes, bool]] = []
+    tags: list[int] = []
+
+    def on_message(ch, m, p, body):  # type: ignore[no-untyped-def]
+        got.append((body, m.redelivered))
+        tags.append(m.delivery_tag)
+
+    cb.basic_consume(q, on_message)
+    _drain(b, lambda: len(got) == 3)
+    assert [body for body, _ in got] == [b"p5", b"p3", b"p1"]
+    cb.basic_nack(tags[0], requeue=True)  # back at the home, redelivered first
+    _drain(b, lambda: len(got) == 4)
+    assert got[3] == (b"p5", True)
+    cb.basic_ack(tags[-1])
+    cb.basic_ack(tags[1])
+    cb.basic_ack(tags[2])
+    cb.queue_delete(q)
+
+
+def test_stream_read_from_the_other_worker(pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    ca = a.channel()
+    ca.queue_declare(q, durable=True, arguments={"x-queue-type": "stream"})
+    ca.confirm_delivery()
+    for i in range(20):
+        ca.basic_publish("", q, b"s%d" % i)
+    cb = b.channel()
+    cb.basic_qos(prefetch_count=50)
+    got: list[bytes] = []
+
+    def on_message(ch, m, p, body):  # type: ignore[no-untyped-def]
+        got.append(body)
+        ch.basic_ack(m.delivery_tag)
+
+    cb.basic_consume(q, on_message, arguments={"x-stream-offset": "first"})
+    _drain(b, lambda: len(got) == 20)
+    assert got == [b"s%d" % i for i in range(20)]
+    ca.queue_delete(q)
+
+
+def test_quorum_delivery_limit_dead_letters_across_workers(pair: tuple) -> None:
+    a, b = pair
+    q, dlq = qname(), qname()
+    a.channel().queue_declare(dlq)
+    a.channel().queue_declare(q, durable=True, arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 1, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": dlq})
+    cb = b.channel()
+    cb.basic_publish("", q, b"poison")
+    cb.queue_declare(q, passive=True)
+    for _ in range(2):  # delivered, returned; delivered again, returned: past the limit
+        deadline = time.monotonic() + WAIT
+        method = None
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = cb.basic_get(q)
+        assert method is not None
+        cb.basic_nack(method.delivery_tag, requeue=True)
+    deadline = time.monotonic() + WAIT
+    body = None
+    while body is None and time.monotonic() < deadline:
+        _, _, body = cb.basic_get(dlq, auto_ack=True)
+    assert body == b"poison"
+    cb.queue_delete(q)
+    cb.queue_delete(dlq)

@@ -25,8 +25,10 @@ CONTROL    a pickled tuple (consume, cancel, get, purge, stats...): rare records
            encoding and authentication ([5/8]).
 =========  ===============================================================================
 
-Measured cost (``tests/test_worker_link.py`` has the shapes; callgrind on the prototype):
-encode + decode of a 200-byte publish is ~5,600 instructions in pure Python, batched.
+Measured cost (``python -m benchmarks.link_micro``, this machine): a 200-byte publish costs
+0.28 µs to encode and 0.95 µs to decode into a message; a delivery the same; acks by number
+0.03 µs (batched). The whole one-worker path is ~4 µs per message. Shapes are tested in
+``tests/test_worker_link.py``.
 
 Source: RabbitMQ's inter-node distribution carries messages as opaque binaries between
 ``rabbit_channel`` and ``rabbit_amqqueue_process`` (``credit_flow`` for back-pressure).
@@ -158,28 +160,27 @@ class RecordReader:
         return out
 
 
+def _cut(body: bytes, pos: int, lengths: tuple[int, ...]) -> list[bytes]:
+    """The consecutive fields of ``lengths`` bytes each, from ``pos`` on."""
+    out = []
+    for n in lengths:
+        out.append(body[pos:pos + n])
+        pos += n
+    return out
+
+
 def read_publish(body: bytes) -> tuple[int, bool, bytes, bytes, bytes, bytes]:
     """PUBLISH body -> (pub_id, want_result, qkey, exrk, props, message body)."""
-    pub_id, want, ql, el, pl, bl = _PUBLISH.unpack_from(body)
-    p = _PUBLISH.size
-    qkey = body[p:p + ql]
-    p += ql
-    exrk = body[p:p + el]
-    p += el
-    props = body[p:p + pl]
-    p += pl
-    return pub_id, bool(want), qkey, exrk, props, body[p:p + bl]
+    pub_id, want, *lengths = _PUBLISH.unpack_from(body)
+    qkey, exrk, props, payload = _cut(body, _PUBLISH.size, tuple(lengths))
+    return pub_id, bool(want), qkey, exrk, props, payload
 
 
 def read_deliver(body: bytes) -> tuple[int, int, bool, bytes, bytes, bytes]:
     """DELIVER body -> (cid, did, redelivered, exrk, props, message body)."""
-    cid, did, redelivered, el, pl, bl = _DELIVER.unpack_from(body)
-    p = _DELIVER.size
-    exrk = body[p:p + el]
-    p += el
-    props = body[p:p + pl]
-    p += pl
-    return cid, did, bool(redelivered), exrk, props, body[p:p + bl]
+    cid, did, redelivered, *lengths = _DELIVER.unpack_from(body)
+    exrk, props, payload = _cut(body, _DELIVER.size, tuple(lengths))
+    return cid, did, bool(redelivered), exrk, props, payload
 
 
 def read_settle(body: bytes) -> tuple[int, tuple[int, ...]]:

@@ -41,9 +41,11 @@ class _Stream(asyncio.Protocol):
     """One Unix socket carrying records both ways."""
 
     def __init__(self, on_records: Callable[[_Stream, Records], None],
-                 on_lost: Callable[[_Stream], None]) -> None:
+                 on_lost: Callable[[_Stream], None],
+                 on_full: Callable[[_Stream, bool], None] | None = None) -> None:
         self.on_records = on_records
         self.on_lost = on_lost
+        self.on_full = on_full
         self.reader = RecordReader()
         self.outbox = Outbox()
         self.transport: asyncio.Transport | None = None
@@ -53,7 +55,7 @@ class _Stream(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.transport.set_write_buffer_limits(high=CONGESTED, low=CONGESTED // 4)
+        self.transport.set_write_buffer_limits(high=CONGESTED, low=CONGESTED // 2)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -72,9 +74,13 @@ class _Stream(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
+        if self.on_full is not None:
+            self.on_full(self, True)
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.on_full is not None:
+            self.on_full(self, False)
 
     @property
     def congested(self) -> bool:
@@ -103,15 +109,20 @@ class Links:
         on_records: ``(peer index, records)`` for records from another worker (``peer``
             -1 for the supervisor).
         on_peer_lost: ``(peer index)`` when the link *to* a worker closed.
+        on_full: ``(True)`` when a link to a worker has more buffered than it takes, then
+            ``(False)`` once every such link drained.
     """
 
     def __init__(self, run_dir: Path, index: int,
                  on_records: Callable[[int, Records], None],
-                 on_peer_lost: Callable[[int], None]) -> None:
+                 on_peer_lost: Callable[[int], None],
+                 on_full: Callable[[bool], None] | None = None) -> None:
         self.run_dir = run_dir
         self.index = index
         self.on_records = on_records
         self.on_peer_lost = on_peer_lost
+        self.on_full = on_full
+        self._full: set[int] = set()  # peers whose link is paused
         self.hub: _Stream | None = None
         self.out: dict[int, _Stream] = {}  # links to other workers, by index
         self._server: asyncio.base_events.Server | None = None
@@ -143,7 +154,7 @@ class Links:
             old.transport.abort()
         loop = asyncio.get_running_loop()
         _, stream = await loop.create_unix_connection(
-            lambda: _Stream(self._outbound_records, self._outbound_lost),
+            lambda: _Stream(self._outbound_records, self._outbound_lost, self._outbound_full),
             str(socket_path(self.run_dir, peer)))
         s: _Stream = stream  # type: ignore[assignment]
         s.peer = peer
@@ -183,7 +194,17 @@ class Links:
     def _outbound_lost(self, stream: _Stream) -> None:
         if self.out.get(stream.peer) is stream:
             del self.out[stream.peer]
+            self._outbound_full(stream, False)
             self.on_peer_lost(stream.peer)
+
+    def _outbound_full(self, stream: _Stream, full: bool) -> None:
+        was = bool(self._full)
+        if full:
+            self._full.add(stream.peer)
+        else:
+            self._full.discard(stream.peer)
+        if bool(self._full) != was and self.on_full is not None:
+            self.on_full(bool(self._full))
 
     def close(self) -> None:
         if self._server is not None:

@@ -102,6 +102,9 @@ class MessagePath:
     _cid_of: dict[int, int]
     _waiting: dict[int, deque[QueuedMessage]]
     _credit_due: dict[tuple[int, int], int]
+    _auto_acks: dict[int, list[int]]
+    publisher: Any
+    _flowed: set[Any]
     _calls: dict[int, tuple[Channel, Callable[[Any], None], int]]
     _call_deadlines: deque[tuple[float, int]]
     _remote_consumers: dict[tuple[int, int], Consumer]
@@ -125,6 +128,9 @@ class MessagePath:
         out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
                            message.body)
         out.schedule()
+        if out.paused and self.publisher is not None:  # the home is behind: stop reading
+            self.publisher.set_flow(True)  # this publisher (RabbitMQ's credit_flow)
+            self._flowed.add(self.publisher)
         if want:
             self.published.append((q.home, pub_id))
             return ROUTED | REMOTE
@@ -181,6 +187,7 @@ class MessagePath:
                 out.schedule()
         self._results_due.clear()
         self._flush_credit()
+        self._flush_auto_acks()
 
     # ---- consumers: this worker's clients ------------------------------------------------
 
@@ -227,8 +234,16 @@ class MessagePath:
             waiting.append(qm)
             return
         consumer.channel.deliver(consumer, qm, q)
-        key = (peer, cid)
+        self._handed(consumer, peer, cid, qm)
+
+    def _handed(self, consumer: Consumer, home: int, cid: int, qm: QueuedMessage) -> None:
+        """A delivery went to the client: its credit goes back; for a no-ack consumer the
+        home is told it is delivered (it keeps it until then, so a delivery that arrives
+        after the consumer was cancelled here goes back to the queue, never lost)."""
+        key = (home, cid)
         self._credit_due[key] = self._credit_due.get(key, 0) + 1
+        if consumer.no_ack:
+            self._auto_acks.setdefault(home, []).append(qm.seq)
 
     def drain_waiting(self, q: RemoteQueue) -> None:
         """Hand deliveries held for ``q``'s consumers to their channels as they can take."""
@@ -241,14 +256,19 @@ class MessagePath:
                 continue
             n = 0
             while waiting and consumer.channel.can_deliver():
-                consumer.channel.deliver(consumer, waiting.popleft(), q)
+                qm = waiting.popleft()
+                consumer.channel.deliver(consumer, qm, q)
+                self._handed(consumer, q.home, cid, qm)  # type: ignore[arg-type]
                 n += 1
             if not waiting:
                 del self._waiting[cid]  # type: ignore[arg-type]
             if n:
-                key = (q.home, cid)
-                self._credit_due[key] = self._credit_due.get(key, 0) + n  # type: ignore[index]
                 self._schedule_flush()
+
+    def _flush_auto_acks(self) -> None:
+        for home, dids in self._auto_acks.items():
+            self.remote_settle(home, dids, Settlement.ACK)
+        self._auto_acks.clear()
 
     def _flush_credit(self) -> None:
         """Return credit to the homes, CREDIT_BATCH at a time per consumer (a record per
@@ -279,8 +299,10 @@ class MessagePath:
             self._control(peer, ("cancelled", cid))
             return
         channel = LinkConsumerChannel(self, peer, cid, credit)
-        consumer = Consumer(tag, framing.encode_shortstr(tag), channel, q, no_ack, exclusive,
-                            prefetch, priority, arguments)
+        # a no-ack consumer's deliveries are outstanding here until its worker handed them
+        # to its client (an ack comes back): none is lost to a cancel crossing them
+        consumer = Consumer(tag, framing.encode_shortstr(tag), channel, q, False, exclusive,
+                            0 if no_ack else prefetch, priority, arguments)
         channel.consumer = consumer
         self._remote_consumers[(peer, cid)] = consumer
         q.add_consumer(consumer)
@@ -294,9 +316,7 @@ class MessagePath:
 
     def deliver_remote(self, channel: LinkConsumerChannel, consumer: Consumer,
                        qm: QueuedMessage, queue: Queue) -> None:
-        did = 0
-        if not consumer.no_ack:
-            did = self._hand_out(channel.peer, qm, queue, consumer)
+        did = self._hand_out(channel.peer, qm, queue, consumer)
         out = self.links.out[channel.peer]
         msg = qm.message
         out.outbox.deliver(channel.cid, did, qm.redelivered, msg.ex_rk_raw,

@@ -102,7 +102,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self.count = count
         broker.workers = self
         broker.reply_to.worker = index
-        self.links = Links(run_dir, index, self._on_records, self._peer_lost)
+        self.links = Links(run_dir, index, self._on_records, self._peer_lost, self._links_full)
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
@@ -123,6 +123,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._cid_of: dict[int, int] = {}  # id(consumer) -> cid
         self._waiting: dict[int, deque[QueuedMessage]] = {}
         self._credit_due: dict[tuple[int, int], int] = {}
+        self._auto_acks: dict[int, list[int]] = {}  # home -> no-ack deliveries handed out
         self._calls: dict[int, tuple[Channel, Callable[[Any], None], int]] = {}
         self._call_ids = itertools.count(1)
         self._call_deadlines: deque[tuple[float, int]] = deque()
@@ -135,6 +136,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._flush_scheduled = False
         self._connecting: list[asyncio.Task[None]] = []
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
+        self.links_full = False  # a link to a worker is full
+        self.publisher: Any = None  # the connection whose publish is being routed
+        self._flowed: set[Any] = set()  # publishers not read until the links drain
         self.peer_summaries: dict[int, tuple[dict[str, Any], float]] = {}
         self._asks: dict[int, asyncio.Future[Any]] = {}
         self._ask_ids = itertools.count(1)
@@ -336,6 +340,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
             except Exception:
                 log.exception("worker link record %d from %d failed", kind, peer)
         self._flush_credit()
+        self._flush_auto_acks()
         self.broker.after_batch()
         if self.dirty_connections:
             for conn in self.dirty_connections:
@@ -410,6 +415,15 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 continue
             self.up.add(peer)
             return
+
+    def _links_full(self, full: bool) -> None:
+        """Every link to another worker drained: the publishers held back by a full one
+        (:meth:`MessagePath.forward_publish`) are read again."""
+        self.links_full = full
+        if not full:
+            flowed, self._flowed = self._flowed, set()
+            for conn in flowed:
+                conn.set_flow(False)
 
     def _peer_lost(self, peer: int) -> None:
         self.up.discard(peer)
