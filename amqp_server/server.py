@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server import conf_file, tls
+from amqp_server.cluster.membership import ClusterError, Membership, parse_etcd_url
 from amqp_server.connection import Connection
 from amqp_server.workers import supervisor
 from amqp_server.workers.runtime import WorkerRuntime
@@ -44,6 +45,7 @@ from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
 from management.prometheus import stop_prometheus
+from management.state import node_name
 
 log = logging.getLogger("amqpq.server")
 
@@ -226,6 +228,8 @@ class BrokerServer:
         gc.freeze()
         if self.workers is not None:
             self.workers.ready()
+        if self.config.cluster_etcd and not self.config.worker_index:
+            await self._join_cluster()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
 
@@ -244,6 +248,18 @@ class BrokerServer:
             return int(server.sockets[0].getsockname()[1])
 
         return await bind_all(bind, self.config.listen_hosts, port, self.config.optional_hosts)
+
+    async def _join_cluster(self) -> None:
+        """``--cluster-etcd``: register this node in etcd (worker 0 for the node).
+
+        Raises:
+            ClusterError: etcd unreachable or the node name taken (the server exits).
+        """
+        cfg = self.config
+        membership = Membership(cfg.cluster_etcd or "", cfg.node_name or node_name(), {
+            "amqp_port": self.port, "cluster_port": cfg.cluster_port, "host": cfg.host})
+        await membership.start()
+        self.broker.cluster = membership
 
     def _take_handoffs(self, fd: int) -> None:
         """``--workers N``: take the client sockets the supervisor accepted and hands over
@@ -330,6 +346,8 @@ class BrokerServer:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
         await stop_management(getattr(self, "management", None))
         await stop_prometheus(getattr(self, "prometheus", None))
+        if self.broker.cluster is not None:  # leave at once (the lease is revoked)
+            await self.broker.cluster.stop()
         for server in self._servers:
             server.close()
         if self._ticker is not None:
@@ -404,6 +422,13 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
     p.add_argument("--workers", default="1", metavar="N",
                    help="worker processes sharing the port (a number or 'auto' = one per "
                         "core; default 1: this process alone)")
+    p.add_argument("--node-name", default=None, metavar="NAME",
+                   help="this node's name in a cluster and the API (default amqpq@<host>)")
+    p.add_argument("--cluster-etcd", default=None, metavar="URL",
+                   help="join (or form) the cluster whose membership is in this etcd "
+                        "(http://HOST:PORT; default: a single node, no etcd)")
+    p.add_argument("--cluster-port", type=int, default=25672,
+                   help="port other nodes reach this one on (default 25672)")
     p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-run-dir", default=None, help=argparse.SUPPRESS)
@@ -436,8 +461,12 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
     try:
         workers = supervisor.resolve_count(str(a.workers))
+        if a.cluster_etcd:
+            parse_etcd_url(a.cluster_etcd)
     except ValueError as exc:
         p.error(str(exc))
+    if not 1 <= a.cluster_port <= 65535:
+        p.error(f"--cluster-port must be 1..65535, got {a.cluster_port}")
     if a.worker_index is not None:  # started by a supervisor: one of its workers
         workers = a.worker_count
     config = BrokerConfig(
@@ -449,7 +478,8 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         max_connections=a.max_connections, management=management.from_args(a, p),
         prometheus=prometheus.from_args(a, p), workers=workers, worker_index=a.worker_index,
         worker_run_dir=Path(a.worker_run_dir) if a.worker_run_dir else None,
-        worker_handoff_fd=a.worker_handoff_fd,
+        worker_handoff_fd=a.worker_handoff_fd, node_name=a.node_name,
+        cluster_etcd=a.cluster_etcd, cluster_port=a.cluster_port,
     )
     if conf is not None:
         conf.apply(config)
@@ -520,5 +550,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"amqpq-server: {exc}", file=sys.stderr)
         sys.exit(1)
     except ValueError as exc:  # unreadable definitions (--definitions or the data dir's)
+        print(f"amqpq-server: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except ClusterError as exc:
         print(f"amqpq-server: {exc}", file=sys.stderr)
         sys.exit(1)

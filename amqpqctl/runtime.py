@@ -92,4 +92,23 @@ def status(ctx: Context, out: Output) -> None:
     click.echo("\n".join(lines))
 
 
-COMMANDS = [export_definitions, import_definitions, status]
+@click.command("cluster_status")
+@output_options
+def cluster_status(ctx: Context, out: Output) -> None:
+    """Show the cluster's nodes, as ``rabbitmqctl cluster_status``: the nodes seen (Disk
+    Nodes) and those running now (Running Nodes); one node without ``--cluster-etcd``."""
+    o = call(ctx, "GET", path("overview"))
+    nodes = call(ctx, "GET", path("nodes"))
+    seen = [n.get("name") for n in nodes]
+    running = [n.get("name") for n in nodes if n.get("running")]
+    if out.formatter == "json":
+        click.echo(json.dumps({"cluster_name": o.get("cluster_name"), "disk_nodes": seen,
+                               "running_nodes": running}, indent=1))
+        return
+    lines = [f"Cluster status of node {o.get('node')} ...", "Basics", "",
+             f"Cluster name: {o.get('cluster_name')}", "", "Disk Nodes", "", *seen, "",
+             "Running Nodes", "", *running]
+    click.echo("\n".join(lines))
+
+
+COMMANDS = [export_definitions, import_definitions, status, cluster_status]

@@ -84,6 +84,9 @@ class Broker:
         # amqp_server.workers.runtime.WorkerRuntime when this broker is one of several
         # worker processes (a layer above: typed Any here); None with one worker
         self.workers: Any = None
+        # amqp_server.cluster.membership.Membership with --cluster-etcd (typed Any: a layer
+        # above); None for a single node
+        self.cluster: Any = None
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
         self.permissions.set(self.config.default_user, self.config.default_vhost, ".*", ".*",

@@ -125,6 +125,9 @@ class BrokerConfig:
         worker_run_dir: the supervisor's Unix-socket directory (workers only).
         worker_handoff_fd: the socket on which the supervisor hands accepted client
             connections to this worker (workers only).
+        node_name: this node's name (``--node-name``; None: ``amqpq@<host>``).
+        cluster_etcd: etcd URL of the cluster this node joins (None: a single node).
+        cluster_port: the port other nodes will reach this one on (node links, next step).
     """
 
     hosts: tuple[str, ...] | None = None
@@ -153,6 +156,9 @@ class BrokerConfig:
     worker_index: int | None = None
     worker_run_dir: Path | None = None
     worker_handoff_fd: int | None = None
+    node_name: str | None = None
+    cluster_etcd: str | None = None
+    cluster_port: int = 25672
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from management.listing import list_query_middleware
 from management.routes import all_routes
 from management.routes.ui_files import add_ui_routes
 from management.serve import runner_port, serve_app, stop_runner
-from management.state import STATE_KEY, ManagementState
+from management.state import STATE_KEY, ManagementState, node_name
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -86,7 +86,8 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
     app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware,
                                        list_query_middleware],
                           client_max_size=64 * 1024 * 1024)
-    app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port)
+    app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port,
+                                     node=broker.config.node_name or node_name())
     for table in all_routes():
         app.add_routes(table)
     add_ui_routes(app)  # the web UI at /, after the API

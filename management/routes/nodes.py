@@ -79,9 +79,19 @@ def node_json(st: ManagementState) -> dict[str, Any]:
 
 @routes.get("/api/nodes")
 async def list_nodes(request: web.Request) -> web.Response:
-    """The one node (401 unless monitoring or administrator)."""
+    """This node, and with ``--cluster-etcd`` every node seen in the cluster (``running``
+    false for one gone; 401 unless monitoring or administrator)."""
     require_monitor(request)
-    return ok([node_json(state(request))])
+    st = state(request)
+    return ok([node_json(st) if n["name"] == st.node else n for n in _cluster(st)])
+
+
+def _cluster(st: ManagementState) -> list[dict[str, Any]]:
+    """Every node: this one's name alone with one node, else the membership's view."""
+    cluster = st.broker.cluster
+    if cluster is None:
+        return [{"name": st.node, "running": True}]
+    return [{**n, "type": "disc"} for n in cluster.nodes()]
 
 
 @routes.get("/api/nodes/{name}")
@@ -89,9 +99,13 @@ async def get_node(request: web.Request) -> web.Response:
     """The node by name (404 for any other name)."""
     require_monitor(request)
     st = state(request)
-    if request.match_info["name"] != st.node:
-        raise not_found()
-    return ok(node_json(st))
+    name = request.match_info["name"]
+    if name == st.node:
+        return ok(node_json(st))
+    for n in _cluster(st):
+        if n["name"] == name:
+            return ok(n)
+    raise not_found()
 
 
 @routes.get("/api/workers")

@@ -1,0 +1,1 @@
+"""amqpq clusters (``--cluster-etcd``): several nodes whose membership is kept in etcd."""

@@ -1,0 +1,172 @@
+"""Cluster membership in etcd (``amqpq-server --node-name N --cluster-etcd URL``).
+
+First step of clustering ([5/8]): nodes find each other. Each node writes
+``/amqpq/<cluster>/nodes/<node name>`` (its AMQP, management and cluster ports, pid, start
+time; JSON) under an etcd *lease* of :data:`LEASE_TTL` seconds that it refreshes every
+second. A node that dies (kill -9, partition, SIGSTOP) stops refreshing, etcd drops the key
+when the lease expires, and every node sees it gone at its next read (once a second). A
+node remembers every node it has seen, so ``/api/nodes`` lists a node that went away as
+``running: false``, as RabbitMQ lists a stopped cluster member. Leadership and membership
+are etcd's (no consensus here); metadata and replication are the next steps.
+
+The client is ``aetcd`` (asyncio, etcd's gRPC API). Without ``--cluster-etcd`` none of this
+runs and etcd is not needed.
+
+Source: etcd leases (https://etcd.io/docs/v3.4/learning/api/#lease-api); RabbitMQ's
+``rabbitmqctl cluster_status`` and ``GET /api/nodes`` for what is shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger("amqpq.cluster")
+
+LEASE_TTL = 5  # seconds without a refresh before etcd forgets a node
+POLL = 1.0  # seconds between reads of the node list (and lease refreshes)
+
+
+class ClusterError(Exception):
+    """etcd cannot be reached or refused the node (the server exits with this message)."""
+
+
+def parse_etcd_url(url: str) -> tuple[str, int]:
+    """(host, port) of ``http://HOST:PORT``.
+
+    Raises:
+        ValueError: not an ``http://host:port`` URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "") or not parts.hostname:
+        raise ValueError(f"--cluster-etcd must be http://HOST:PORT, got {url!r}")
+    return parts.hostname, parts.port or 2379
+
+
+class Membership:
+    """This node's registration and the cluster's node list.
+
+    Args:
+        etcd_url: ``http://127.0.0.1:2379``.
+        node: this node's name (``--node-name``).
+        info: what other nodes learn of this one (ports), JSON-serialisable.
+        cluster: key prefix (one etcd can hold several clusters).
+
+    Attributes:
+        running: node name -> its info, as read from etcd last (this node included).
+        known: every node name seen since start, in order of first sight.
+    """
+
+    def __init__(self, etcd_url: str, node: str, info: dict[str, Any],
+                 cluster: str = "default") -> None:
+        self.host, self.port = parse_etcd_url(etcd_url)
+        self.url = etcd_url
+        self.node = node
+        self.info = {"name": node, "pid": os.getpid(), "started": time.time(), **info}
+        self.prefix = f"/amqpq/{cluster}/nodes/".encode()
+        self.running: dict[str, dict[str, Any]] = {}
+        self.known: list[str] = []
+        self._client: Any = None
+        self._lease: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Register (a node of the same name already running is refused) and read the
+        node list once.
+
+        Raises:
+            ClusterError: etcd unreachable, ``aetcd`` not installed, or the name is taken.
+        """
+        try:
+            import aetcd
+        except ImportError:
+            raise ClusterError("--cluster-etcd needs the aetcd package "
+                               "(pip install 'amqpq[cluster]')") from None
+        self._client = aetcd.Client(host=self.host, port=self.port, connect_wait_timeout=3,
+                                    timeout=5)
+        try:
+            await self._register()
+            await self._read()
+        except aetcd.exceptions.ClientError as exc:
+            await self.stop()
+            raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None
+        self._task = asyncio.create_task(self._loop())
+        log.info("node %s joined cluster through etcd %s: running nodes %s", self.node,
+                 self.url, ", ".join(self.running))
+
+    async def _register(self) -> None:
+        key = self.prefix + self.node.encode()
+        self._lease = await self._client.lease(LEASE_TTL)
+        ok, _ = await self._client.transaction(
+            compare=[self._client.transactions.create(key) == 0],
+            success=[self._client.transactions.put(key, json.dumps(self.info).encode(),
+                                                   lease=self._lease)],
+            failure=[])
+        if not ok:
+            raise ClusterError(f"a node named {self.node} is already running in the cluster "
+                               f"(etcd {self.url})")
+
+    async def _read(self) -> None:
+        found = {}
+        for kv in await self._client.get_prefix(self.prefix):
+            try:
+                item = json.loads(kv.value)
+            except ValueError:
+                continue
+            name = kv.key[len(self.prefix):].decode()
+            found[name] = item
+            if name not in self.known:
+                self.known.append(name)
+        for name in set(self.running) - set(found):
+            log.warning("node %s left the cluster (its etcd lease expired)", name)
+        for name in set(found) - set(self.running):
+            if self.running:
+                log.info("node %s joined the cluster", name)
+        self.running = found
+
+    async def _loop(self) -> None:
+        import aetcd
+        while True:
+            await asyncio.sleep(POLL)
+            try:
+                response = await self._lease.refresh()
+                if not getattr(response[0] if isinstance(response, list) else response,
+                               "TTL", 1):
+                    # the lease expired (this node was stopped longer than the TTL): join again
+                    log.warning("this node's etcd lease expired; registering again")
+                    await self._register()
+                await self._read()
+            except (aetcd.exceptions.ClientError, ClusterError) as exc:
+                log.warning("etcd %s: %s", self.url, exc)
+            except Exception:
+                log.exception("cluster membership loop failed")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node seen: its info and ``running`` (in etcd now)."""
+        out = []
+        for name in self.known:
+            item = dict(self.running.get(name) or {"name": name})
+            item["running"] = name in self.running
+            out.append(item)
+        return out
+
+    async def stop(self) -> None:
+        """Leave: revoke the lease (the node is gone for the others at once)."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._client is None:
+            return
+        try:
+            if self._lease is not None:
+                await self._lease.revoke()
+        except Exception:  # etcd gone: the lease expires by itself
+            pass
+        try:
+            await self._client.close()
+        except Exception:
+            pass

@@ -1,0 +1,129 @@
+"""Cluster membership in etcd (``--node-name``, ``--cluster-etcd``): three nodes and a real
+etcd (Debian's ``etcd-server``, ``make etcd-deps``) on loopback ports of their own; skipped
+when etcd or the ``aetcd`` client is not installed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess, free_port
+
+pytest.importorskip("aetcd")
+ETCD = shutil.which("etcd")
+pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
+WAIT = 15.0
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    d = tmp_path_factory.mktemp("etcd")
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = subprocess.Popen(
+        [str(ETCD), "--data-dir", str(d / "data"), "--listen-client-urls", url,
+         "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
+        stdout=open(d / "etcd.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", client), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (d / "etcd.log").read_text()[-2000:]
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def nodes(etcd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    base = tmp_path_factory.mktemp("cluster")
+    started = []
+    try:
+        for i in (1, 2, 3):
+            node = BrokerProcess(base / f"n{i}", base / f"n{i}.log", management=free_port(),
+                                 log_level="info",
+                                 args=("--node-name", f"n{i}", "--cluster-etcd", etcd))
+            node.start()
+            started.append(node)
+        yield started
+    finally:
+        for node in started:
+            node.close()
+
+
+def api(node: BrokerProcess, path: str) -> object:
+    req = urllib.request.Request(f"http://127.0.0.1:{node.management_port}{path}")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def running(node: BrokerProcess) -> dict[str, bool]:
+    listed = api(node, "/api/nodes")
+    assert isinstance(listed, list)
+    return {n["name"]: n["running"] for n in listed}
+
+
+def wait_for(node: BrokerProcess, want: dict[str, bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while (have := running(node)) != want:
+        assert time.monotonic() < deadline, have
+        time.sleep(0.2)
+
+
+def test_every_node_sees_the_others_and_a_dead_one_goes_not_running(
+        nodes: list[BrokerProcess]) -> None:
+    everyone = {"n1": True, "n2": True, "n3": True}
+    for node in nodes:
+        wait_for(node, everyone)
+    own = api(nodes[1], "/api/nodes/n2")
+    assert isinstance(own, dict) and own["name"] == "n2" and "mem_used" in own  # full fields
+    nodes[2].kill()  # kill -9: its etcd lease expires (5 s)
+    wait_for(nodes[0], {"n1": True, "n2": True, "n3": False})
+    out = subprocess.run(
+        [sys.executable, "-m", "amqpqctl", "--port", str(nodes[0].management_port),
+         "cluster_status"], capture_output=True, text=True, timeout=30,
+        cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    disk = out.stdout.split("Disk Nodes")[1].split("Running Nodes")[0].split()
+    run = out.stdout.split("Running Nodes")[1].split()
+    assert (sorted(disk), sorted(run)) == (["n1", "n2", "n3"], ["n1", "n2"])
+    nodes[2].start()  # back: running again everywhere
+    wait_for(nodes[1], {"n1": True, "n2": True, "n3": True})
+
+
+def test_a_second_node_of_the_same_name_is_refused(etcd: str, nodes: list[BrokerProcess],
+                                                     tmp_path: Path) -> None:
+    twin = subprocess.run(
+        [sys.executable, "-m", "amqp_server", "--port", "0", "--data-dir", str(tmp_path),
+         "--no-management", "--no-prometheus", "--node-name", "n1", "--cluster-etcd", etcd],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert twin.returncode == 1
+    assert "a node named n1 is already running" in twin.stderr.strip().splitlines()[-1]
+
+
+def test_an_unreachable_etcd_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "amqp_server", "--port", "0", "--data-dir", str(tmp_path),
+         "--no-management", "--no-prometheus", "--cluster-etcd",
+         f"http://127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1].startswith("amqpq-server: cannot reach etcd at")
