@@ -111,4 +111,14 @@ def cluster_status(ctx: Context, out: Output) -> None:
     click.echo("\n".join(lines))
 
 
-COMMANDS = [export_definitions, import_definitions, status, cluster_status]
+@click.command("forget_cluster_node")
+@click.argument("node")
+@output_options
+def forget_cluster_node(ctx: Context, node: str, out: Output) -> None:
+    """Remove stopped node NODE from the cluster (refused while it runs)."""
+    out.progress(f"Removing node {node} from the cluster")
+    call(ctx, "DELETE", path("nodes", node), what=f"node '{node}'")
+
+
+COMMANDS = [export_definitions, import_definitions, status, cluster_status,
+            forget_cluster_node]

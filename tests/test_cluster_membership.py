@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,8 +107,30 @@ def test_every_node_sees_the_others_and_a_dead_one_goes_not_running(
     disk = out.stdout.split("Disk Nodes")[1].split("Running Nodes")[0].split()
     run = out.stdout.split("Running Nodes")[1].split()
     assert (sorted(disk), sorted(run)) == (["n1", "n2", "n3"], ["n1", "n2"])
-    nodes[2].start()  # back: running again everywhere
+    refused = ctl(nodes[0], "forget_cluster_node", "n2")  # running: refused, one line
+    assert refused.returncode != 0 and "n2 is running" in refused.stderr
+    assert ctl(nodes[0], "forget_cluster_node", "n3").returncode == 0  # stopped: forgotten
+    wait_for(nodes[1], {"n1": True, "n2": True})
+    nodes[2].start()  # back: a member and running again everywhere
     wait_for(nodes[1], {"n1": True, "n2": True, "n3": True})
+
+
+def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
+        capture_output=True, text=True, timeout=30, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_stopped_node_is_not_running_and_rejoins_when_it_resumes(
+        nodes: list[BrokerProcess]) -> None:
+    everyone = {"n1": True, "n2": True, "n3": True}
+    wait_for(nodes[0], everyone)
+    os.kill(nodes[1].pid, signal.SIGSTOP)  # a partitioned node: its lease expires
+    try:
+        wait_for(nodes[0], {"n1": True, "n2": False, "n3": True})
+    finally:
+        os.kill(nodes[1].pid, signal.SIGCONT)
+    wait_for(nodes[2], everyone)  # it noticed its lease was gone and registered again
 
 
 def test_a_second_node_of_the_same_name_is_refused(etcd: str, nodes: list[BrokerProcess],

@@ -1,12 +1,13 @@
 """Cluster membership in etcd (``amqpq-server --node-name N --cluster-etcd URL``).
 
 First step of clustering ([5/8]): nodes find each other. Each node writes
-``/amqpq/<cluster>/nodes/<node name>`` (its AMQP, management and cluster ports, pid, start
-time; JSON) under an etcd *lease* of :data:`LEASE_TTL` seconds that it refreshes every
-second. A node that dies (kill -9, partition, SIGSTOP) stops refreshing, etcd drops the key
-when the lease expires, and every node sees it gone at its next read (once a second). A
-node remembers every node it has seen, so ``/api/nodes`` lists a node that went away as
-``running: false``, as RabbitMQ lists a stopped cluster member. Leadership and membership
+``/amqpq/<cluster>/nodes/<node name>`` (its AMQP and cluster ports, pid, start time; JSON)
+under an etcd *lease* of :data:`LEASE_TTL` seconds that it refreshes every second, and
+``/amqpq/<cluster>/members/<node name>`` with no lease: the cluster's members. A node that
+dies (kill -9, partition, SIGSTOP) stops refreshing, etcd drops its ``nodes`` key when the
+lease expires, and every node sees it gone at its next read (once a second); it stays a
+member, listed ``running: false`` (as RabbitMQ lists a stopped cluster member), until
+``forget_cluster_node`` removes it. A stopped node that resumes registers again. Leadership and membership
 are etcd's (no consensus here); metadata and replication are the next steps.
 
 The client is ``aetcd`` (asyncio, etcd's gRPC API). Without ``--cluster-etcd`` none of this
@@ -69,6 +70,7 @@ class Membership:
         self.node = node
         self.info = {"name": node, "pid": os.getpid(), "started": time.time(), **info}
         self.prefix = f"/amqpq/{cluster}/nodes/".encode()
+        self.members_prefix = f"/amqpq/{cluster}/members/".encode()
         self.running: dict[str, dict[str, Any]] = {}
         self.known: list[str] = []
         self._client: Any = None
@@ -110,6 +112,8 @@ class Membership:
         if not ok:
             raise ClusterError(f"a node named {self.node} is already running in the cluster "
                                f"(etcd {self.url})")
+        await self._client.put(self.members_prefix + self.node.encode(),
+                               json.dumps(self.info).encode())
 
     async def _read(self) -> None:
         found = {}
@@ -118,10 +122,10 @@ class Membership:
                 item = json.loads(kv.value)
             except ValueError:
                 continue
-            name = kv.key[len(self.prefix):].decode()
-            found[name] = item
-            if name not in self.known:
-                self.known.append(name)
+            found[kv.key[len(self.prefix):].decode()] = item
+        members = [kv.key[len(self.members_prefix):].decode()
+                   for kv in await self._client.get_prefix(self.members_prefix)]
+        self.known = sorted(set(members) | set(found))
         for name in set(self.running) - set(found):
             log.warning("node %s left the cluster (its etcd lease expired)", name)
         for name in set(found) - set(self.running):
@@ -145,6 +149,19 @@ class Membership:
                 log.warning("etcd %s: %s", self.url, exc)
             except Exception:
                 log.exception("cluster membership loop failed")
+
+    async def forget(self, name: str) -> str:
+        """Remove stopped member ``name`` (``rabbitmqctl forget_cluster_node``):
+        ``"forgotten"``, ``"unknown"`` (not a member) or ``"running"`` (refused: stop it
+        first, as RabbitMQ requires)."""
+        await self._read()
+        if name in self.running:
+            return "running"
+        if name not in self.known:
+            return "unknown"
+        await self._client.delete(self.members_prefix + name.encode())
+        await self._read()
+        return "forgotten"
 
     def nodes(self) -> list[dict[str, Any]]:
         """Every node seen: its info and ``running`` (in etcd now)."""

@@ -24,9 +24,9 @@ from aiohttp import web
 
 from broker.alarms import DEFAULT_WATERMARK, process_rss, total_memory
 from broker.log_setup import log_files
-from management.auth import require_monitor
-from management.errors import not_found
-from management.routes.common import ok
+from management.auth import require_admin, require_monitor
+from management.errors import bad_request, not_found
+from management.routes.common import no_content, ok
 from management.serializers import details
 from management.state import ManagementState, state
 
@@ -92,6 +92,23 @@ def _cluster(st: ManagementState) -> list[dict[str, Any]]:
     if cluster is None:
         return [{"name": st.node, "running": True}]
     return [{**n, "type": "disc"} for n in cluster.nodes()]
+
+
+@routes.delete("/api/nodes/{name}")
+async def forget_node(request: web.Request) -> web.Response:
+    """amqpq's own (``rabbitmqctl forget_cluster_node`` over HTTP): remove a stopped
+    member from the cluster (204); 404 unknown (or no cluster), 400 while it runs."""
+    require_admin(request)
+    cluster = state(request).broker.cluster
+    name = request.match_info["name"]
+    if cluster is None:
+        raise not_found()
+    outcome = await cluster.forget(name)
+    if outcome == "unknown":
+        raise not_found()
+    if outcome == "running":
+        raise bad_request(f"node {name} is running: stop it before forgetting it")
+    return no_content()
 
 
 @routes.get("/api/nodes/{name}")
