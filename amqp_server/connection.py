@@ -90,7 +90,7 @@ class Connection:
                  "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
                  "_out", "_out_size", "_throttled", "_header_buf", "auth_mechanism",
                  "created_at", "last_received", "last_sent", "_close_deadline", "serial", "_held",
-                 "_flow_paused", "_reading_paused", "__weakref__")
+                 "_flow_paused", "_reading_paused", "_frame", "_held_frame", "__weakref__")
 
     def __init__(
         self,
@@ -138,6 +138,8 @@ class Connection:
         self._held: list[tuple[int, int, bytes]] | None = None
         self._flow_paused = False  # a link to another worker is full (set_flow)
         self._reading_paused = False  # what on_block was last told
+        self._frame = b""  # the method frame being handled (its ids name a deferred error)
+        self._held_frame = b""  # the frame whose handling is suspended
         broker.connections.add(self)
         broker.message_totals.connections_opened += 1
 
@@ -226,6 +228,7 @@ class Connection:
                                                  frames[i + 1][2])):
                     i += 2  # the common publish: method, header, one body frame
                     continue
+                self._frame = payload
                 self._handle_frame(ftype, channel, payload)
             except AMQPError as exc:
                 self._fail(channel, exc, payload)
@@ -240,6 +243,7 @@ class Connection:
         with another worker: what the client sent after it must see its effect)."""
         if self._held is None:
             self._held = []
+            self._held_frame = self._frame
             self._update_reading()
 
     def resume(self, channel: int, then: Callable[[], None]) -> None:
@@ -249,13 +253,14 @@ class Connection:
         held, self._held = self._held, None
         if self.state is State.CLOSED:
             return
+        frame = self._held_frame
         try:
             then()
         except AMQPError as exc:
-            self._fail(channel, exc)
+            self._fail(channel, exc, frame)
         except Exception as exc:
             log.exception("internal error on channel %d", channel)
-            self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"))
+            self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), frame)
         self._update_reading()
         self._process(held or [])
 

@@ -75,7 +75,31 @@ def test_a_record_length_out_of_range_breaks_the_link(length: int) -> None:
         RecordReader().feed(length.to_bytes(4, "big") + b"\x01abc")
 
 
-def test_a_control_record_must_be_a_tuple() -> None:
-    import pickle
+@pytest.mark.parametrize("body", [b'["not", "a", "tuple"]', b"not json",
+                                  b'{"t": [{"e": "SystemExit", "x": "", "c": 0, "m": 0}]}',
+                                  b'{"t": [{"zz": 1}]}', b'{"t": []}'])
+def test_a_control_record_that_is_not_one_breaks_the_link(body: bytes) -> None:
     with pytest.raises(LinkError):
-        read_control(pickle.dumps(["not", "a", "tuple"]))
+        read_control(body)
+
+
+def test_control_values_keep_their_types() -> None:
+    import datetime
+    import decimal
+
+    from amqp_common.errors import NotFound
+    from amqp_common.properties import Long
+
+    record = ("x", None, True, 3, 2.5, b"\x00\xff", (1, (2,)), [1, [2]],
+              {b"k": (1, 2), "s": {"nested": Long(7)}}, decimal.Decimal("1.50"),
+              datetime.datetime(2026, 11, 24, 7, 0, 0), WIRE_NUMBER_TYPES["f"](1.5),
+              NotFound("no queue 'q' in vhost '/'", 50, 10))
+    box = Outbox()
+    box.control(record)
+    ((kind, body),) = RecordReader().feed(box.take())
+    back = read_control(body)
+    assert back[:-1] == record[:-1]
+    assert type(back[8]["s"]["nested"]) is Long and type(back[11]) is WIRE_NUMBER_TYPES["f"]
+    err = back[-1]
+    assert isinstance(err, NotFound) and err.reply_text == "NOT_FOUND - no queue 'q' in vhost '/'"
+    assert (err.class_id, err.method_id) == (50, 10)

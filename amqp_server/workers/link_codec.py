@@ -19,10 +19,9 @@ DELIVER    cid:u32 did:u32 redelivered:u8 exrk_len:u16 props_len:u32 body_len:u3
 SETTLE     outcome:u8 count:u32, then ``count`` did:u32 (Settlement: ack, requeue, reject).
 CREDIT     cid:u32 n:u32: the consumer may take ``n`` more deliveries.
 RESULTS    count:u32, then ``count`` (pub_id:u32 result:u8) (PublishResult bits).
-CONTROL    a pickled tuple (consume, cancel, get, purge, stats...): rare records, never per
-           message. Pickle is safe here only because both ends are this broker's own
-           processes on a private Unix socket; a link between machines needs another
-           encoding and authentication ([5/8]).
+CONTROL    a tuple (consume, cancel, get, purge, stats...) as tagged JSON
+           (:mod:`amqp_server.workers.link_values`): rare records, never per message;
+           reading one runs no code of the sender's choosing.
 =========  ===============================================================================
 
 Measured cost (``python -m benchmarks.link_micro``, this machine): a 200-byte publish costs
@@ -36,9 +35,10 @@ Source: RabbitMQ's inter-node distribution carries messages as opaque binaries b
 
 from __future__ import annotations
 
-import pickle
 import struct
 from typing import Any
+
+from amqp_server.workers import link_values
 
 PUBLISH, DELIVER, SETTLE, CREDIT, RESULTS, CONTROL = 1, 2, 3, 4, 5, 9
 
@@ -116,7 +116,7 @@ class Outbox:
                   b"".join(_RESULT.pack(p, r) for p, r in results))
 
     def control(self, record: tuple[Any, ...]) -> None:
-        self._add(CONTROL, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        self._add(CONTROL, link_values.encode(record))
 
 
 def queue_key(vhost: str, name: str) -> bytes:
@@ -200,7 +200,11 @@ def read_results(body: bytes) -> list[tuple[int, int]]:
 
 
 def read_control(body: bytes) -> tuple[Any, ...]:
-    record = pickle.loads(body)
-    if not isinstance(record, tuple) or not record:
-        raise LinkError("control record is not a tuple")
+    """CONTROL body -> the record. Raises LinkError when it is not one."""
+    try:
+        record = link_values.decode(body)
+    except ValueError as exc:
+        raise LinkError(str(exc)) from None
+    if not record:
+        raise LinkError("empty control record")
     return record

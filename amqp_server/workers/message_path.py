@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import pickle
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_common import framing
 from amqp_common.errors import AMQPError, InternalError, NotFound, rs
+from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import (
     CONTROL,
     PUBLISH,
@@ -83,7 +83,7 @@ def message_from(exrk: bytes, props: bytes, body: bytes) -> Message:
 
 def control_body(rec: tuple[Any, ...]) -> bytes:
     """A control record's body again (to keep it while its queue is unknown here)."""
-    return pickle.dumps(rec)
+    return link_values.encode(rec)
 
 
 class MessagePath:
