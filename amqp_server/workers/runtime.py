@@ -134,7 +134,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._results_due: dict[int, list[tuple[int, int]]] = {}
         self._orphans: dict[bytes, list[tuple[int, int, bytes, float]]] = {}
         self._flush_scheduled = False
-        self._connecting: list[asyncio.Task[None]] = []
+        self._connecting: list[asyncio.Future[None]] = []  # links to open before in step
+        self._tasks: set[asyncio.Future[None]] = set()
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
         self.links_full = False  # a link to a worker is full
         self.publisher: Any = None  # the connection whose publish is being routed
@@ -352,11 +353,12 @@ class WorkerRuntime(MessagePath, WorkerStats):
         if kind == "apply":
             self._on_apply(rec[1], rec[2], rec[3])
         elif kind == "synced":
-            asyncio.ensure_future(self._finish_sync())
+            self._keep(asyncio.ensure_future(self._finish_sync()))
         elif kind == "peer_up":
             if rec[1] != self.index:
-                self._connecting.append(
-                    asyncio.get_running_loop().create_task(self._connect(rec[1])))
+                task = self._keep(asyncio.get_running_loop().create_task(self._connect(rec[1])))
+                if not self.synced.done():  # at start: in step only once linked
+                    self._connecting.append(task)
         elif kind == "consume":
             self._on_consume(peer, rec)
         elif kind == "cancel":
@@ -390,6 +392,12 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 if isinstance(q, RemoteQueue):
                     q.stats = stats
                     q.unacked_count = stats[1]
+
+    def _keep(self, task: asyncio.Future[None]) -> asyncio.Future[None]:
+        """Hold a reference to ``task`` until it is done (asyncio keeps only weak ones)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _finish_sync(self) -> None:
         connecting, self._connecting = self._connecting, []
