@@ -489,10 +489,18 @@ class Channel:
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
             self.prefetch_count, priority, arguments,
         )
-        self.consumers[tag] = consumer
+        if q.remote:  # its home decides (exclusivity), then ConsumeOk
+            q.consume_at_home(self, consumer,  # type: ignore[attr-defined]
+                              lambda: self._consume_ok(m, consumer))
+            return
+        self._consume_ok(m, consumer)
+
+    def _consume_ok(self, m: Any, consumer: Consumer) -> None:
+        """The consumer is in: ConsumeOk unless nowait, then its first deliveries."""
+        self.consumers[consumer.tag] = consumer
         if not m.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        q.add_consumer(consumer)
+            self.send(commands.Basic.ConsumeOk(consumer_tag=consumer.tag))
+        consumer.queue.add_consumer(consumer)
 
     def _basic_cancel(self, m: Any) -> None:
         if m.consumer_tag == self.reply_consumer_tag:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_common import framing
-from amqp_common.errors import AMQPError, InternalError, NotFound, rs
+from amqp_common.errors import AccessRefused, AMQPError, InternalError, NotFound, rs
 from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import (
     CONTROL,
@@ -103,6 +103,7 @@ class MessagePath:
     _waiting: dict[int, deque[QueuedMessage]]
     _credit_due: dict[tuple[int, int], int]
     _auto_acks: dict[int, list[int]]
+    _pending_cids: set[int]
     publisher: Any
     _flowed: set[Any]
     _calls: dict[int, tuple[Channel, Callable[[Any], None], int]]
@@ -191,13 +192,28 @@ class MessagePath:
 
     # ---- consumers: this worker's clients ------------------------------------------------
 
-    def remote_consume(self, q: RemoteQueue, consumer: Consumer) -> None:
+    def remote_consume(self, ch: Channel, q: RemoteQueue, consumer: Consumer,
+                       then: Callable[[], None]) -> None:
+        """Subscribe ``consumer`` at ``q``'s home, then ``then()`` (ConsumeOk): the home
+        decides exclusivity, as RabbitMQ's queue process does (403 ``in exclusive use``);
+        deliveries that come before ``then`` ran wait for it."""
         cid = next(self._cids)
         self._consumers[cid] = (consumer, q)
         self._cid_of[id(consumer)] = cid
-        self._control(q.home, ("consume", cid, q.qkey, consumer.tag, consumer.no_ack,
+        self._pending_cids.add(cid)
+
+        def answered(answer: Any) -> None:
+            self._pending_cids.discard(cid)
+            if answer != "ok":
+                self._consumers.pop(cid, None)
+                self._cid_of.pop(id(consumer), None)
+                self._waiting.pop(cid, None)
+                raise AccessRefused(str(answer))
+            then()
+
+        self.call_home(ch, q, ("consume", cid, consumer.tag, consumer.no_ack,
                                consumer.exclusive, consumer.prefetch, consumer.priority,
-                               consumer.arguments, CREDIT_WINDOW))
+                               consumer.arguments, CREDIT_WINDOW), answered)
 
     def remote_cancel(self, q: RemoteQueue, consumer: Consumer) -> None:
         cid = self._cid_of.pop(id(consumer), None)
@@ -228,7 +244,8 @@ class MessagePath:
         consumer, q = entry
         qm = QueuedMessage(did, message_from(exrk, props, data), redelivered)
         waiting = self._waiting.get(cid)
-        if waiting is not None or not consumer.channel.can_deliver():
+        if waiting is not None or cid in self._pending_cids \
+                or not consumer.channel.can_deliver():
             if waiting is None:
                 waiting = self._waiting[cid] = deque()
             waiting.append(qm)
@@ -290,14 +307,12 @@ class MessagePath:
 
     # ---- consumers: clients elsewhere (home side) ----------------------------------------
 
-    def _on_consume(self, peer: int, rec: tuple[Any, ...]) -> None:
-        _, cid, qkey, tag, no_ack, exclusive, prefetch, priority, arguments, credit = rec
-        q = self._home_queue(peer, CONTROL, control_body(rec), qkey)
-        if q is None:
-            return
-        if q.deleted or (q.consumer_count and (exclusive or q.has_exclusive_consumer())):
-            self._control(peer, ("cancelled", cid))
-            return
+    def _register_consumer(self, peer: int, q: Queue, request: tuple[Any, ...]) -> str:
+        """A consumer of worker ``peer`` subscribes to ``q`` (here): ``"ok"``, or why not
+        (RabbitMQ's 403 text)."""
+        _, cid, tag, no_ack, exclusive, prefetch, priority, arguments, credit = request
+        if q.consumer_count and (exclusive or q.has_exclusive_consumer()):
+            return f"{rs('queue', q.name, q.vhost_name)} in exclusive use"
         channel = LinkConsumerChannel(self, peer, cid, credit)
         # a no-ack consumer's deliveries are outstanding here until its worker handed them
         # to its client (an ack comes back): none is lost to a cancel crossing them
@@ -306,6 +321,7 @@ class MessagePath:
         channel.consumer = consumer
         self._remote_consumers[(peer, cid)] = consumer
         q.add_consumer(consumer)
+        return "ok"
 
     def _on_credit(self, peer: int, body: bytes) -> None:
         cid, n = read_credit(body)
@@ -390,6 +406,8 @@ class MessagePath:
                           q.message_count)
         elif what == "purge":
             answer = q.purge()
+        elif what == "consume":
+            answer = self._register_consumer(peer, q, request)
         else:
             answer = (q.message_count, q.consumer_count)
         return answer

@@ -61,8 +61,13 @@ class RemoteQueue(Queue):
         return self.runtime.forward_publish(self, message)
 
     def add_consumer(self, consumer: Consumer) -> None:
-        super().add_consumer(consumer)
-        self.runtime.remote_consume(self, consumer)
+        """Local bookkeeping once the home took the consumer (:meth:`consume_at_home`)."""
+        super().add_consumer(consumer)  # dispatch(): deliveries that waited for ConsumeOk
+
+    def consume_at_home(self, ch: Any, consumer: Consumer, then: Callable[[], None]) -> None:
+        """Subscribe at the home (which may refuse: 403 in exclusive use), then ``then()``;
+        ``ch``'s connection reads nothing meanwhile."""
+        self.runtime.remote_consume(ch, self, consumer, then)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self._consumer_order:

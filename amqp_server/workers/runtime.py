@@ -123,7 +123,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._cid_of: dict[int, int] = {}  # id(consumer) -> cid
         self._waiting: dict[int, deque[QueuedMessage]] = {}
         self._credit_due: dict[tuple[int, int], int] = {}
-        self._auto_acks: dict[int, list[int]] = {}  # home -> no-ack deliveries handed out
+        self._auto_acks: dict[int, list[int]] = {}
+        self._pending_cids: set[int] = set()  # consumers whose home has not answered yet  # home -> no-ack deliveries handed out
         self._calls: dict[int, tuple[Channel, Callable[[Any], None], int]] = {}
         self._call_ids = itertools.count(1)
         self._call_deadlines: deque[tuple[float, int]] = deque()
@@ -359,8 +360,6 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 task = self._keep(asyncio.get_running_loop().create_task(self._connect(rec[1])))
                 if not self.synced.done():  # at start: in step only once linked
                     self._connecting.append(task)
-        elif kind == "consume":
-            self._on_consume(peer, rec)
         elif kind == "cancel":
             consumer = self._remote_consumers.pop((peer, rec[1]), None)
             if consumer is not None:
@@ -478,9 +477,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 self._result(peer, pub_id, ROUTED)  # the queue is gone: dropped, as RabbitMQ
         elif kind == CONTROL:
             rec = read_control(body)
-            if rec[0] == "consume":
-                self._control(peer, ("cancelled", rec[1]))
-            elif rec[0] == "call":
+            if rec[0] == "call":
                 self._control(peer, ("reply", rec[1], "error", rec[2]))
 
     # ---- misc ----------------------------------------------------------------------------
