@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server import conf_file, tls
-from amqp_server.cluster.membership import ClusterError, Membership, parse_etcd_url
+from amqp_server.cluster.membership import ClusterError, parse_etcd_url
+from amqp_server.cluster.node import start_node
 from amqp_server.connection import Connection
 from amqp_server.workers import supervisor
 from amqp_server.workers.runtime import WorkerRuntime
@@ -45,7 +46,6 @@ from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
 from management.prometheus import stop_prometheus
-from management.state import node_name
 
 log = logging.getLogger("amqpq.server")
 
@@ -162,7 +162,7 @@ class BrokerServer:
                                      resources=ResourceProbes())
         self.broker = Broker(config, self.env)
         self.workers: WorkerRuntime | None = None
-        if config.worker_index is not None:
+        if config.worker_index is not None and not config.cluster_etcd:
             assert config.worker_run_dir is not None
             self.workers = WorkerRuntime(self.broker, config.worker_index, config.workers,
                                          config.worker_run_dir)
@@ -189,6 +189,8 @@ class BrokerServer:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
         topology, alarms = self.broker.topology, self.broker.alarms
         assert topology is not None and alarms is not None  # storage and resources are on
+        if self.config.cluster_etcd:  # a cluster node: etcd, its index, node links
+            self.workers = await start_node(self.broker, self.config)
         topology.load()
         counts = recover_messages(self.broker)
         if self.workers is not None:  # every topology change so far, links to the others
@@ -226,10 +228,11 @@ class BrokerServer:
         # of the collector's generations, so full collections under load do not walk it
         gc.collect()
         gc.freeze()
-        if self.workers is not None:
+        if self.broker.cluster is not None:  # registered: the other nodes link to this one
+            self.broker.cluster.info["amqp_port"] = self.port
+            await self.broker.cluster.register()
+        elif self.workers is not None:
             self.workers.ready()
-        if self.config.cluster_etcd and not self.config.worker_index:
-            await self._join_cluster()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
 
@@ -248,18 +251,6 @@ class BrokerServer:
             return int(server.sockets[0].getsockname()[1])
 
         return await bind_all(bind, self.config.listen_hosts, port, self.config.optional_hosts)
-
-    async def _join_cluster(self) -> None:
-        """``--cluster-etcd``: register this node in etcd (worker 0 for the node).
-
-        Raises:
-            ClusterError: etcd unreachable or the node name taken (the server exits).
-        """
-        cfg = self.config
-        membership = Membership(cfg.cluster_etcd or "", cfg.node_name or node_name(), {
-            "amqp_port": self.port, "cluster_port": cfg.cluster_port, "host": cfg.host})
-        await membership.start()
-        self.broker.cluster = membership
 
     def _take_handoffs(self, fd: int) -> None:
         """``--workers N``: take the client sockets the supervisor accepted and hands over
@@ -347,6 +338,8 @@ class BrokerServer:
         await stop_management(getattr(self, "management", None))
         await stop_prometheus(getattr(self, "prometheus", None))
         if self.broker.cluster is not None:  # leave at once (the lease is revoked)
+            if self.workers is not None:
+                self.workers.close()
             await self.broker.cluster.stop()
         for server in self._servers:
             server.close()
@@ -428,7 +421,12 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
                    help="join (or form) the cluster whose membership is in this etcd "
                         "(http://HOST:PORT; default: a single node, no etcd)")
     p.add_argument("--cluster-port", type=int, default=25672,
-                   help="port other nodes reach this one on (default 25672)")
+                   help="port other nodes reach this one on (default 25672; 0: a free one)")
+    p.add_argument("--cluster-host", default=None, metavar="ADDRESS",
+                   help="address the node links listen on and other nodes reach this one at "
+                        "(default: the first --host)")
+    p.add_argument("--cluster-secret-file", default=None, metavar="FILE",
+                   help="the cluster's shared secret (first line; default: one kept in etcd)")
     p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-run-dir", default=None, help=argparse.SUPPRESS)
@@ -465,8 +463,10 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
             parse_etcd_url(a.cluster_etcd)
     except ValueError as exc:
         p.error(str(exc))
-    if not 1 <= a.cluster_port <= 65535:
-        p.error(f"--cluster-port must be 1..65535, got {a.cluster_port}")
+    if not 0 <= a.cluster_port <= 65535:
+        p.error(f"--cluster-port must be 0..65535, got {a.cluster_port}")
+    if a.cluster_etcd and workers > 1:
+        p.error("--workers N > 1 cannot be combined with --cluster-etcd yet")
     if a.worker_index is not None:  # started by a supervisor: one of its workers
         workers = a.worker_count
     config = BrokerConfig(
@@ -479,7 +479,8 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         prometheus=prometheus.from_args(a, p), workers=workers, worker_index=a.worker_index,
         worker_run_dir=Path(a.worker_run_dir) if a.worker_run_dir else None,
         worker_handoff_fd=a.worker_handoff_fd, node_name=a.node_name,
-        cluster_etcd=a.cluster_etcd, cluster_port=a.cluster_port,
+        cluster_etcd=a.cluster_etcd, cluster_port=a.cluster_port, cluster_host=a.cluster_host,
+        cluster_secret_file=Path(a.cluster_secret_file) if a.cluster_secret_file else None,
     )
     if conf is not None:
         conf.apply(config)

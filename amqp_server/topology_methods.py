@@ -46,8 +46,11 @@ def exchange_declare(ch: Channel, m: Any) -> None:
             ch.check_permission("read", "exchange", m.exchange)
             ch.check_permission("write", "exchange", ae)
     if m.passive:
-        ch.vhost.declare_exchange(m.exchange, m.exchange_type, True)
-        _answer(ch, m, commands.Exchange.DeclareOk)
+        def passive() -> None:
+            ch.vhost.declare_exchange(m.exchange, m.exchange_type, True)
+            _answer(ch, m, commands.Exchange.DeclareOk)
+
+        ops.caught_up(ch, m.exchange not in ch.vhost.exchanges, passive)
         return
     ops.run(ch, ("xdecl", ch.vhost.name, m.exchange, m.exchange_type, m.durable,
                  m.auto_delete, m.internal, m.arguments or {}),
@@ -112,7 +115,8 @@ def queue_declare(ch: Channel, m: Any) -> None:
             ch.check_permission("read", "queue", name)
             ch.check_permission("write", "exchange", dlx)
     if m.passive:
-        _declared(ch, m, ch.vhost.declare_queue(name, True, connection=conn), False)
+        ops.caught_up(ch, name not in ch.vhost.queues, lambda: _declared(
+            ch, m, ch.vhost.declare_queue(name, True, connection=conn), False))
         return
     is_new = name not in ch.vhost.queues
     workers = conn.broker.workers

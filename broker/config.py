@@ -127,7 +127,9 @@ class BrokerConfig:
             connections to this worker (workers only).
         node_name: this node's name (``--node-name``; None: ``amqpq@<host>``).
         cluster_etcd: etcd URL of the cluster this node joins (None: a single node).
-        cluster_port: the port other nodes will reach this one on (node links, next step).
+        cluster_port: the port other nodes reach this one on (node links; 0: a free one).
+        cluster_host: the address the node links listen on (None: the first listen host).
+        cluster_secret_file: the node links' shared secret (None: the one kept in etcd).
     """
 
     hosts: tuple[str, ...] | None = None
@@ -159,6 +161,8 @@ class BrokerConfig:
     node_name: str | None = None
     cluster_etcd: str | None = None
     cluster_port: int = 25672
+    cluster_host: str | None = None
+    cluster_secret_file: Path | None = None
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

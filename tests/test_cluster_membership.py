@@ -7,9 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,37 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.etcd import ETCD, running_etcd
 
 pytest.importorskip("aetcd")
-ETCD = shutil.which("etcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 WAIT = 15.0
 
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    d = tmp_path_factory.mktemp("etcd")
-    client, peer = free_port(), free_port()
-    url = f"http://127.0.0.1:{client}"
-    proc = subprocess.Popen(
-        [str(ETCD), "--data-dir", str(d / "data"), "--listen-client-urls", url,
-         "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"default=http://127.0.0.1:{peer}"],
-        stdout=open(d / "etcd.log", "wb"), stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", client), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (d / "etcd.log").read_text()[-2000:]
-                time.sleep(0.1)
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +39,8 @@ def nodes(etcd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[
         for i in (1, 2, 3):
             node = BrokerProcess(base / f"n{i}", base / f"n{i}.log", management=free_port(),
                                  log_level="info",
-                                 args=("--node-name", f"n{i}", "--cluster-etcd", etcd))
+                                 args=("--node-name", f"n{i}", "--cluster-etcd", etcd,
+                                       "--cluster-port", "0"))
             node.start()
             started.append(node)
         yield started
@@ -137,7 +116,8 @@ def test_a_second_node_of_the_same_name_is_refused(etcd: str, nodes: list[Broker
                                                      tmp_path: Path) -> None:
     twin = subprocess.run(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--data-dir", str(tmp_path),
-         "--no-management", "--no-prometheus", "--node-name", "n1", "--cluster-etcd", etcd],
+         "--no-management", "--no-prometheus", "--node-name", "n1", "--cluster-etcd", etcd,
+         "--cluster-port", "0"],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert twin.returncode == 1
     assert "a node named n1 is already running" in twin.stderr.strip().splitlines()[-1]

@@ -33,6 +33,15 @@ LEASE_TTL = 5  # seconds without a refresh before etcd forgets a node
 POLL = 1.0  # seconds between reads of the node list (and lease refreshes)
 
 
+def load_info(value: bytes) -> dict[str, Any]:
+    """A node's JSON registration value as a dict ({} when it is not one)."""
+    try:
+        item = json.loads(value)
+    except ValueError:
+        return {}
+    return item if isinstance(item, dict) else {}
+
+
 class ClusterError(Exception):
     """etcd cannot be reached or refused the node (the server exits with this message)."""
 
@@ -69,8 +78,12 @@ class Membership:
         self.url = etcd_url
         self.node = node
         self.info = {"name": node, "pid": os.getpid(), "started": time.time(), **info}
-        self.prefix = f"/amqpq/{cluster}/nodes/".encode()
-        self.members_prefix = f"/amqpq/{cluster}/members/".encode()
+        self.root = f"/amqpq/{cluster}/".encode()
+        self.prefix = self.root + b"nodes/"
+        self.members_prefix = self.root + b"members/"
+        self.index_prefix = self.root + b"index/"
+        self.index = -1  # this node's index in the cluster (:meth:`connect`)
+        self.previous_lease = 0  # the lease of this name's last registration (0: none)
         self.running: dict[str, dict[str, Any]] = {}
         self.known: list[str] = []
         self._client: Any = None
@@ -78,11 +91,22 @@ class Membership:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Register (a node of the same name already running is refused) and read the
-        node list once.
+        """Connect, register (a node of the same name already running is refused) and read
+        the node list once (:meth:`connect`, then :meth:`register`).
 
         Raises:
             ClusterError: etcd unreachable, ``aetcd`` not installed, or the name is taken.
+        """
+        await self.connect()
+        await self.register()
+
+    async def connect(self) -> None:
+        """Open the etcd client and learn this node's index (allocated once per name and
+        kept in etcd: ``/amqpq/<cluster>/index/<name>``) and its previous lease (the
+        registration of its last run, whose death the cluster must record).
+
+        Raises:
+            ClusterError: etcd unreachable or ``aetcd`` not installed.
         """
         try:
             import aetcd
@@ -92,24 +116,91 @@ class Membership:
         self._client = aetcd.Client(host=self.host, port=self.port, connect_wait_timeout=3,
                                     timeout=5)
         try:
-            await self._register()
+            self.index = await self._allocate_index()
+            await self._wait_name_free()
+            old = await self._client.get(self.members_prefix + self.node.encode())
+            if old is not None:
+                self.previous_lease = int(load_info(old.value).get("lease") or 0)
+        except aetcd.exceptions.ClientError as exc:
+            await self.stop()
+            raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None
+
+    async def register(self) -> None:
+        """Register under a fresh lease and start refreshing it; a name whose old lease
+        has not expired yet (this node restarted within :data:`LEASE_TTL`) is retried
+        until it has.
+
+        Raises:
+            ClusterError: etcd unreachable or the name taken by a running node.
+        """
+        import aetcd
+        try:
+            deadline = asyncio.get_running_loop().time() + LEASE_TTL + 2
+            while True:
+                try:
+                    await self._register()
+                    break
+                except ClusterError:
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
             await self._read()
         except aetcd.exceptions.ClientError as exc:
             await self.stop()
             raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None
         self._task = asyncio.create_task(self._loop())
-        log.info("node %s joined cluster through etcd %s: running nodes %s", self.node,
-                 self.url, ", ".join(self.running))
+        log.info("node %s (index %d) joined cluster through etcd %s: running nodes %s",
+                 self.node, self.index, self.url, ", ".join(self.running))
+
+    async def _wait_name_free(self) -> None:
+        """Wait until no running node has this name: the registration of a run killed
+        moments ago expires within :data:`LEASE_TTL`; one still there after that is a node
+        that runs.
+
+        Raises:
+            ClusterError: a node of this name is running.
+        """
+        key = self.prefix + self.node.encode()
+        deadline = asyncio.get_running_loop().time() + LEASE_TTL + 2
+        while await self._client.get(key) is not None:
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                raise ClusterError(f"a node named {self.node} is already running in the "
+                                   f"cluster (etcd {self.url})")
+            await asyncio.sleep(0.5)
+
+    async def _allocate_index(self) -> int:
+        """This name's node index: read, or taken from the counter by a transaction."""
+        key = self.index_prefix + self.node.encode()
+        counter = self.index_prefix[:-1] + b"-next"
+        tx = self._client.transactions
+        while True:
+            got = await self._client.get(key)
+            if got is not None:
+                return int(got.value)
+            current = await self._client.get(counter)
+            n = int(current.value) if current is not None else 0
+            guard = (tx.version(counter) == 0) if current is None else \
+                (tx.mod(counter) == current.mod_revision)
+            ok, _ = await self._client.transaction(
+                compare=[guard, tx.create(key) == 0],
+                success=[tx.put(counter, str(n + 1).encode()), tx.put(key, str(n).encode())],
+                failure=[])
+            if ok:
+                return n
 
     async def _register(self) -> None:
         key = self.prefix + self.node.encode()
         self._lease = await self._client.lease(LEASE_TTL)
+        self.info["lease"] = self._lease.id
+        self.info["index"] = self.index
         ok, _ = await self._client.transaction(
             compare=[self._client.transactions.create(key) == 0],
             success=[self._client.transactions.put(key, json.dumps(self.info).encode(),
                                                    lease=self._lease)],
             failure=[])
         if not ok:
+            await self._lease.revoke()
             raise ClusterError(f"a node named {self.node} is already running in the cluster "
                                f"(etcd {self.url})")
         await self._client.put(self.members_prefix + self.node.encode(),

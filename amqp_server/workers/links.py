@@ -37,12 +37,12 @@ def hub_path(run_dir: Path) -> Path:
     return run_dir / "hub.sock"
 
 
-class _Stream(asyncio.Protocol):
+class LinkStream(asyncio.Protocol):
     """One Unix socket carrying records both ways."""
 
-    def __init__(self, on_records: Callable[[_Stream, Records], None],
-                 on_lost: Callable[[_Stream], None],
-                 on_full: Callable[[_Stream, bool], None] | None = None) -> None:
+    def __init__(self, on_records: Callable[[LinkStream, Records], None],
+                 on_lost: Callable[[LinkStream], None],
+                 on_full: Callable[[LinkStream, bool], None] | None = None) -> None:
         self.on_records = on_records
         self.on_lost = on_lost
         self.on_full = on_full
@@ -123,10 +123,10 @@ class Links:
         self.on_peer_lost = on_peer_lost
         self.on_full = on_full
         self._full: set[int] = set()  # peers whose link is paused
-        self.hub: _Stream | None = None
-        self.out: dict[int, _Stream] = {}  # links to other workers, by index
+        self.hub: LinkStream | None = None
+        self.out: dict[int, LinkStream] = {}  # links to other workers, by index
         self._server: asyncio.base_events.Server | None = None
-        self._inbound: set[_Stream] = set()
+        self._inbound: set[LinkStream] = set()
 
     async def start(self) -> None:
         """Listen for the other workers, then connect to the supervisor and say hello."""
@@ -134,9 +134,9 @@ class Links:
         path = socket_path(self.run_dir, self.index)
         path.unlink(missing_ok=True)
         self._server = await loop.create_unix_server(
-            lambda: _Stream(self._inbound_records, self._inbound_lost), str(path))
+            lambda: LinkStream(self._inbound_records, self._inbound_lost), str(path))
         _, hub = await loop.create_unix_connection(
-            lambda: _Stream(self._hub_records, self._hub_lost), str(hub_path(self.run_dir)))
+            lambda: LinkStream(self._hub_records, self._hub_lost), str(hub_path(self.run_dir)))
         self.hub = hub  # type: ignore[assignment]
         self.send_hub(("hello", self.index))
 
@@ -154,23 +154,23 @@ class Links:
             old.transport.abort()
         loop = asyncio.get_running_loop()
         _, stream = await loop.create_unix_connection(
-            lambda: _Stream(self._outbound_records, self._outbound_lost, self._outbound_full),
+            lambda: LinkStream(self._outbound_records, self._outbound_lost, self._outbound_full),
             str(socket_path(self.run_dir, peer)))
-        s: _Stream = stream  # type: ignore[assignment]
+        s: LinkStream = stream  # type: ignore[assignment]
         s.peer = peer
         s.outbox.control(("hello", self.index))
         s.schedule()
         self.out[peer] = s
 
-    def _hub_records(self, stream: _Stream, records: Records) -> None:
+    def _hub_records(self, stream: LinkStream, records: Records) -> None:
         self.on_records(-1, records)
 
-    def _hub_lost(self, stream: _Stream) -> None:
+    def _hub_lost(self, stream: LinkStream) -> None:
         self.hub = None
         log.error("the supervisor's link closed: this worker stops")
         asyncio.get_running_loop().call_soon(_stop_process)
 
-    def _inbound_records(self, stream: _Stream, records: Records) -> None:
+    def _inbound_records(self, stream: LinkStream, records: Records) -> None:
         if stream.peer < 0:  # the first record names the worker at the other end
             kind, body = records[0]
             if kind != CONTROL or read_control(body)[0] != "hello":
@@ -185,19 +185,19 @@ class Links:
                 return
         self.on_records(stream.peer, records)
 
-    def _inbound_lost(self, stream: _Stream) -> None:
+    def _inbound_lost(self, stream: LinkStream) -> None:
         self._inbound.discard(stream)
 
-    def _outbound_records(self, stream: _Stream, records: Records) -> None:
+    def _outbound_records(self, stream: LinkStream, records: Records) -> None:
         log.error("unexpected records from worker %d on an outbound link", stream.peer)
 
-    def _outbound_lost(self, stream: _Stream) -> None:
+    def _outbound_lost(self, stream: LinkStream) -> None:
         if self.out.get(stream.peer) is stream:
             del self.out[stream.peer]
             self._outbound_full(stream, False)
             self.on_peer_lost(stream.peer)
 
-    def _outbound_full(self, stream: _Stream, full: bool) -> None:
+    def _outbound_full(self, stream: LinkStream, full: bool) -> None:
         was = bool(self._full)
         if full:
             self._full.add(stream.peer)

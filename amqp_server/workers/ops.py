@@ -20,7 +20,7 @@ from broker.topology_records import Op, OwnerOf, apply_op
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
 
-__all__ = ["Op", "OwnerOf", "apply_op", "owner_ref", "run"]
+__all__ = ["Op", "OwnerOf", "apply_op", "caught_up", "owner_ref", "run"]
 
 
 def owner_ref(ch: Channel) -> tuple[int, int]:
@@ -39,3 +39,15 @@ def run(ch: Channel, op: Op, then: Callable[[Any], None]) -> None:
         then(apply_op(conn.broker, op, lambda ref: conn))
     else:
         workers.submit(ch, op, then)
+
+
+def caught_up(ch: Channel, missing: bool, then: Callable[[], None]) -> None:
+    """``then()`` (a passive declare), but on a cluster node whose copy of the metadata lacks
+    the object (``missing``) only once the node applied everything etcd had when asked: a
+    queue declared on another node a moment ago is found, not refused with 404
+    (:meth:`amqp_server.cluster.node.NodeRuntime.catch_up`)."""
+    workers = ch.connection.broker.workers
+    if missing and workers is not None and hasattr(workers, "catch_up"):
+        workers.catch_up(ch, then)
+    else:
+        then()

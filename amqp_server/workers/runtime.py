@@ -94,15 +94,24 @@ class WorkerRuntime(MessagePath, WorkerStats):
     Args:
         broker: this worker's broker (``broker.workers`` is set to this runtime).
         run_dir: the supervisor's socket directory.
+        make_links: builds the links instead (``(on_records, on_peer_lost, on_full)`` ->
+            :class:`Links`): a cluster node's TCP links, :mod:`amqp_server.cluster.node`.
     """
 
-    def __init__(self, broker: Broker, index: int, count: int, run_dir: Path) -> None:
+    def __init__(self, broker: Broker, index: int, count: int, run_dir: Path | None,
+                 make_links: Callable[..., Links] | None = None) -> None:
         self.broker = broker
         self.index = index
         self.count = count
         broker.workers = self
         broker.reply_to.worker = index
-        self.links = Links(run_dir, index, self._on_records, self._peer_lost, self._links_full)
+        if make_links is not None:
+            self.links = make_links(self._on_records, self._peer_lost, self._links_full)
+        else:
+            assert run_dir is not None
+            self.links = Links(run_dir, index, self._on_records, self._peer_lost,
+                               self._links_full)
+        self.on_declared_down: Callable[[], None] | None = None  # a cluster node's
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
@@ -283,7 +292,11 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self.broker.after_batch()
 
     def _worker_down(self, w: int) -> None:
-        """Worker ``w`` died: forget what died with it, cancel what used it."""
+        """Worker ``w`` died: forget what died with it, cancel what used it. A cluster node
+        told that it is itself down (it was stopped longer than its lease) closes its
+        clients' connections first, as if it had died (``on_declared_down``)."""
+        if w == self.index and self.synced.done() and self.on_declared_down is not None:
+            self.on_declared_down()
         self.up.discard(w)
         for vhost in self.broker.vhosts.values():
             for q in list(vhost.queues.values()):

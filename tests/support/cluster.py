@@ -1,0 +1,58 @@
+"""Nodes of an amqpq cluster for the tests: broker processes joined through one etcd
+(:mod:`tests.support.etcd`), each on free ports of its own, and a few helpers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from tests.support.broker_process import BrokerProcess, free_port
+
+WAIT = 15.0  # seconds any cluster-wide change may take to be seen
+
+
+def cluster_node(base: Path, name: str, etcd: str, *extra: str) -> BrokerProcess:
+    """Node ``name`` (not started): data in ``base/name``, management API on a free port."""
+    return BrokerProcess(base / name, base / f"{name}.log", management=free_port(),
+                         log_level="info",
+                         args=("--node-name", name, "--cluster-etcd", etcd,
+                               "--cluster-port", "0", *extra))
+
+
+def api(node: BrokerProcess, path: str, method: str = "GET", body: Any = None) -> Any:
+    """The node's management API answer to ``path`` (JSON), as guest."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{node.management_port}{path}", data=data,
+                                 method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("content-type", "application/json")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+def connect(node: BrokerProcess) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", node.port, heartbeat=0, blocked_connection_timeout=30))
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """Poll ``check`` until it returns something true; fails naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # a node restarting, a connection refused...
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")

@@ -1,0 +1,113 @@
+"""A three-node cluster on one machine (real etcd, three broker processes): metadata is
+cluster-wide and messages cross the node links. Skipped without etcd (``make etcd-deps``)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pika
+import pytest
+
+from amqp_server.workers.link_codec import Outbox
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.etcd import ETCD, running_etcd
+
+pytest.importorskip("aetcd")
+pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    base = tmp_path_factory.mktemp("cluster")
+    with running_etcd(base) as etcd:
+        started = []
+        try:
+            for name in ("n1", "n2", "n3"):
+                started.append(cluster_node(base, name, etcd).start())
+            yield started
+        finally:
+            for node in started:
+                node.close()
+
+
+def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, n3 = (connect(n) for n in nodes)
+    try:
+        ch1 = n1.channel()
+        ch1.exchange_declare("orders", "topic", durable=True)
+        ch1.queue_declare("orders.eu", durable=True)
+        ch1.queue_bind("orders.eu", "orders", "eu.#")
+        for conn in (n2, n3):  # no wait: the declare was answered once etcd had it
+            ch = conn.channel()
+            ch.exchange_declare("orders", "topic", passive=True)
+            assert ch.queue_declare("orders.eu", passive=True).method.message_count == 0
+        ch1.queue_delete("orders.eu")
+        ch3 = n3.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            ch3.queue_declare("orders.eu", passive=True)
+        assert closed.value.reply_code == 404
+    finally:
+        for conn in (n1, n2, n3):
+            conn.close()
+
+
+def test_a_consumer_on_node_3_gets_what_node_2_publishes_to_a_queue_of_node_1(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, n3 = (connect(n) for n in nodes)
+    try:
+        n1.channel().queue_declare("work", durable=True)  # lives on node 1
+        pub = n2.channel()
+        pub.confirm_delivery()
+        for i in range(300):
+            pub.basic_publish("", "work", f"m{i}".encode(),
+                              pika.BasicProperties(delivery_mode=2))  # confirmed: raises if not
+        got: list[bytes] = []
+        ch3 = n3.channel()
+        ch3.basic_qos(prefetch_count=50)
+        ch3.basic_consume("work", lambda ch, m, p, b: (got.append(b),
+                                                       ch.basic_ack(m.delivery_tag)))
+        deadline = time.monotonic() + 15
+        while len(got) < 300 and time.monotonic() < deadline:
+            n3.process_data_events(0.1)
+        assert got == [f"m{i}".encode() for i in range(300)]
+        listed = api(nodes[2], "/api/queues/%2F/work")
+        assert listed["worker"] == api(nodes[1], "/api/nodes/n1")["index"]
+        wait_until(lambda: api(nodes[0], "/api/queues/%2F/work")["messages"] == 0,
+                   "acks reach the queue's node")
+    finally:
+        for conn in (n1, n2, n3):
+            conn.close()
+
+
+def test_users_and_vhosts_made_on_one_node_work_on_every_node(
+        nodes: list[BrokerProcess]) -> None:
+    api(nodes[0], "/api/vhosts/shop", "PUT", {})
+    api(nodes[0], "/api/users/alice", "PUT", {"password": "s3cret", "tags": ""})
+    api(nodes[0], "/api/permissions/shop/alice", "PUT",
+        {"configure": ".*", "write": ".*", "read": ".*"})
+
+    def alice_on(node: BrokerProcess) -> bool:
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", node.port, "shop", pika.PlainCredentials("alice", "s3cret")))
+        conn.channel().queue_declare("", exclusive=True)
+        conn.close()
+        return True
+
+    for node in nodes:
+        wait_until(lambda node=node: alice_on(node), f"alice logs in on {node.port}")
+
+
+def test_a_node_link_without_the_cluster_secret_is_closed(nodes: list[BrokerProcess]) -> None:
+    port = int(api(nodes[1], "/api/nodes/n1")["cluster_port"])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    box = Outbox()
+    box.control(("hello", 1, "nonce", "0" * 64))
+    sock.sendall(box.take())
+    sock.settimeout(5)
+    assert sock.recv(100) == b""  # closed by the node (logged), nothing else happened
+    sock.close()
+    assert all(n.alive for n in nodes)
