@@ -43,6 +43,12 @@ test: install lint
 interop-workers: install
 	AMQPQ_TEST_WORKERS=2 $(PY) -m pytest -q interop_tests
 
+# The interop suite against node n1 of a three-node cluster (a real etcd and three broker
+# processes; skipped without etcd, make etcd-deps): every declare goes through etcd.
+.PHONY: interop-cluster
+interop-cluster: install
+	AMQPQ_TEST_CLUSTER=3 $(PY) -m pytest -q interop_tests
+
 unit: install
 	$(PY) -m pytest -q tests
 

@@ -8,7 +8,8 @@ Which broker:
 * otherwise: our broker, started once per session as ``python -m amqp_server`` on a free port
   with a temporary data directory (:class:`tests.support.broker_process.BrokerProcess`);
   skipped when ``amqp_server`` is not importable yet. ``AMQPQ_TEST_WORKERS=2`` runs it as
-  ``--workers 2`` (connections spread over two worker processes).
+  ``--workers 2`` (connections spread over two worker processes). ``AMQPQ_TEST_CLUSTER=3``
+  runs it as a cluster of three nodes joined through a real etcd; the tests use node n1.
 
 Tests never collide on a shared broker: every name they declare comes from ``unique_name``
 (a uuid suffix), and they delete what they declare (or use exclusive/auto-delete queues).
@@ -16,12 +17,14 @@ Tests never collide on a shared broker: every name they declare comes from ``uni
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -30,6 +33,7 @@ from tests.support.broker_process import REPO_ROOT, BrokerProcess, BrokerStartEr
 
 ENV_URL = "AMQPQ_TEST_URL"
 ENV_WORKERS = "AMQPQ_TEST_WORKERS"  # N: our broker runs as ``--workers N`` (CI runs 1 and 2)
+ENV_CLUSTER = "AMQPQ_TEST_CLUSTER"  # N: our broker is N cluster nodes and etcd; tests use n1
 
 
 @dataclass(frozen=True)
@@ -92,16 +96,37 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
 
     base = tmp_path_factory.mktemp("amqpq")
-    broker = BrokerProcess(base / "data", base / "broker.log", management=True,
-                           args=worker_args())
+    size = cluster_size()
     try:
-        broker.start()
+        with (running_cluster(base, size) if size else
+              BrokerProcess(base / "data", base / "broker.log", management=True,
+                            args=worker_args())) as broker:  # started on entry
+            yield broker.url
     except BrokerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
-    try:
-        yield broker.url
-    finally:
-        broker.close()
+
+
+def cluster_size() -> int:
+    """N of ``AMQPQ_TEST_CLUSTER=N``; 0 when our broker is not to run as a cluster."""
+    return int(os.environ.get(ENV_CLUSTER) or 0)
+
+
+@contextlib.contextmanager
+def running_cluster(base: Path, size: int, *args: str) -> Iterator[BrokerProcess]:
+    """etcd and nodes n1..n<size> (each with ``args`` too), data and logs under ``base``;
+    yields n1, the node the tests talk to; stops every node, then etcd."""
+    from tests.support.cluster import cluster_node
+    from tests.support.etcd import ETCD, running_etcd
+
+    if ETCD is None:
+        pytest.skip(f"{ENV_CLUSTER}: etcd is not installed (make etcd-deps)")
+    if worker_args():
+        pytest.fail(f"{ENV_CLUSTER} and {ENV_WORKERS} cannot be combined (the broker "
+                    "refuses --workers N > 1 with --cluster-etcd)", pytrace=False)
+    with running_etcd(base) as etcd, contextlib.ExitStack() as nodes:
+        started = [nodes.enter_context(cluster_node(base, f"n{i}", etcd, *args))
+                   for i in range(1, size + 1)]
+        yield started[0]
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from interop_tests.conftest import worker_args
+from interop_tests.conftest import cluster_size, running_cluster, worker_args
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = [
@@ -46,10 +46,12 @@ def _make_certs(d: Path) -> None:
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     d = tmp_path_factory.mktemp("tls")
     _make_certs(d)
-    with BrokerProcess(d / "data", d / "broker.log", args=(
-            "--ssl-port", "0", "--ssl-cert", str(d / "server.pem"),
-            "--ssl-key", str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"),
-            "--ssl-verify-peer", *worker_args())) as broker:  # waits for amqps:// too
+    tls = ("--ssl-port", "0", "--ssl-cert", str(d / "server.pem"), "--ssl-key",
+           str(d / "server.key"), "--ssl-cacert", str(d / "ca.pem"), "--ssl-verify-peer")
+    size = cluster_size()  # AMQPQ_TEST_CLUSTER: every node has TLS, the tests use n1
+    with (running_cluster(d, size, *tls) if size else
+          BrokerProcess(d / "data", d / "broker.log", args=(*tls, *worker_args()))
+          ) as broker:  # waits for amqps:// too
         yield broker.tls_port, d
 
 

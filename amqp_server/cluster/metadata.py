@@ -67,6 +67,7 @@ class EtcdHub:
         self._tasks: list[asyncio.Task[None]] = []
         self._revision = 0  # the last revision applied
         self.names: dict[int, str] = {}  # node index -> name (registered nodes)
+        self.running: set[int] = {membership.index}  # indexes of registered nodes
         self.watchers: list[Callable[[str, bytes, bytes | None], None]] = []
         self.synced = False
 
@@ -113,6 +114,7 @@ class EtcdHub:
     def _learn(self, info: dict[str, Any]) -> None:
         index = int(info["index"])
         self.names[index] = str(info.get("name"))
+        self.running.add(index)
         host = str(info.get("cluster_host") or info.get("host") or "127.0.0.1")
         self.on_address(index, host, int(info.get("cluster_port") or 0))
 
@@ -203,6 +205,8 @@ class EtcdHub:
             elif event.kind == "DELETE" and event.prev_kv is not None:
                 info = load_info(event.prev_kv.value)
                 if "index" in info and "lease" in info:
+                    if info.get("name") != self.m.node:
+                        self.running.discard(int(info["index"]))
                     log.warning("node %s is down (its etcd lease expired)", info.get("name"))
                     task = asyncio.create_task(self._record_down(
                         str(info["name"]), int(info["index"]), int(info["lease"])))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.cluster.membership import ClusterError, Membership
 from amqp_server.cluster.metadata import EtcdHub
 from amqp_server.cluster.node_links import NodeLinks
+from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
 
@@ -115,6 +116,8 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
                                           membership.index, rec, lost, full))
     runtime.membership, runtime.hub = membership, hub
+    runtime.quorum = QuorumManager(runtime, hub, Path(config.data_dir) / "quorum")
+    await runtime.quorum.load_states()
     try:
         port = await runtime.links.listen()  # type: ignore[attr-defined]
     except OSError as exc:

@@ -19,6 +19,9 @@ DELIVER    cid:u32 did:u32 redelivered:u8 exrk_len:u16 props_len:u32 body_len:u3
 SETTLE     outcome:u8 count:u32, then ``count`` did:u32 (Settlement: ack, requeue, reject).
 CREDIT     cid:u32 n:u32: the consumer may take ``n`` more deliveries.
 RESULTS    count:u32, then ``count`` (pub_id:u32 result:u8) (PublishResult bits).
+REPL       qkey_len:u16 epoch:u32 first_lsn:u64 snapshot:u8, then qkey and the replica log's
+           bytes (:mod:`queue_store.replica_log`): a quorum queue leader's operations from
+           ``first_lsn`` on, or (``snapshot`` 1) its whole log (cluster nodes only).
 CONTROL    a tuple (consume, cancel, get, purge, stats...) as tagged JSON
            (:mod:`amqp_server.workers.link_values`): rare records, never per message;
            reading one runs no code of the sender's choosing.
@@ -40,7 +43,7 @@ from typing import Any
 
 from amqp_server.workers import link_values
 
-PUBLISH, DELIVER, SETTLE, CREDIT, RESULTS, CONTROL = 1, 2, 3, 4, 5, 9
+PUBLISH, DELIVER, SETTLE, CREDIT, RESULTS, REPL, CONTROL = 1, 2, 3, 4, 5, 6, 9
 
 _HEAD = struct.Struct(">IB")
 _PUBLISH = struct.Struct(">IBHHII")
@@ -49,6 +52,7 @@ _SETTLE = struct.Struct(">BI")
 _CREDIT = struct.Struct(">II")
 _COUNT = struct.Struct(">I")
 _RESULT = struct.Struct(">IB")
+_REPL = struct.Struct(">HIQB")
 MAX_RECORD = 1 << 30  # bytes: a longer length means a corrupt stream
 
 
@@ -114,6 +118,11 @@ class Outbox:
         """Answers to PUBLISH records with ``want`` set: (pub_id, PublishResult bits)."""
         self._add(RESULTS, _COUNT.pack(len(results)),
                   b"".join(_RESULT.pack(p, r) for p, r in results))
+
+    def repl(self, qkey: bytes, epoch: int, first_lsn: int, snapshot: bool,
+             data: bytes) -> None:
+        """A quorum queue leader's replica log bytes for the peer (a follower)."""
+        self._add(REPL, _REPL.pack(len(qkey), epoch, first_lsn, snapshot), qkey, data)
 
     def control(self, record: tuple[Any, ...]) -> None:
         self._add(CONTROL, link_values.encode(record))
@@ -197,6 +206,13 @@ def read_credit(body: bytes) -> tuple[int, int]:
 def read_results(body: bytes) -> list[tuple[int, int]]:
     (count,) = _COUNT.unpack_from(body)
     return [_RESULT.unpack_from(body, 4 + 5 * i) for i in range(count)]
+
+
+def read_repl(body: bytes) -> tuple[bytes, int, int, bool, bytes]:
+    """REPL body -> (qkey, epoch, first_lsn, snapshot, data)."""
+    qlen, epoch, first, snapshot = _REPL.unpack_from(body)
+    pos = _REPL.size
+    return body[pos:pos + qlen], epoch, first, bool(snapshot), body[pos + qlen:]
 
 
 def read_control(body: bytes) -> tuple[Any, ...]:

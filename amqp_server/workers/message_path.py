@@ -112,6 +112,9 @@ class MessagePath:
     _unacked: dict[int, dict[int, Delivery]]
     _results_due: dict[int, list[tuple[int, int]]]
     _flush_scheduled: bool
+    _early: dict[tuple[int, int], int]
+    index: int
+    quorum: Any
 
     def _home_queue(self, peer: int, kind: int, body: bytes, qkey: bytes) -> Queue | None:
         raise NotImplementedError  # WorkerRuntime's
@@ -146,8 +149,11 @@ class MessagePath:
                       err: Callable[[], None]) -> None:
         """``ok()`` once every home of ``waits`` accepted its message, else ``err()``."""
         join = Join(len(waits), ok, err)
+        early = self._early
         for key in waits:
-            if key[0] not in self.links.out:
+            if key in early:
+                join.done(early.pop(key))
+            elif key[0] != self.index and key[0] not in self.links.out:
                 join.done(REJECTED)
             else:
                 self._waits[key] = join
@@ -156,6 +162,19 @@ class MessagePath:
         pub_id, want, qkey, exrk, props, data = read_publish(body)
         q = self._home_queue(peer, PUBLISH, body, qkey)
         if q is None:
+            return
+        if q.quorum and self.quorum is not None:  # replicated: answered once committed
+            self.want_results = want
+            try:
+                result = q.publish(message_from(exrk, props, data))
+            finally:
+                self.want_results = False
+            waits, self.published = self.published, []
+            if want and waits:
+                self.after_results(waits, lambda: self._result(peer, pub_id, ROUTED),
+                                   lambda: self._result(peer, pub_id, REJECTED))
+            elif want:
+                self._result(peer, pub_id, result)
             return
         result = q.publish(message_from(exrk, props, data))
         if not want:

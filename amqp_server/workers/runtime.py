@@ -50,11 +50,13 @@ from amqp_server.workers.link_codec import (
     CREDIT,
     DELIVER,
     PUBLISH,
+    REPL,
     RESULTS,
     SETTLE,
     queue_key,
     read_control,
     read_publish,
+    read_repl,
     read_results,
     split_queue_key,
 )
@@ -112,6 +114,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
             self.links = Links(run_dir, index, self._on_records, self._peer_lost,
                                self._links_full)
         self.on_declared_down: Callable[[], None] | None = None  # a cluster node's
+        self.quorum: Any = None  # a cluster node's QuorumManager (replicated quorum queues)
+        self._early: dict[tuple[int, int], int] = {}  # results that came before their wait
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
@@ -177,6 +181,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
         home = self._home_now
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
+        if self.quorum is not None and kwargs["arguments"].get("x-queue-type") == "quorum":
+            return self.quorum.make_queue(name, vhost_name, home, kwargs)  # type: ignore[no-any-return]
         if home == self.index:
             return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
         return RemoteQueue(self, home, name, vhost_name, **kwargs)
@@ -195,6 +201,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
 
     def _queue_removed(self, q: Queue) -> None:
         """A queue of this vhost went: a home that removed it by itself tells everyone."""
+        if self.quorum is not None and q.quorum:
+            self.quorum.queue_removed(q)
         if not self._applying and not q.remote:
             self.links.send_hub(("submit", 0, ("qforget", q.vhost_name, q.name)))
 
@@ -312,6 +320,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
                         consumer.channel.consumer_cancelled_by_broker(consumer)
         self._stubs = {k: v for k, v in self._stubs.items() if k[0] != w}
         self._forget_peer(w)
+        if self.quorum is not None and w != self.index:
+            self.quorum.worker_down(w)
 
     def _forget_peer(self, w: int) -> None:
         for key in [k for k in self._waits if k[0] == w]:
@@ -347,9 +357,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
                     self._on_credit(peer, body)
                 elif kind == RESULTS:
                     for pub_id, result in read_results(body):
-                        join = self._waits.pop((peer, pub_id), None)
-                        if join is not None:
-                            join.done(result)
+                        self.local_result((peer, pub_id), result)
+                elif kind == REPL and self.quorum is not None:
+                    self.quorum.on_repl(peer, *read_repl(body))
                 elif kind == CONTROL:
                     self._on_control(peer, read_control(body))
             except Exception:
@@ -387,6 +397,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
             self._on_call(peer, rec)
         elif kind == "reply":
             self._on_reply(rec)
+        elif kind in ("qack", "qsync", "qfenced"):
+            if self.quorum is not None:
+                self.quorum.on_control(peer, rec)
         elif kind in ("list", "close"):
             self.on_ask(peer, rec)
         elif kind == "answer":
@@ -467,7 +480,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
             return None
         if q.remote:  # the sender thinks it lives here: answer as for a queue that is gone
             log.warning("worker %d sent a record for %r, which does not live here", peer, q)
-            self._orphan_dropped(peer, kind, body)
+            self._orphan_dropped(peer, kind, body, refuse=q.quorum)
             return None
         return q
 
@@ -483,11 +496,14 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 for peer, kind, body, _ in self._orphans.pop(qkey):
                     self._orphan_dropped(peer, kind, body)
 
-    def _orphan_dropped(self, peer: int, kind: int, body: bytes) -> None:
+    def _orphan_dropped(self, peer: int, kind: int, body: bytes, refuse: bool = False) -> None:
+        """A record for a queue that is not here: a publish is answered as dropped (the queue
+        is gone, as RabbitMQ), or nacked (``refuse``: a quorum queue that moved to another
+        leader: never a confirm for a message nobody has)."""
         if kind == PUBLISH:
             pub_id, want, *_ = read_publish(body)
             if want:
-                self._result(peer, pub_id, ROUTED)  # the queue is gone: dropped, as RabbitMQ
+                self._result(peer, pub_id, REJECTED if refuse else ROUTED)
         elif kind == CONTROL:
             rec = read_control(body)
             if rec[0] == "call":
@@ -508,6 +524,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
         for peer in list(self.links.out):
             self._control(peer, ("stats", stats, summary))
         self._drain_orphans()
+        if self.quorum is not None:
+            self.quorum.tick()
         now = asyncio.get_running_loop().time()
         deadlines = self._call_deadlines
         while deadlines and deadlines[0][0] <= now:  # a home that never answers
@@ -515,6 +533,37 @@ class WorkerRuntime(MessagePath, WorkerStats):
             if call_id in self._calls:
                 self._on_reply(("reply", call_id, "timeout", None))
 
+    # ---- results of publishes to queues led here (replicated quorum queues) --------------
+
+    def local_pending(self) -> tuple[int, int] | None:
+        """A key to answer a publish by later (:meth:`local_result`), when its publisher
+        waits for one (confirms, transactions); None otherwise."""
+        if not self.want_results:
+            return None
+        key = (self.index, next(self._pub) & 0xFFFFFFFF)
+        self.published.append(key)
+        return key
+
+    def local_result(self, key: tuple[int, int], result: int) -> None:
+        """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
+        before anyone waits for it (the publisher's fsync is still running) is kept."""
+        join = self._waits.pop(key, None)
+        if join is not None:
+            join.done(result)
+        else:
+            self._early[key] = result
+
+    def after_commit(self) -> None:
+        """Publishes were answered outside a batch of link records: send the confirms."""
+        self.broker.after_batch()
+        if self.dirty_connections:
+            for conn in self.dirty_connections:
+                conn.flush_confirms()
+            self.dirty_connections.clear()
+
     def close(self) -> None:
+        if self.quorum is not None:
+            for group in self.quorum.groups.values():
+                group.close()
         self.links.close()
 

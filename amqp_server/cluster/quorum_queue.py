@@ -1,0 +1,106 @@
+"""The leader's copy of a replicated quorum queue: an ordinary queue behind a replica log.
+
+On its leader node a replicated quorum queue is a :class:`ReplicatedQueue`: the queue
+semantics of :class:`~queue_store.queue.Queue` (consumers, prefetch, requeue, TTL, dead
+lettering, ``x-delivery-limit``) over messages that are all *committed*. A publish is first an
+``ENQ`` of the group's replica log (:mod:`queue_store.replica_log`), sent to the followers;
+only once the in-sync replicas have it on disk (the high watermark passed it) does it enter the
+queue, where consumers can see it, and is its publisher confirmed. What takes a message out for
+good (ack, reject, expiry, a drop at the length limit, purge) is an ``ACK`` of the log, and a
+requeue of a quorum queue a ``RET`` (its delivery count), replicated the same way.
+
+The queue keeps no queue index of its own: the replica log is its durability.
+
+Source: RabbitMQ quorum queues (https://www.rabbitmq.com/docs/quorum-queues: "messages are
+only delivered once confirmed by a quorum"); Kafka's high watermark.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from queue_store.message import Message
+from queue_store.outcomes import REJECTED, REMOTE, ROUTED
+from queue_store.queue import Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from amqp_server.cluster.quorum import QuorumGroup
+
+
+class ReplicatedQueue(Queue):
+    """Quorum queue ``name`` led here, replicated by ``group`` (other arguments as
+    :class:`~queue_store.queue.Queue`'s)."""
+
+    uses_index = False
+
+    def __init__(self, group: QuorumGroup, name: str, vhost_name: str, **kwargs: Any) -> None:
+        super().__init__(name, vhost_name, **kwargs)
+        self.group = group
+        # (lsn, offset, message, result key or None): appended, not committed yet
+        self.pending: deque[tuple[int, int, Message, tuple[int, int] | None]] = deque()
+
+    def __repr__(self) -> str:
+        return f"<ReplicatedQueue {self.name!r} vhost={self.vhost_name!r} epoch={self.group.epoch}>"
+
+    def publish(self, message: Message) -> int:
+        """Append to the replica log; the message enters the queue once committed.
+
+        Returns ROUTED|REMOTE when the publisher waits for a confirm (the group answers it
+        then), ROUTED otherwise; REJECTED when this node no longer leads the queue."""
+        group = self.group
+        if not group.leading:
+            return REJECTED
+        offset, lsn = group.log.enq(message.ex_rk_raw, message.properties_raw, message.body)
+        key = group.runtime.local_pending()
+        self.pending.append((lsn, offset, message, key))
+        group.changed()
+        return ROUTED | REMOTE if key is not None else ROUTED
+
+    def commit(self, hw: int) -> None:
+        """Every pending message up to LSN ``hw`` is committed: into the queue, publishers
+        confirmed (or nacked when a length limit with ``reject-publish`` refused it)."""
+        pending = self.pending
+        runtime = self.group.runtime
+        while pending and pending[0][0] <= hw:
+            _, offset, message, key = pending.popleft()
+            self._seq = offset - 1  # the queue's sequence number is the log's offset
+            result = Queue.publish(self, message)
+            if result & REJECTED:
+                self.group.log.ack([offset])
+                self.group.changed()
+            if key is not None:
+                runtime.local_result(key, REJECTED if result & REJECTED else ROUTED)
+
+    def fail_pending(self) -> None:
+        """This node stopped leading: nack every publish not committed."""
+        runtime = self.group.runtime
+        while self.pending:
+            key = self.pending.popleft()[3]
+            if key is not None:
+                runtime.local_result(key, REJECTED)
+
+    def restore(self, entries: Iterable[tuple[int, Message, int]]) -> None:  # type: ignore[override]
+        """A new leader's queue from its replica: ``(offset, message, returns)`` in offset
+        order, each flagged redelivered (it may have been delivered by the old leader)."""
+        prioritised = bool(self.settings.max_priority)
+        for offset, message, returns in entries:
+            qm = QueuedMessage(offset, message, True, None,
+                               message.priority if prioritised else 0)
+            qm.returns = returns
+            self.ready.append(qm)
+            self._seq = max(self._seq, offset)
+
+    def _forget(self, qm: QueuedMessage) -> None:
+        super()._forget(qm)
+        if self.group.leading and not self.deleted:
+            self.group.log.ack([qm.seq])
+            self.group.changed()
+
+    def _count_returns(self, back: list[QueuedMessage]) -> list[QueuedMessage]:
+        if self.group.leading:
+            for qm in back:
+                self.group.log.ret(qm.seq, qm.returns + 1)
+            self.group.changed()
+        return super()._count_returns(back)
