@@ -1,0 +1,294 @@
+"""Replicated quorum queues in a three-node cluster (real etcd, three broker processes):
+the failover loop (kill -9 of the leader's node, round after round), a node that rejoins and
+catches up, and a partition (SIGSTOP) after which the old leader commits nothing.
+
+The loop runs :data:`ROUNDS` rounds by default (3, part of ``make test``) and 20 with
+``pytest -m slow tests/test_cluster_failover.py`` (``make failover``). Skipped without etcd."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pika
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.etcd import ETCD, running_etcd
+
+pytest.importorskip("aetcd")
+pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
+
+QQ = {"x-queue-type": "quorum"}
+ACK_GRACE = 1.0  # s: an ack sent this close to a kill may not have reached the followers
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
+    with running_etcd(tmp_path) as etcd:
+        nodes = {name: cluster_node(tmp_path, name, etcd) for name in ("n1", "n2", "n3")}
+        try:
+            for node in nodes.values():
+                node.start()
+            yield nodes
+        finally:
+            for node in nodes.values():
+                node.close()
+
+
+def queue_state(node: BrokerProcess, name: str) -> dict[str, object]:
+    return api(node, f"/api/queues/%2F/{name}")  # type: ignore[no-any-return]
+
+
+@dataclass(eq=False)
+class Publisher(threading.Thread):
+    """Publishes ``tag-0``, ``tag-1``... one at a time with confirms through ``node``; a
+    nacked or unanswered message is sent again (same body) until confirmed."""
+
+    node: BrokerProcess
+    queue: str
+    tag: str
+    confirmed: list[str] = field(default_factory=list)
+    nacked: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread.__init__(self, daemon=True)
+
+    def run(self) -> None:
+        seq = 0
+        conn = None
+        while not self.stop.is_set():
+            try:
+                if conn is None:
+                    conn = connect(self.node)
+                    ch = conn.channel()
+                    ch.confirm_delivery()
+                body = f"{self.tag}-{seq}"
+                ch.basic_publish("", self.queue, body.encode(), mandatory=True)
+                self.confirmed.append(body)
+                seq += 1
+            except pika.exceptions.NackError:
+                self.nacked += 1
+                time.sleep(0.05)
+            except (pika.exceptions.AMQPError, OSError):
+                conn = None
+                time.sleep(0.2)
+        if conn is not None and conn.is_open:
+            conn.close()
+
+
+@dataclass(eq=False)
+class Consumer(threading.Thread):
+    """Consumes ``queue`` through ``node`` with manual acks (prefetch 20), subscribing
+    again after a consumer-cancel notification or a closed channel."""
+
+    node: BrokerProcess
+    queue: str
+    delivered: list[tuple[str, bool]] = field(default_factory=list)
+    acked_at: dict[str, float] = field(default_factory=dict)
+    cancels: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread.__init__(self, daemon=True)
+
+    def run(self) -> None:
+        conn = None
+        consuming = False
+        while not self.stop.is_set():
+            try:
+                if conn is None:
+                    conn = connect(self.node)
+                    ch = conn.channel()
+                    ch.basic_qos(prefetch_count=20)
+                    ch.add_on_cancel_callback(self._cancelled)
+                    consuming = False
+                if not consuming or not ch.consumer_tags:
+                    ch.basic_consume(self.queue, self._got)
+                    consuming = True
+                conn.process_data_events(0.05)
+            except (pika.exceptions.AMQPError, OSError):
+                if conn is not None and conn.is_open:
+                    conn.close()
+                conn = None
+                time.sleep(0.2)
+        if conn is not None and conn.is_open:
+            conn.close()
+
+    def _cancelled(self, _frame: object) -> None:
+        self.cancels += 1
+
+    def _got(self, ch: object, method: object, _props: object, body: bytes) -> None:
+        text = body.decode()
+        self.delivered.append((text, bool(method.redelivered)))  # type: ignore[attr-defined]
+        ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
+        self.acked_at[text] = time.monotonic()
+
+
+def leader_of(nodes: dict[str, BrokerProcess], queue: str) -> tuple[str, int]:
+    for node in nodes.values():
+        if node.alive:
+            state = queue_state(node, queue)
+            return str(state["leader"]), int(state["epoch"])  # type: ignore[call-overload]
+    raise AssertionError("no node is up")
+
+
+def run_rounds(nodes: dict[str, BrokerProcess], rounds: int) -> list[dict[str, float]]:
+    queue = "orders.qq"
+    first = connect(nodes["n1"])
+    first.channel().queue_declare(queue, durable=True, arguments=QQ)
+    first.close()
+    wait_until(lambda: len(queue_state(nodes["n2"], queue).get("in_sync", [])) == 3,
+               "three in-sync replicas")
+    publishers: list[Publisher] = []
+    kills: list[float] = []
+    report = []
+    consumer: Consumer | None = None
+    for r in range(rounds):
+        leader, epoch = leader_of(nodes, queue)
+        others = [n for n in nodes if n != leader]
+        publisher = Publisher(nodes[others[0]], queue, f"r{r}")
+        publishers.append(publisher)
+        if consumer is not None:
+            consumer.stop.set()
+            consumer.join(10)
+        consumer = Consumer(nodes[others[1]], queue)
+        consumers_history.append(consumer)
+        publisher.start()
+        consumer.start()
+        time.sleep(1.0)
+        killed_at = time.monotonic()
+        kills.append(killed_at)
+        nodes[leader].kill()
+        new_leader, new_epoch = wait_until(
+            lambda e=epoch, n=nodes[others[0]]: (lambda s: (s["leader"], s["epoch"])
+                                                if s["epoch"] > e else None)(
+                queue_state(n, queue)), f"round {r}: a new leader", 10.0)
+        failover = time.monotonic() - killed_at
+        time.sleep(1.0)  # traffic through the new leader
+        publisher.stop.set()
+        publisher.join(30)
+        nodes[leader].start()  # rejoins, catches up, in sync again
+        caught_up_from = time.monotonic()
+        wait_until(lambda n=nodes[new_leader]: len(queue_state(n, queue)["in_sync"]) == 3,
+                   f"round {r}: {leader} back in sync", 30.0)
+        report.append({"round": r, "failover_s": round(failover, 2),
+                       "catch_up_s": round(time.monotonic() - caught_up_from, 2),
+                       "confirmed": len(publisher.confirmed), "nacked": publisher.nacked,
+                       "epoch": new_epoch, "killed": leader, "new_leader": new_leader})
+    assert consumer is not None
+    # drain what is left, then check every round's messages
+    consumer.stop.set()
+    consumer.join(10)
+    leader, _ = leader_of(nodes, queue)
+    drain = Consumer(nodes[leader], queue)
+    drain.start()
+    confirmed = [m for p in publishers for m in p.confirmed]
+    seen = lambda: {m for c in [*consumers_history, drain] for m, _ in c.delivered}  # noqa: E731
+    wait_until(lambda: set(confirmed) <= seen(), "every confirmed message delivered", 30.0)
+    wait_until(lambda: queue_state(nodes[leader], queue)["messages"] == 0, "queue drained")
+    drain.stop.set()
+    drain.join(10)
+    check_history([*consumers_history, drain], publishers, kills)
+    return report
+
+
+consumers_history: list[Consumer] = []
+
+
+def check_history(consumers: list[Consumer], publishers: list[Publisher],
+                  kills: list[float]) -> None:
+    """Nothing confirmed lost; no message acked (well before a kill) delivered again; each
+    publisher's confirmed messages first delivered in the order published."""
+    acked: dict[str, float] = {}
+    first_seen: list[str] = []
+    for c in consumers:
+        for body, _ in c.delivered:
+            if body in acked:
+                t = acked[body]
+                assert any(0 <= k - t < ACK_GRACE for k in kills), \
+                    f"{body} was acked and came back"
+            elif body not in first_seen:
+                first_seen.append(body)
+        acked.update(c.acked_at)
+    confirmed = {m for p in publishers for m in p.confirmed}
+    assert confirmed <= set(first_seen), sorted(confirmed - set(first_seen))[:5]
+    for p in publishers:
+        order = [int(m.rsplit("-", 1)[1]) for m in first_seen if m.startswith(p.tag + "-")]
+        mine = [n for n in order if f"{p.tag}-{n}" in confirmed]
+        assert mine == sorted(mine), f"{p.tag}: confirmed messages out of order"
+
+
+def test_failover_loop_loses_nothing_confirmed(cluster: dict[str, BrokerProcess]) -> None:
+    consumers_history.clear()
+    report = run_rounds(cluster, int(os.environ.get("AMQPQ_FAILOVER_ROUNDS", "3")))
+    print("\nfailover rounds:", *report, sep="\n  ")
+    assert all(r["failover_s"] < 10 for r in report)
+
+
+@pytest.mark.slow
+def test_failover_loop_20_rounds(cluster: dict[str, BrokerProcess]) -> None:
+    consumers_history.clear()
+    report = run_rounds(cluster, 20)
+    print("\nfailover rounds:", *report, sep="\n  ")
+    assert all(r["failover_s"] < 10 for r in report)
+
+
+def test_a_partitioned_leader_commits_nothing_and_follows_when_it_resumes(
+        cluster: dict[str, BrokerProcess]) -> None:
+    queue = "part.qq"
+    conn = connect(cluster["n1"])  # the declaring node leads
+    conn.channel().queue_declare(queue, durable=True, arguments=QQ)
+    wait_until(lambda: len(queue_state(cluster["n2"], queue).get("in_sync", [])) == 3,
+               "three in-sync replicas")
+    stale = conn.channel()
+    stale.confirm_delivery()
+    stale.basic_publish("", queue, b"before", mandatory=True)
+    os.kill(cluster["n1"].pid, signal.SIGSTOP)  # n1's lease expires: n2 or n3 takes over
+    try:
+        state = wait_until(lambda: (lambda s: s if s["epoch"] > 1 else None)(
+            queue_state(cluster["n2"], queue)), "a new leader while n1 is stopped", 15.0)
+        assert state["leader"] in ("n2", "n3")
+        majority = connect(cluster["n2"])  # the majority side keeps confirming
+        ch = majority.channel()
+        ch.confirm_delivery()
+        for i in range(50):
+            ch.basic_publish("", queue, f"during-{i}".encode(), mandatory=True)
+        # a publish sent to the stopped old leader waits in its socket
+        sender = threading.Thread(target=_publish_quietly, args=(stale,), daemon=True)
+        sender.start()
+        time.sleep(0.5)
+    finally:
+        os.kill(cluster["n1"].pid, signal.SIGCONT)
+    sender.join(20)
+    wait_until(lambda: queue_state(cluster["n1"], queue)["leader"] != "n1",
+               "n1 follows the new leader")
+    assert "no longer the leader here" in cluster["n1"].log_path.read_text()
+    wait_until(lambda: len(queue_state(cluster["n2"], queue)["in_sync"]) == 3,
+               "n1 back in sync")
+    bodies = []
+    while (got := ch.basic_get(queue, auto_ack=True))[0] is not None:
+        bodies.append(got[2])
+    assert bodies[0] == b"before" and bodies[1:51] == [f"during-{i}".encode() for i in range(50)]
+    # the publish the old leader read after it resumed: confirmed only if the new leader
+    # has it (it was forwarded there), else nacked or its connection closed, and absent
+    assert (b"stale" in bodies) == _results["stale-confirmed"]
+    majority.close()
+
+
+_results: dict[str, bool] = {}
+
+
+def _publish_quietly(ch: pika.adapters.blocking_connection.BlockingChannel) -> None:
+    try:
+        ch.basic_publish("", "part.qq", b"stale", mandatory=True)
+        _results["stale-confirmed"] = True
+    except (pika.exceptions.AMQPError, OSError):
+        _results["stale-confirmed"] = False
