@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?=
 PORT ?= 5672
 
-.PHONY: install run test lint unit interop clean bench fuzz soak
+.PHONY: install run test lint unit interop clean bench fuzz soak failover
 
 $(VENV)/.venv-made:
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +112,11 @@ fuzz: $(VENV)/.fuzz-installed
 soak: install
 	$(PY) fuzz/soak.py --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
 	$(PY) fuzz/kill_loop.py --kills $(KILLS) --seconds 600
+
+# The cluster failover loop, 20 rounds (kill -9 of a quorum queue leader's node each round;
+# needs etcd: make etcd-deps). make test runs 3 rounds.
+failover: install
+	$(PY) -m pytest -q -s -m slow tests/test_cluster_failover.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache *.egg-info

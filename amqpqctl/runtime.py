@@ -96,18 +96,32 @@ def status(ctx: Context, out: Output) -> None:
 @output_options
 def cluster_status(ctx: Context, out: Output) -> None:
     """Show the cluster's nodes, as ``rabbitmqctl cluster_status``: the nodes seen (Disk
-    Nodes) and those running now (Running Nodes); one node without ``--cluster-etcd``."""
+    Nodes) and those running now (Running Nodes); one node without ``--cluster-etcd``. Then
+    amqpq's own section: each quorum queue's leader, members, in-sync replicas and, where
+    the node asked leads it, how many log operations each follower is behind."""
     o = call(ctx, "GET", path("overview"))
     nodes = call(ctx, "GET", path("nodes"))
     seen = [n.get("name") for n in nodes]
     running = [n.get("name") for n in nodes if n.get("running")]
+    quorum = [{k: q.get(k) for k in ("vhost", "name", "leader", "members", "in_sync", "epoch",
+                                     "replica_lag")}
+              for q in call(ctx, "GET", path("queues"))
+              if q.get("type") == "quorum" and "in_sync" in q]
     if out.formatter == "json":
         click.echo(json.dumps({"cluster_name": o.get("cluster_name"), "disk_nodes": seen,
-                               "running_nodes": running}, indent=1))
+                               "running_nodes": running, "quorum_queues": quorum}, indent=1))
         return
     lines = [f"Cluster status of node {o.get('node')} ...", "Basics", "",
              f"Cluster name: {o.get('cluster_name')}", "", "Disk Nodes", "", *seen, "",
              "Running Nodes", "", *running]
+    if quorum:
+        lines += ["", "Quorum queues (vhost, name, leader, members, in sync, epoch, lag)", ""]
+        for q in quorum:
+            lag = q["replica_lag"]
+            lines.append(
+                f"{q['vhost']}\t{q['name']}\t{q['leader']}\t{','.join(q['members'] or [])}\t"
+                f"{','.join(q['in_sync'] or [])}\t{q['epoch']}\t"
+                + (",".join(f"{k}:{v}" for k, v in lag.items()) if lag else "-"))
     click.echo("\n".join(lines))
 
 

@@ -4,8 +4,11 @@ cluster-wide and messages cross the node links. Skipped without etcd (``make etc
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -111,3 +114,23 @@ def test_a_node_link_without_the_cluster_secret_is_closed(nodes: list[BrokerProc
     assert sock.recv(100) == b""  # closed by the node (logged), nothing else happened
     sock.close()
     assert all(n.alive for n in nodes)
+
+
+def test_cluster_status_lists_quorum_queues_with_leader_and_replicas(
+        nodes: list[BrokerProcess]) -> None:
+    conn = connect(nodes[1])  # declared on n2: n2 leads
+    conn.channel().queue_declare("status.qq", durable=True,
+                                 arguments={"x-queue-type": "quorum"})
+    conn.close()
+    wait_until(lambda: len(api(nodes[0], "/api/queues/%2F/status.qq")["in_sync"]) == 3,
+               "three in-sync replicas")
+    out = subprocess.run(
+        [sys.executable, "-m", "amqpqctl", "--port", str(nodes[0].management_port),
+         "cluster_status"], capture_output=True, text=True, timeout=30,
+        cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    row = next(line.split("\t") for line in out.stdout.splitlines() if "status.qq" in line)
+    assert row[:3] == ["/", "status.qq", "n2"] and row[5] == "1"
+    assert sorted(row[3].split(",")) == sorted(row[4].split(",")) == ["n1", "n2", "n3"]
+    led = api(nodes[1], "/api/queues/%2F/status.qq")  # the leader knows each follower's lag
+    assert set(led["replica_lag"]) == {"n1", "n3"}

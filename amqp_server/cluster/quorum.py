@@ -575,7 +575,12 @@ class QuorumManager:
             return self.hub.m.node if i == self.runtime.index else names.get(i, f"node-{i}")
 
         running = self.hub.running
-        return {"leader": name(int(state["leader"])),
+        group = self.groups.get(queue_key(q.vhost_name, q.name))
+        lag = None
+        if group is not None and group.leading:  # operations each follower is behind
+            lag = {name(m): group.log.lsn - group.progress.get(m, 0)
+                   for m in state["members"] if m != self.runtime.index}
+        return {"leader": name(int(state["leader"])), "replica_lag": lag,
                 "members": [name(i) for i in state["members"]],
                 "online": [name(i) for i in state["members"] if i in running],
                 "in_sync": [name(i) for i in state["isr"]], "epoch": state["epoch"]}

@@ -1,0 +1,271 @@
+"""Benchmark of replicated quorum queues: an amqpq cluster beside a single amqpq node and the
+reference RabbitMQ (127.0.0.1:5672, when up).
+
+On demand only (never part of the test run)::
+
+    python -m benchmarks.quorum_bench                              # 100,000 messages, 3 reps
+    python -m benchmarks.quorum_bench --messages 20000 --reps 1 --no-rabbitmq
+
+Each setting, ``--reps`` rounds (a fresh queue ``x-queue-type: quorum``, durable, per round),
+medians reported:
+
+1. *Publish*: ``--messages`` persistent 200-byte messages with confirms over a raw pipelined
+   connection, at most ``--window`` unconfirmed (a sliding window). Reported: confirmed msg/s,
+   and nacks (counted, not resent).
+2. *Consume*: a raw consumer (prefetch 1,000, ``Basic.Ack multiple`` every 500 and one for the
+   rest) reads all of them. Reported: msg/s from Basic.Consume to the last delivery.
+
+Settings:
+
+* ``cluster-leader``: etcd + 3 amqpq nodes (started once for the setting, reused by its
+  rounds); the queue declared through n1 (its leader, 3 replicas, a publish is confirmed once
+  the in-sync replicas have it on disk); publisher and consumer on n1.
+* ``cluster-follower``: the same on a fresh cluster, publisher on n2 and consumer on n3 (each
+  a node-link hop away from the leader).
+* ``single``: one amqpq node without cluster options (1 replica).
+* ``rabbitmq``: RabbitMQ 3.10.8, single node (skipped with ``--no-rabbitmq`` or when down).
+
+Results: a table on stdout and ``benchmarks/results/quorum.json``, with ERROR/WARNING/Traceback
+lines found in the amqpq node logs (``--keep`` leaves the nodes' directories in place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from benchmarks.brokers import port_open
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import api, cluster_node, wait_until
+from tests.support.etcd import running_etcd
+from tests.support.wire import (Client, ConfirmTracker, PatternCounter, ack_frame, body_frame,
+                                body_frame_pattern, publish_head)
+
+QQ = {"x-queue-type": "quorum"}
+SIZE = 200
+RESULTS = Path(__file__).resolve().parent / "results" / "quorum.json"
+PROBLEM = re.compile(r"ERROR|CRITICAL|WARNING|Traceback")
+IO_TIMEOUT = 60.0  # s without a confirm / delivery: a stall
+
+
+def _conn(port: int) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+
+
+def declare(port: int, queue: str, delete_first: bool = False) -> None:
+    conn = _conn(port)
+    ch = conn.channel()
+    if delete_first:
+        ch.queue_delete(queue)
+    ch.queue_declare(queue, durable=True, arguments=QQ)
+    conn.close()
+
+
+def delete(port: int, queue: str) -> None:
+    with contextlib.suppress(Exception):
+        conn = _conn(port)
+        conn.channel().queue_delete(queue)
+        conn.close()
+
+
+def publish(port: int, queue: str, n: int, window: int) -> dict[str, Any]:
+    """``n`` persistent messages with confirms, ``window`` unconfirmed at most; msg/s, nacks."""
+    client = Client(port, timeout=IO_TIMEOUT)
+    client.channel(1)
+    client.confirm_select()
+    one = publish_head("", queue, SIZE, persistent=True) + body_frame(b"x" * SIZE)
+    confirms = ConfirmTracker()
+    confirms.feed(client.buf)
+    sock = client.sock
+    t0 = time.monotonic()
+    sent = 0
+    try:
+        while confirms.confirmed < n:
+            room = min(window - (sent - confirms.confirmed), n - sent)
+            if room > 0 and (room >= window // 4 or sent + room == n):
+                sock.sendall(one * room)
+                sent += room
+                continue
+            data = sock.recv(1 << 16)
+            if not data or confirms.error:
+                raise RuntimeError(f"publisher closed: {confirms.error or 'EOF'}")
+            confirms.feed(data)
+    except TimeoutError:
+        raise RuntimeError(f"publish stalled: {confirms.confirmed}/{sent} confirmed, no confirm "
+                           f"for {IO_TIMEOUT:.0f} s") from None
+    rate = n / (time.monotonic() - t0)
+    client.close()
+    return {"publish_rate": round(rate), "nacks": confirms.nacked}
+
+
+def consume(port: int, queue: str, n: int) -> dict[str, Any]:
+    """Read ``n`` messages (prefetch 1,000, ack every 500, multiple); msg/s. Deliveries are
+    counted by their body frame's bytes (no decoding: the client is not the bottleneck)."""
+    client = Client(port, timeout=IO_TIMEOUT)
+    client.channel(1)
+    client.qos(1000)
+    before = client.queue_count(queue)
+    counter = PatternCounter(body_frame_pattern(SIZE))
+    t0 = time.monotonic()
+    client.consume(queue, no_ack=False, ctag="bench")
+    counter.feed(client.buf, len(client.buf))
+    sock, buf, acked = client.sock, bytearray(1 << 20), 0
+    try:
+        while True:
+            target = min(counter.count // 500 * 500, n) if counter.count < n else n
+            if target > acked:
+                sock.sendall(ack_frame(target, multiple=True))
+                acked = target
+            if counter.count >= n:
+                break
+            got = sock.recv_into(buf)
+            if not got:
+                raise RuntimeError("consumer connection closed by the broker")
+            counter.feed(buf, got)
+    except TimeoutError:
+        raise RuntimeError(f"consume stalled: {counter.count}/{n} delivered, nothing for "
+                           f"{IO_TIMEOUT:.0f} s") from None
+    rate = counter.count / (time.monotonic() - t0)
+    client.close()
+    return {"consume_rate": round(rate), "count_before_consume": before}
+
+
+def rounds(name: str, pub: int, cons: int, lead: int, args: argparse.Namespace,
+           ready: Callable[[str], dict[str, Any]] | None = None,
+           delete_first: bool = False) -> dict[str, Any]:
+    """``args.reps`` rounds (declare through port ``lead``, publish through ``pub``, consume
+    through ``cons``, delete); medians and each round."""
+    done: list[dict[str, Any]] = []
+    for r in range(args.reps):
+        queue = f"bench.qq.{name}.{r}"
+        declare(lead, queue, delete_first)
+        res: dict[str, Any] = ready(queue) if ready else {}
+        res.update(publish(pub, queue, args.messages, args.window))
+        res.update(consume(cons, queue, args.messages))
+        delete(lead, queue)
+        print(f"  {name} round {r + 1}: {res}", flush=True)
+        done.append(res)
+    return {"publish_rate": round(statistics.median(d["publish_rate"] for d in done)),
+            "consume_rate": round(statistics.median(d["consume_rate"] for d in done)),
+            "nacks": sum(d["nacks"] for d in done), "rounds": done}
+
+
+def log_problems(nodes: list[BrokerProcess]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for node in nodes:
+        lines = [ln for ln in node.log_text().splitlines() if PROBLEM.search(ln)]
+        if lines:
+            out[node.log_path.name] = {"count": len(lines), "first": lines[:8]}
+    return out
+
+
+@contextlib.contextmanager
+def workdir(keep: bool, prefix: str) -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield base
+    finally:
+        if keep:
+            print(f"  kept {base}", flush=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def cluster_setting(name: str, pub: int, cons: int, args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh etcd + n1..n3 for this setting; queues declared through n1 (their leader)."""
+    with workdir(args.keep, f"amqpq-qbench-{name}-") as base, running_etcd(base) as etcd:
+        nodes = [cluster_node(base, f"n{i}", etcd) for i in (1, 2, 3)]
+        try:
+            for node in nodes:
+                node.start()
+
+            def ready(queue: str) -> dict[str, Any]:
+                path = f"/api/queues/%2F/{queue}"
+                for node in nodes:  # every node knows it (routing, consuming), 3 in sync
+                    wait_until(lambda nd=node: len(api(nd, path).get("in_sync", [])) == 3,
+                               f"{queue}: 3 in-sync replicas seen by {node.log_path.stem}", 30)
+                state = api(nodes[0], path)
+                return {"leader": state["leader"], "epoch": state["epoch"]}
+
+            res = rounds(name, nodes[pub].port, nodes[cons].port, nodes[0].port, args, ready)
+        finally:
+            for node in nodes:
+                node.close()
+            res_logs = log_problems(nodes)
+        res["log_problems"] = res_logs
+        return res
+
+
+def single_setting(args: argparse.Namespace) -> dict[str, Any]:
+    with workdir(args.keep, "amqpq-qbench-single-") as base:
+        node = BrokerProcess(base / "data", base / "single.log", start_timeout=30)
+        try:
+            node.start()
+            res = rounds("single", node.port, node.port, node.port, args)
+        finally:
+            node.close()
+        res["log_problems"] = log_problems([node])
+        return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--no-rabbitmq", action="store_true")
+    p.add_argument("--keep", action="store_true", help="keep the nodes' data dirs and logs")
+    p.add_argument("--only", default="", help="comma-separated settings (default: all)")
+    args = p.parse_args()
+    settings: dict[str, Callable[[], dict[str, Any]]] = {
+        "cluster-leader": lambda: cluster_setting("cluster-leader", 0, 0, args),
+        "cluster-follower": lambda: cluster_setting("cluster-follower", 1, 2, args),
+        "single": lambda: single_setting(args),
+        "rabbitmq": lambda: rounds("rabbitmq", 5672, 5672, 5672, args, delete_first=True),
+    }
+    chosen = [s for s in args.only.split(",") if s] or list(settings)
+    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "params": {"messages": args.messages, "reps": args.reps,
+                                      "window": args.window, "size": SIZE}}
+    t0 = time.monotonic()
+    for name in chosen:
+        if name == "rabbitmq" and (args.no_rabbitmq or not port_open(5672)):
+            out[name] = "skipped" if args.no_rabbitmq else "not running on 127.0.0.1:5672"
+            continue
+        print(f"{name}:", flush=True)
+        try:
+            out[name] = settings[name]()
+        except (Exception, AssertionError) as exc:  # report it, go on with the next setting
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            print(f"  {name} failed: {out[name]['error']}", flush=True)
+    out["duration_s"] = round(time.monotonic() - t0, 1)
+    print(f"\n{'setting':<18}{'publish msg/s':>15}{'consume msg/s':>15}{'nacks':>7}")
+    for name in chosen:
+        r = out[name]
+        if isinstance(r, dict) and "publish_rate" in r:
+            print(f"{name:<18}{r['publish_rate']:>15,}{r['consume_rate']:>15,}{r['nacks']:>7}")
+        else:
+            print(f"{name:<18}  {r if isinstance(r, str) else r['error'][:200]}")
+        if isinstance(r, dict) and r.get("log_problems"):
+            print(f"{'':<18}  log problems: {json.dumps(r['log_problems'])[:300]}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        socket.setdefaulttimeout(None)
+        main()
