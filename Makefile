@@ -36,6 +36,7 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory interop-workers
+	$(MAKE) --no-print-directory interop-cluster
 
 # The interop suite (and its differential run, when the reference RabbitMQ is up) against a
 # broker of two worker processes (--workers 2): connections land on both.

@@ -134,3 +134,47 @@ def test_cluster_status_lists_quorum_queues_with_leader_and_replicas(
     assert sorted(row[3].split(",")) == sorted(row[4].split(",")) == ["n1", "n2", "n3"]
     led = api(nodes[1], "/api/queues/%2F/status.qq")  # the leader knows each follower's lag
     assert set(led["replica_lag"]) == {"n1", "n3"}
+
+
+def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_members_are_added_and_removed_and_the_messages_follow(
+        nodes: list[BrokerProcess]) -> None:
+    conn = connect(nodes[0])
+    ch = conn.channel()
+    ch.queue_declare("grow.qq", durable=True, arguments={
+        "x-queue-type": "quorum", "x-quorum-initial-group-size": 1})
+    ch.confirm_delivery()
+    for i in range(100):
+        ch.basic_publish("", "grow.qq", f"m{i}".encode())
+    conn.close()
+
+    def replicas(key: str) -> list[str]:
+        return sorted(api(nodes[2], "/api/queues/%2F/grow.qq")[key])
+
+    assert replicas("members") == ["n1"]
+    assert ctl(nodes[1], "grow", "n2", "all", "--queue-pattern", r"^grow\.qq$").returncode == 0
+    wait_until(lambda: replicas("in_sync") == ["n1", "n2"], "n2 in sync after grow")
+    assert ctl(nodes[1], "add_member", "grow.qq", "n3").returncode == 0
+    wait_until(lambda: replicas("in_sync") == ["n1", "n2", "n3"], "n3 in sync")
+    again = ctl(nodes[1], "add_member", "grow.qq", "n3")
+    assert again.returncode != 0 and "already a member" in again.stderr
+    assert ctl(nodes[1], "delete_member", "grow.qq", "n1").returncode == 0  # the leader
+    wait_until(lambda: replicas("members") == ["n2", "n3"]
+               and api(nodes[2], "/api/queues/%2F/grow.qq")["leader"] in ("n2", "n3"),
+               "the leader handed over")
+    shrunk = ctl(nodes[0], "shrink", "n2")
+    assert shrunk.returncode == 0 and "grow.qq\tok" in shrunk.stdout
+    wait_until(lambda: replicas("members") == ["n3"], "only n3 left")
+    last = ctl(nodes[0], "delete_member", "grow.qq", "n3")
+    assert last.returncode != 0 and "only one member" in last.stderr
+    conn = connect(nodes[1])
+    ch = conn.channel()
+    got = [ch.basic_get("grow.qq", auto_ack=True)[2] for _ in range(100)]
+    assert got == [f"m{i}".encode() for i in range(100)]
+    assert ch.basic_get("grow.qq", auto_ack=True)[0] is None
+    conn.close()

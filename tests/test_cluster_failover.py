@@ -234,6 +234,7 @@ def test_failover_loop_loses_nothing_confirmed(cluster: dict[str, BrokerProcess]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_failover_loop_20_rounds(cluster: dict[str, BrokerProcess]) -> None:
     consumers_history.clear()
     report = run_rounds(cluster, 20)

@@ -103,6 +103,9 @@ class QuorumGroup:
         self._sync_again = False
         self._changing = False  # an etcd transaction of this group is on its way
         # follower side
+        self.leader = -1  # the node whose chunks this replica takes (etcd's may lag)
+        self.stepped_down = 0  # the epoch this node stopped leading at
+        self._expand_mark = 0  # the leader's durable LSN at the last tick
         self.synced = False
         self.asked = 0.0  # when a snapshot was last asked for
 
@@ -116,9 +119,11 @@ class QuorumGroup:
     def members(self) -> list[int]:
         return list(self.state["members"]) if self.state else [self.me]
 
-    def lead(self, queue: ReplicatedQueue) -> None:
+    def lead(self, queue: ReplicatedQueue, from_disk: bool = False) -> None:
         """This node leads the queue (declared here, elected, or led here before a restart):
-        ``queue`` holds the replica's messages, flagged redelivered."""
+        ``queue`` holds the replica's messages, flagged redelivered. ``from_disk``: the log
+        was just read from the file (all of it is on disk); else what was fsynced so far
+        counts, and an fsync covers the rest."""
         self.queue = queue
         queue.restore((offset, message_from(e[0], e[1], e[2]), e[3])
                       for offset, e in self.log.entries.items())
@@ -126,8 +131,12 @@ class QuorumGroup:
         self.epoch = int(self.state["epoch"]) if self.state else 1
         self.progress.clear()
         self.ready.clear()
-        self.durable = self.log.lsn
+        if from_disk:
+            self.durable = self.log.lsn
+        else:
+            self.sync()
         self.lead_since = self._now()
+        self._expand_mark = self.durable
         log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages)",
                  self.name, self.vhost, self.epoch, len(self.log.entries))
 
@@ -135,6 +144,7 @@ class QuorumGroup:
         """Another node leads now: nack what was not committed, cancel consumers, and follow."""
         queue = self.queue
         self.leading = False
+        self.stepped_down = max(self.stepped_down, self.epoch)
         self.queue = None
         self.ready.clear()
         if queue is not None:
@@ -150,6 +160,8 @@ class QuorumGroup:
         self.state, self.raw = state, raw
         leader, epoch = int(state["leader"]), int(state["epoch"])
         if leader == self.me:
+            if epoch <= self.stepped_down:
+                return  # an old state (fenced meanwhile): a newer one follows
             if not self.leading and self.manager.queue_of(self) is not None:
                 self.manager.promote(self)
             self.epoch = epoch
@@ -160,6 +172,9 @@ class QuorumGroup:
             return
         if self.leading:
             self.step_down()
+        if self.me not in state["members"]:
+            self.manager.drop(self)
+            return
         if epoch != self.epoch:
             self.epoch = epoch
             self.synced = False
@@ -211,9 +226,8 @@ class QuorumGroup:
             self.sync()
         if self.leading:
             self.try_commit()
-        elif error is None and self.state is not None and self.synced:
-            self.runtime._control(int(self.state["leader"]),
-                                  ("qack", self.qkey, self.epoch, self.durable))
+        elif error is None and self.synced and self.leader >= 0:
+            self.runtime._control(self.leader, ("qack", self.qkey, self.epoch, self.durable))
 
     def high_watermark(self) -> int | None:
         """The LSN every in-sync replica has on disk (None: the ISR is below a majority)."""
@@ -251,19 +265,26 @@ class QuorumGroup:
         if self.state is None or self.leading:
             return
         self.asked = self._now()
-        self.runtime._control(int(self.state["leader"]), ("qsync", self.qkey, self.epoch))
+        self.runtime._control(int(self.state["leader"]), ("qsync", self.qkey,
+                                                          int(self.state["epoch"])))
 
     def on_repl(self, peer: int, epoch: int, first: int, snapshot: bool, data: bytes) -> None:
         """A chunk (or a snapshot) from the leader of ``epoch``."""
         state = self.state
-        known = int(state["epoch"]) if state else 0
-        if epoch < known or (epoch == known and state and peer != int(state["leader"])) \
-                or self.leading:
+        known = max(int(state["epoch"]) if state else 0, self.epoch)
+        stale = epoch < known or (epoch == known and (
+            self.leading or (state is not None and int(state["epoch"]) == epoch
+                             and peer != int(state["leader"]))))
+        if stale:
             log.warning("quorum queue '%s': refused replication from node %d with stale "
                         "epoch %d (current %d)", self.name, peer, epoch, known)
             self.runtime._control(peer, ("qfenced", self.qkey, known))
             return
-        self.epoch = epoch
+        if self.leading:  # a newer leader: this one was cut off
+            self.step_down()
+        if epoch != self.epoch or peer != self.leader:
+            self.synced = self.synced and epoch == self.epoch and peer == self.leader
+        self.epoch, self.leader = epoch, peer
         if snapshot:
             self._install_snapshot(data)
             return
@@ -315,8 +336,9 @@ class QuorumGroup:
                     self._change({"isr": [x for x in isr if x != m]},
                                  f"node {m} leaves the in-sync replicas")
                     return
-            for m in self.members:
-                if m not in isr and m in self.ready and self.progress.get(m, 0) >= self.durable:
+            mark, self._expand_mark = self._expand_mark, self.durable
+            for m in self.members:  # caught up with where this leader was a second ago
+                if m not in isr and m in self.ready and self.progress.get(m, 0) >= mark:
                     self._change({"isr": sorted({*isr, m})}, f"node {m} is in sync again")
                     return
         elif not self.leading and self.state is not None:
@@ -444,11 +466,11 @@ class QuorumManager:
         queue = ReplicatedQueue(group, name, vhost_name, **kwargs)
         if known:
             group.state, group.raw = known
-            group.lead(queue)
+            group.lead(queue, from_disk=True)
             # led here before this start: a new epoch, so the followers take a snapshot
             group._change({"epoch": int(known[0]["epoch"]) + 1}, "leader again after a start")
         else:
-            group.lead(queue)
+            group.lead(queue, from_disk=True)
             self.runtime._keep(asyncio.ensure_future(self._create(group, kwargs)))
         return queue
 
@@ -561,6 +583,72 @@ class QuorumManager:
     def tick(self) -> None:
         for group in list(self.groups.values()):
             group.tick()
+
+    def drop(self, group: QuorumGroup) -> None:
+        """This node is no longer a member (``delete_member``, ``shrink``): its replica goes."""
+        if self.groups.get(group.qkey) is group:
+            del self.groups[group.qkey]
+            log.info("quorum queue '%s' in vhost '%s': replica on this node removed",
+                     group.name, group.vhost)
+            group.close(remove=True)
+
+    # ---- membership (rabbitmq-queues add_member, delete_member, grow, shrink) ------------
+
+    def node_index(self, node: str) -> int | None:
+        """The index of cluster node ``node`` (by name), None when unknown."""
+        if node == self.hub.m.node:
+            return self.runtime.index
+        return next((i for i, n in self.hub.names.items() if n == node), None)
+
+    async def change_members(self, vhost: str, name: str, node: str, add: bool) -> str:
+        """Add ``node`` to (or remove it from) quorum queue ``name``'s members, by an etcd
+        transaction (retried if the state changed meanwhile). Returns "ok" or why not:
+        "no queue", "no node", "already a member", "not a member", "last member". A new
+        member takes a snapshot and joins the ISR once caught up; a removed leader hands
+        over to an in-sync member (epoch + 1)."""
+        index = self.node_index(node)
+        if index is None:
+            return "no node"
+        qkey = queue_key(vhost, name)
+        for _ in range(10):
+            known = self.states.get(qkey)
+            if known is None:
+                return "no queue"
+            state, raw = known
+            members, isr = list(state["members"]), list(state["isr"])
+            if add:
+                if index in members:
+                    return "already a member"
+                new = {**state, "members": [*members, index]}
+            else:
+                if index not in members:
+                    return "not a member"
+                if len(members) == 1:
+                    return "last member"
+                rest = [m for m in isr if m != index] or [m for m in members if m != index]
+                new = {**state, "members": [m for m in members if m != index],
+                       "isr": [m for m in isr if m != index] or rest[:1]}
+                if int(state["leader"]) == index:
+                    new.update(leader=rest[0], epoch=int(state["epoch"]) + 1)
+            client = self.hub.client
+            tx = client.transactions
+            won, _ = await client.transaction(
+                compare=[tx.value(self._key(qkey)) == raw],
+                success=[tx.put(self._key(qkey), json.dumps(new).encode())], failure=[])
+            if won:
+                log.info("quorum queue '%s' in vhost '%s': %s %s", name, vhost,
+                         "member added:" if add else "member removed:", node)
+                return "ok"
+            await self.hub.barrier()  # someone else changed it: read it again
+        return "busy"
+
+    def quorum_queues(self) -> list[tuple[str, str, list[int]]]:
+        """``(vhost, name, member indexes)`` of every quorum queue of the cluster."""
+        out = []
+        for qkey, (state, _) in self.states.items():
+            vhost, name = split_queue_key(qkey)
+            out.append((vhost, name, list(state["members"])))
+        return out
 
     def fields(self, q: Queue) -> dict[str, Any]:
         """RabbitMQ's quorum queue fields of ``q`` for the API: leader, members, online

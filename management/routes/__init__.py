@@ -22,6 +22,7 @@ from management.routes import (
     permissions,
     policies,
     queues,
+    quorum,
     users,
     vhosts,
 )
@@ -30,6 +31,7 @@ from management.routes import (
 def all_routes() -> list[web.RouteTableDef]:
     """Every route table, in matching order."""
     return [overview.routes, nodes.routes, vhosts.routes, users.routes, permissions.routes,
-            delayed.routes, exchanges.routes, queues.routes, bindings.routes, policies.routes,
+            delayed.routes, exchanges.routes, quorum.routes, queues.routes, bindings.routes,
+            policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
             health.routes, move.routes]

@@ -90,10 +90,16 @@ async def put_queue(request: web.Request) -> web.Response:
     try:
         await change_topology(state(request).broker, (
             "qdecl", vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
-            dict(table(body, "arguments")), None, False, 0))
+            dict(table(body, "arguments")), None, False, _home(request)))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return created(was_new)
+
+
+def _home(request: web.Request) -> int:
+    """Where a queue declared over HTTP lives: this node (a cluster) or worker 0."""
+    workers = state(request).broker.workers
+    return int(workers.index) if workers is not None else 0
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
