@@ -293,3 +293,44 @@ def _publish_quietly(ch: pika.adapters.blocking_connection.BlockingChannel) -> N
         _results["stale-confirmed"] = True
     except (pika.exceptions.AMQPError, OSError):
         _results["stale-confirmed"] = False
+
+
+def test_delivery_counts_survive_a_failover_and_the_limit_dead_letters(
+        cluster: dict[str, BrokerProcess]) -> None:
+    keeper = connect(cluster["n3"])  # the dead-letter queue lives on n3, which stays up
+    keeper.channel().queue_declare("dead", durable=True)
+    keeper.close()
+    conn = connect(cluster["n1"])  # n1 leads
+    ch = conn.channel()
+    ch.queue_declare("limited.qq", durable=True, arguments={
+        **QQ, "x-delivery-limit": 2, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dead"})
+    wait_until(lambda: len(queue_state(cluster["n2"], "limited.qq")["in_sync"]) == 3,
+               "three in-sync replicas")
+    ch.confirm_delivery()
+    ch.basic_publish("", "limited.qq", b"poison")
+    conn.close()
+    consumer = connect(cluster["n2"])
+    cch = consumer.channel()
+    counts = []
+    for _ in range(2):  # delivered, returned: twice
+        method, props, _ = wait_until(lambda: (lambda g: g if g[0] else None)(
+            cch.basic_get("limited.qq")), "a delivery")
+        counts.append((props.headers or {}).get("x-delivery-count", 0))
+        cch.basic_nack(method.delivery_tag, requeue=True)
+    consumer.close()
+    time.sleep(0.5)  # the returns reach the followers
+    cluster["n1"].kill()
+    wait_until(lambda: queue_state(cluster["n3"], "limited.qq")["leader"] != "n1",
+               "a new leader", 15.0)
+    consumer = connect(cluster["n3"])
+    cch = consumer.channel()
+    method, props, _ = wait_until(lambda: (lambda g: g if g[0] else None)(
+        cch.basic_get("limited.qq")), "the delivery after the failover")
+    counts.append(props.headers.get("x-delivery-count"))
+    assert method.redelivered
+    cch.basic_nack(method.delivery_tag, requeue=True)  # the third return: past the limit
+    dead = wait_until(lambda: cch.basic_get("dead", auto_ack=True)[2], "dead-lettered")
+    assert (counts, dead) == ([0, 1, 2], b"poison")
+    assert cch.basic_get("limited.qq")[0] is None
+    consumer.close()

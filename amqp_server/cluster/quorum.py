@@ -156,7 +156,6 @@ class QuorumGroup:
 
     def on_state(self, state: dict[str, Any], raw: bytes) -> None:
         """etcd's state of the queue changed (or was read at start)."""
-        old_epoch = self.state["epoch"] if self.state else 0
         self.state, self.raw = state, raw
         leader, epoch = int(state["leader"]), int(state["epoch"])
         if leader == self.me:
@@ -164,9 +163,9 @@ class QuorumGroup:
                 return  # an old state (fenced meanwhile): a newer one follows
             if not self.leading and self.manager.queue_of(self) is not None:
                 self.manager.promote(self)
-            self.epoch = epoch
-            if epoch != old_epoch:
+            if epoch != self.epoch:  # a new epoch: followers take a snapshot of it first
                 self.ready.clear()
+            self.epoch = epoch
             self.changed()
             self.try_commit()
             return
