@@ -20,6 +20,16 @@ from amqpqctl.client import path
 from amqpqctl.output import Output
 
 
+def _member(ctx: Context, queue: str, node: str, vhost: str | None, out: Output,
+            add: bool) -> None:
+    vhost = ctx.resolve(vhost)
+    out.progress(f"{'Adding' if add else 'Removing'} a replica for queue {queue} on node "
+                 f"{node}...")
+    call(ctx, "POST" if add else "DELETE",
+         path("queues", "quorum", vhost, queue, "replicas", "add" if add else "delete"),
+         {"node": node}, vhost=vhost, what=f"queue '{queue}'")
+
+
 @click.command("add_member")
 @click.argument("queue")
 @click.argument("node")
@@ -27,10 +37,7 @@ from amqpqctl.output import Output
 @output_options
 def add_member(ctx: Context, queue: str, node: str, vhost: str | None, out: Output) -> None:
     """Add NODE as a member (replica) of quorum queue QUEUE."""
-    vhost = ctx.resolve(vhost)
-    out.progress(f"Adding a replica for queue {queue} on node {node}...")
-    call(ctx, "POST", path("queues", "quorum", vhost, queue, "replicas", "add"),
-         {"node": node}, vhost=vhost, what=f"queue '{queue}'")
+    _member(ctx, queue, node, vhost, out, True)
 
 
 @click.command("delete_member")
@@ -40,10 +47,7 @@ def add_member(ctx: Context, queue: str, node: str, vhost: str | None, out: Outp
 @output_options
 def delete_member(ctx: Context, queue: str, node: str, vhost: str | None, out: Output) -> None:
     """Remove NODE's replica of quorum queue QUEUE."""
-    vhost = ctx.resolve(vhost)
-    out.progress(f"Removing a replica for queue {queue} on node {node}...")
-    call(ctx, "DELETE", path("queues", "quorum", vhost, queue, "replicas", "delete"),
-         {"node": node}, vhost=vhost, what=f"queue '{queue}'")
+    _member(ctx, queue, node, vhost, out, False)
 
 
 @click.command("grow")

@@ -4,18 +4,15 @@ cluster-wide and messages cross the node links. Skipped without etcd (``make etc
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
 
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
 from tests.support.etcd import ETCD, running_etcd
 
 pytest.importorskip("aetcd")
@@ -124,22 +121,13 @@ def test_cluster_status_lists_quorum_queues_with_leader_and_replicas(
     conn.close()
     wait_until(lambda: len(api(nodes[0], "/api/queues/%2F/status.qq")["in_sync"]) == 3,
                "three in-sync replicas")
-    out = subprocess.run(
-        [sys.executable, "-m", "amqpqctl", "--port", str(nodes[0].management_port),
-         "cluster_status"], capture_output=True, text=True, timeout=30,
-        cwd=Path(__file__).resolve().parents[1])
+    out = ctl(nodes[0], "cluster_status")
     assert out.returncode == 0, out.stderr
     row = next(line.split("\t") for line in out.stdout.splitlines() if "status.qq" in line)
     assert row[:3] == ["/", "status.qq", "n2"] and row[5] == "1"
     assert sorted(row[3].split(",")) == sorted(row[4].split(",")) == ["n1", "n2", "n3"]
     led = api(nodes[1], "/api/queues/%2F/status.qq")  # the leader knows each follower's lag
     assert set(led["replica_lag"]) == {"n1", "n3"}
-
-
-def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
-        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
 
 
 def test_members_are_added_and_removed_and_the_messages_follow(

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.cluster import ctl
 from tests.support.etcd import ETCD, running_etcd
 
 pytest.importorskip("aetcd")
@@ -92,12 +93,6 @@ def test_every_node_sees_the_others_and_a_dead_one_goes_not_running(
     wait_for(nodes[1], {"n1": True, "n2": True})
     nodes[2].start()  # back: a member and running again everywhere
     wait_for(nodes[1], {"n1": True, "n2": True, "n3": True})
-
-
-def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
-        capture_output=True, text=True, timeout=30, cwd=Path(__file__).resolve().parents[1])
 
 
 def test_a_stopped_node_is_not_running_and_rejoins_when_it_resumes(

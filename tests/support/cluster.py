@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -56,3 +58,10 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> An
             return last
         time.sleep(0.1)
     raise AssertionError(f"{what}: not within {timeout} s (last: {last!r})")
+
+
+def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """``amqpqctl ARGS`` against the node's management API."""
+    return subprocess.run(
+        [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
+        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
