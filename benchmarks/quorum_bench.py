@@ -15,6 +15,10 @@ medians reported:
 2. *Consume*: a raw consumer (prefetch 1,000, ``Basic.Ack multiple`` every 500 and one for the
    rest) reads all of them. Reported: msg/s from Basic.Consume to the last delivery.
 
+Before each round one probe message must be confirmed within 3 s (then fetched); else the queue
+is deleted and another declared, counted as ``probe_failures`` (a queue whose commits stall
+shows there).
+
 Settings:
 
 * ``cluster-leader``: etcd + 3 amqpq nodes (started once for the setting, reused by its
@@ -25,8 +29,9 @@ Settings:
 * ``single``: one amqpq node without cluster options (1 replica).
 * ``rabbitmq``: RabbitMQ 3.10.8, single node (skipped with ``--no-rabbitmq`` or when down).
 
-Results: a table on stdout and ``benchmarks/results/quorum.json``, with ERROR/WARNING/Traceback
-lines found in the amqpq node logs (``--keep`` leaves the nodes' directories in place).
+Results: a table on stdout and ``benchmarks/results/quorum.json``, with the ERROR/WARNING/
+Traceback lines of the amqpq node logs (up to the nodes' stop). The nodes' directories are
+removed unless ``--keep`` or the setting failed.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ import contextlib
 import json
 import re
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -45,13 +49,13 @@ from pathlib import Path
 from typing import Any
 
 import pika
+from pamqp import commands
 
 from benchmarks.brokers import port_open
+from tests.support import wire
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, cluster_node, wait_until
 from tests.support.etcd import running_etcd
-from tests.support.wire import (Client, ConfirmTracker, PatternCounter, ack_frame, body_frame,
-                                body_frame_pattern, publish_head)
 
 QQ = {"x-queue-type": "quorum"}
 SIZE = 200
@@ -60,33 +64,41 @@ PROBLEM = re.compile(r"ERROR|CRITICAL|WARNING|Traceback")
 IO_TIMEOUT = 60.0  # s without a confirm / delivery: a stall
 
 
-def _conn(port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
-
-
-def declare(port: int, queue: str, delete_first: bool = False) -> None:
-    conn = _conn(port)
-    ch = conn.channel()
-    if delete_first:
-        ch.queue_delete(queue)
-    ch.queue_declare(queue, durable=True, arguments=QQ)
+def declare(port: int, queue: str, delete_first: bool = False, delete: bool = False) -> None:
+    """Declare ``queue`` (quorum, durable) through ``port``; or delete it first, or only."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+    if delete_first or delete:
+        conn.channel().queue_delete(queue)
+    if not delete:
+        conn.channel().queue_declare(queue, durable=True, arguments=QQ)
     conn.close()
 
 
-def delete(port: int, queue: str) -> None:
-    with contextlib.suppress(Exception):
-        conn = _conn(port)
-        conn.channel().queue_delete(queue)
-        conn.close()
+def probe(port: int, queue: str, timeout: float = 3.0) -> bool:
+    """Whether one message is confirmed within ``timeout`` (it is then taken off with
+    Basic.Get): a replica that never gets the leader's chunks holds back every commit."""
+    client = wire.Client(port, timeout=timeout)
+    try:
+        client.channel(1)
+        client.confirm_select()
+        client.sock.sendall(wire.publish_head("", queue, SIZE, persistent=True)
+                            + wire.body_frame(b"x" * SIZE))
+        client.expect(1, commands.Basic.Ack)
+        client.call(1, commands.Basic.Get(queue=queue, no_ack=True), commands.Basic.GetOk)
+        return True
+    except (TimeoutError, wire.AmqpError):
+        return False
+    finally:
+        client.close()
 
 
 def publish(port: int, queue: str, n: int, window: int) -> dict[str, Any]:
     """``n`` persistent messages with confirms, ``window`` unconfirmed at most; msg/s, nacks."""
-    client = Client(port, timeout=IO_TIMEOUT)
+    client = wire.Client(port, timeout=IO_TIMEOUT)
     client.channel(1)
     client.confirm_select()
-    one = publish_head("", queue, SIZE, persistent=True) + body_frame(b"x" * SIZE)
-    confirms = ConfirmTracker()
+    one = wire.publish_head("", queue, SIZE, persistent=True) + wire.body_frame(b"x" * SIZE)
+    confirms = wire.ConfirmTracker()
     confirms.feed(client.buf)
     sock = client.sock
     t0 = time.monotonic()
@@ -99,9 +111,9 @@ def publish(port: int, queue: str, n: int, window: int) -> dict[str, Any]:
                 sent += room
                 continue
             data = sock.recv(1 << 16)
+            confirms.feed(data)
             if not data or confirms.error:
                 raise RuntimeError(f"publisher closed: {confirms.error or 'EOF'}")
-            confirms.feed(data)
     except TimeoutError:
         raise RuntimeError(f"publish stalled: {confirms.confirmed}/{sent} confirmed, no confirm "
                            f"for {IO_TIMEOUT:.0f} s") from None
@@ -113,11 +125,11 @@ def publish(port: int, queue: str, n: int, window: int) -> dict[str, Any]:
 def consume(port: int, queue: str, n: int) -> dict[str, Any]:
     """Read ``n`` messages (prefetch 1,000, ack every 500, multiple); msg/s. Deliveries are
     counted by their body frame's bytes (no decoding: the client is not the bottleneck)."""
-    client = Client(port, timeout=IO_TIMEOUT)
+    client = wire.Client(port, timeout=IO_TIMEOUT)
     client.channel(1)
     client.qos(1000)
     before = client.queue_count(queue)
-    counter = PatternCounter(body_frame_pattern(SIZE))
+    counter = wire.PatternCounter(wire.body_frame_pattern(SIZE))
     t0 = time.monotonic()
     client.consume(queue, no_ack=False, ctag="bench")
     counter.feed(client.buf, len(client.buf))
@@ -126,7 +138,7 @@ def consume(port: int, queue: str, n: int) -> dict[str, Any]:
         while True:
             target = min(counter.count // 500 * 500, n) if counter.count < n else n
             if target > acked:
-                sock.sendall(ack_frame(target, multiple=True))
+                sock.sendall(wire.ack_frame(target, multiple=True))
                 acked = target
             if counter.count >= n:
                 break
@@ -143,41 +155,64 @@ def consume(port: int, queue: str, n: int) -> dict[str, Any]:
 
 
 def rounds(name: str, pub: int, cons: int, lead: int, args: argparse.Namespace,
-           ready: Callable[[str], dict[str, Any]] | None = None,
+           ready: Callable[[str, bool], dict[str, Any]] | None = None,
            delete_first: bool = False) -> dict[str, Any]:
     """``args.reps`` rounds (declare through port ``lead``, publish through ``pub``, consume
-    through ``cons``, delete); medians and each round."""
+    through ``cons``, delete); medians and each round. ``ready(queue, wait)``: waits for the
+    queue's replicas (its leader, epoch), or (``wait`` False, after a failure) its state."""
     done: list[dict[str, Any]] = []
     for r in range(args.reps):
-        queue = f"bench.qq.{name}.{r}"
-        declare(lead, queue, delete_first)
-        res: dict[str, Any] = ready(queue) if ready else {}
-        res.update(publish(pub, queue, args.messages, args.window))
-        res.update(consume(cons, queue, args.messages))
-        delete(lead, queue)
-        print(f"  {name} round {r + 1}: {res}", flush=True)
+        for attempt in range(5):
+            queue = f"bench.qq.{name}.{r}.{attempt}"
+            declare(lead, queue, delete_first)
+            res: dict[str, Any] = ready(queue, True) if ready else {}
+            if probe(pub, queue):
+                break
+            print(f"  {name} round {r + 1}: {queue} confirmed no probe in 3 s "
+                  f"({ready(queue, False) if ready else ''}): another queue", flush=True)
+            declare(lead, queue, delete=True)
+        else:
+            raise RuntimeError(f"round {r + 1}: 5 queues confirmed no probe message")
+        res["probe_failures"] = attempt
+        try:
+            res.update(publish(pub, queue, args.messages, args.window))
+            res.update(consume(cons, queue, args.messages))
+        except RuntimeError as exc:
+            state: Any = "?"
+            with contextlib.suppress(Exception):
+                state = ready(queue, False) if ready else state
+            raise RuntimeError(f"round {r + 1}: {exc}; queue: {state}") from None
+        declare(lead, queue, delete=True)
+        odd = "" if res["count_before_consume"] == args.messages else " (COUNT MISMATCH)"
+        print(f"  {name} round {r + 1}: {res}{odd}", flush=True)
         done.append(res)
-    return {"publish_rate": round(statistics.median(d["publish_rate"] for d in done)),
-            "consume_rate": round(statistics.median(d["consume_rate"] for d in done)),
-            "nacks": sum(d["nacks"] for d in done), "rounds": done}
+    med = {k: round(statistics.median(d[k] for d in done)) for k in ("publish_rate",
+                                                                        "consume_rate")}
+    return {**med, "nacks": sum(d["nacks"] for d in done),
+            "probe_failures": sum(d["probe_failures"] for d in done), "rounds": done}
 
 
 def log_problems(nodes: list[BrokerProcess]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for node in nodes:
-        lines = [ln for ln in node.log_text().splitlines() if PROBLEM.search(ln)]
-        if lines:
-            out[node.log_path.name] = {"count": len(lines), "first": lines[:8]}
-    return out
+    """ERROR/WARNING/Traceback lines of the nodes' logs (called before they are stopped: the
+    warnings of a cluster's shutdown, nodes seen leaving, are not problems)."""
+    found = {n.log_path.name: [ln for ln in n.log_text().splitlines() if PROBLEM.search(ln)]
+             for n in nodes}
+    return {name: {"count": len(lines), "first": lines[:8]} for name, lines in found.items()
+            if lines}
 
 
 @contextlib.contextmanager
-def workdir(keep: bool, prefix: str) -> Iterator[Path]:
+def workdir(keep: bool, prefix: str) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """A temporary directory and the setting's result (to fill); removed unless ``keep`` or
+    the result is an error."""
     base = Path(tempfile.mkdtemp(prefix=prefix))
+    res: dict[str, Any] = {"error": "did not run"}
     try:
-        yield base
+        yield base, res
+    except (Exception, AssertionError) as exc:
+        res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     finally:
-        if keep:
+        if keep or "error" in res:
             print(f"  kept {base}", flush=True)
         else:
             shutil.rmtree(base, ignore_errors=True)
@@ -185,39 +220,46 @@ def workdir(keep: bool, prefix: str) -> Iterator[Path]:
 
 def cluster_setting(name: str, pub: int, cons: int, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh etcd + n1..n3 for this setting; queues declared through n1 (their leader)."""
-    with workdir(args.keep, f"amqpq-qbench-{name}-") as base, running_etcd(base) as etcd:
+    with workdir(args.keep, f"amqpq-qbench-{name}-") as (base, res), \
+            running_etcd(base) as etcd:
         nodes = [cluster_node(base, f"n{i}", etcd) for i in (1, 2, 3)]
+
+        def ready(queue: str, wait: bool) -> dict[str, Any]:
+            path = f"/api/queues/%2F/{queue}"
+            if not wait:
+                keys = ("leader", "epoch", "in_sync", "replica_lag", "messages")
+                return {nd.log_path.stem: {k: api(nd, path).get(k) for k in keys}
+                        for nd in nodes}
+            for node in nodes:  # every node knows it (routing, consuming), 3 in sync
+                wait_until(lambda nd=node: len(api(nd, path).get("in_sync", [])) == 3,
+                           f"{queue}: 3 in-sync replicas seen by {node.log_path.stem}", 30)
+            state = api(nodes[0], path)
+            return {"leader": state["leader"], "epoch": state["epoch"]}
+
         try:
             for node in nodes:
                 node.start()
-
-            def ready(queue: str) -> dict[str, Any]:
-                path = f"/api/queues/%2F/{queue}"
-                for node in nodes:  # every node knows it (routing, consuming), 3 in sync
-                    wait_until(lambda nd=node: len(api(nd, path).get("in_sync", [])) == 3,
-                               f"{queue}: 3 in-sync replicas seen by {node.log_path.stem}", 30)
-                state = api(nodes[0], path)
-                return {"leader": state["leader"], "epoch": state["epoch"]}
-
-            res = rounds(name, nodes[pub].port, nodes[cons].port, nodes[0].port, args, ready)
+            res.clear()
+            res.update(rounds(name, nodes[pub].port, nodes[cons].port, nodes[0].port, args,
+                              ready))
         finally:
+            res["log_problems"] = log_problems(nodes)
             for node in nodes:
                 node.close()
-            res_logs = log_problems(nodes)
-        res["log_problems"] = res_logs
-        return res
+    return res
 
 
 def single_setting(args: argparse.Namespace) -> dict[str, Any]:
-    with workdir(args.keep, "amqpq-qbench-single-") as base:
+    with workdir(args.keep, "amqpq-qbench-single-") as (base, res):
         node = BrokerProcess(base / "data", base / "single.log", start_timeout=30)
         try:
-            node.start()
-            res = rounds("single", node.port, node.port, node.port, args)
+            port = node.start().port
+            res.clear()
+            res.update(rounds("single", port, port, port, args))
         finally:
+            res["log_problems"] = log_problems([node])
             node.close()
-        res["log_problems"] = log_problems([node])
-        return res
+    return res
 
 
 def main() -> None:
@@ -249,13 +291,16 @@ def main() -> None:
             out[name] = settings[name]()
         except (Exception, AssertionError) as exc:  # report it, go on with the next setting
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        if "error" in out[name]:
             print(f"  {name} failed: {out[name]['error']}", flush=True)
     out["duration_s"] = round(time.monotonic() - t0, 1)
-    print(f"\n{'setting':<18}{'publish msg/s':>15}{'consume msg/s':>15}{'nacks':>7}")
+    print(f"\n{'setting':<18}{'publish msg/s':>15}{'consume msg/s':>15}{'nacks':>7}"
+          f"{'probe fails':>13}")
     for name in chosen:
         r = out[name]
         if isinstance(r, dict) and "publish_rate" in r:
-            print(f"{name:<18}{r['publish_rate']:>15,}{r['consume_rate']:>15,}{r['nacks']:>7}")
+            print(f"{name:<18}{r['publish_rate']:>15,}{r['consume_rate']:>15,}{r['nacks']:>7}"
+                  f"{r['probe_failures']:>13}")
         else:
             print(f"{name:<18}  {r if isinstance(r, str) else r['error'][:200]}")
         if isinstance(r, dict) and r.get("log_problems"):
@@ -266,6 +311,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        socket.setdefaulttimeout(None)
-        main()
+    main()

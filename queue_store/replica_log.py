@@ -48,6 +48,7 @@ _ENQ = struct.Struct(">QIHI")
 _COUNT = struct.Struct(">I")
 _RET = struct.Struct(">QI")
 _BASE = struct.Struct(">QQ")
+_KINDS = {k: bytes([k]) for k in (ENQ, ACK, RET, BASE)}
 COMPACT_MIN = 16 * 1024 * 1024  # bytes of log before compaction is considered
 
 #: a live message: [exrk, props, body, returns]
@@ -59,8 +60,12 @@ class ReplicaLogError(Exception):
 
 
 def _record(kind: int, *parts: bytes) -> bytes:
-    payload = bytes([kind]) + b"".join(parts)
-    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+    crc = zlib.crc32(_KINDS[kind])
+    n = 1
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+        n += len(part)
+    return b"".join((_HEAD.pack(n, crc), _KINDS[kind], *parts))
 
 
 def iter_records(data: bytes, strict: bool = True) -> Iterator[tuple[int, bytes, int]]:
@@ -270,9 +275,13 @@ class ReplicaLog:
 
     def sync(self) -> None:
         """fsync the file (blocking: run it off the event loop). A file replaced by a
-        snapshot meanwhile (closed: EBADF) needs none: :meth:`install` fsynced its own."""
+        snapshot meanwhile (closed: EBADF) needs none: :meth:`install` fsynced its own; nor
+        does a closed log."""
+        fd = self._fd
+        if fd < 0:  # closed meanwhile (the queue was deleted)
+            return
         try:
-            os.fsync(self._fd)
+            os.fsync(fd)
         except OSError as exc:
             if exc.errno != errno.EBADF:
                 raise

@@ -90,6 +90,11 @@ class Membership:
         self._lease: Any = None
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def client(self) -> Any:
+        """The ``aetcd.Client`` (after :meth:`connect`)."""
+        return self._client
+
     async def start(self) -> None:
         """Connect, register (a node of the same name already running is refused) and read
         the node list once (:meth:`connect`, then :meth:`register`).

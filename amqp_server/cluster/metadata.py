@@ -73,7 +73,7 @@ class EtcdHub:
 
     @property
     def client(self) -> Any:
-        return self.m._client
+        return self.m.client
 
     async def hello(self) -> None:
         """Record the death of this name's previous run, read the whole log and the running

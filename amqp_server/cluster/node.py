@@ -52,7 +52,7 @@ async def cluster_secret(membership: Membership, secret_file: Path | None) -> by
         if not secret or not secret[0]:
             raise ClusterError(f"--cluster-secret-file {secret_file} is empty")
         return secret[0].encode()
-    client = membership._client
+    client = membership.client
     key = membership.root + b"secret"
     tx = client.transactions
     await client.transaction(compare=[tx.create(key) == 0],

@@ -95,11 +95,12 @@ class ReplicatedQueue(Queue):
     def _forget(self, qm: QueuedMessage) -> None:
         super()._forget(qm)
         if self.group.leading and not self.deleted:
-            self.group.log.ack([qm.seq])
+            self.group.acks.append(qm.seq)  # one ACK record per event-loop turn
             self.group.changed()
 
     def _count_returns(self, back: list[QueuedMessage]) -> list[QueuedMessage]:
         if self.group.leading:
+            self.group.take_acks()  # the log keeps their order
             for qm in back:
                 self.group.log.ret(qm.seq, qm.returns + 1)
             self.group.changed()
