@@ -51,8 +51,10 @@ _BASE = struct.Struct(">QQ")
 _KINDS = {k: bytes([k]) for k in (ENQ, ACK, RET, BASE)}
 COMPACT_MIN = 16 * 1024 * 1024  # bytes of log before compaction is considered
 
-#: a live message: [exrk, props, body, returns]
-Entry = list
+#: a live message: (exrk, props, body, returns); a tuple of bytes and an int, which the
+#: cyclic garbage collector stops tracking (a deep replica of lists made every full collection
+#: walk all of them: most of a leader's CPU under a growing backlog)
+Entry = tuple[bytes, bytes, bytes, int]
 
 
 class ReplicaLogError(Exception):
@@ -150,7 +152,7 @@ class ReplicaLog:
         if offset not in self.entries:
             return self.lsn
         self._add(_record(RET, _RET.pack(offset, returns)))
-        self.entries[offset][3] = returns
+        self._apply_ret(offset, returns)
         return self.lsn
 
     def _add(self, record: bytes) -> None:
@@ -244,19 +246,21 @@ class ReplicaLog:
             self._apply_ack(struct.unpack_from(f">{count}Q", body, 4))
             self.lsn += 1
         elif kind == RET:
-            offset, returns = _RET.unpack_from(body)
-            entry = self.entries.get(offset)
-            if entry is not None:
-                entry[3] = returns
+            self._apply_ret(*_RET.unpack_from(body))
             self.lsn += 1
         elif kind == BASE:
             self.lsn, self.next_offset = _BASE.unpack_from(body)
 
     def _apply_enq(self, offset: int, returns: int, exrk: bytes, props: bytes,
                    body: bytes) -> None:
-        self.entries[offset] = [exrk, props, body, returns]
+        self.entries[offset] = (exrk, props, body, returns)
         self.live_bytes += len(body)
         self.next_offset = max(self.next_offset, offset + 1)
+
+    def _apply_ret(self, offset: int, returns: int) -> None:
+        entry = self.entries.get(offset)
+        if entry is not None:
+            self.entries[offset] = (entry[0], entry[1], entry[2], returns)
 
     def _apply_ack(self, offsets: Iterable[int]) -> None:
         for offset in offsets:
