@@ -4,6 +4,7 @@ cluster-wide and messages cross the node links. Skipped without etcd (``make etc
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -166,3 +167,26 @@ def test_members_are_added_and_removed_and_the_messages_follow(
     assert got == [f"m{i}".encode() for i in range(100)]
     assert ch.basic_get("grow.qq", auto_ack=True)[0] is None
     conn.close()
+
+
+def test_a_broken_node_link_is_opened_again(nodes: list[BrokerProcess]) -> None:
+    conn = connect(nodes[0])
+    conn.channel().queue_declare("relink", durable=True)  # lives on n1
+    conn.close()
+    port = int(api(nodes[1], "/api/nodes/n1")["cluster_port"])
+    cut = subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"],
+                         capture_output=True, text=True)
+    if cut.returncode != 0:
+        pytest.skip(f"ss -K cannot close sockets here: {cut.stderr.strip()}")
+    pub = connect(nodes[1])
+    ch = pub.channel()
+    ch.confirm_delivery()
+
+    def published() -> bool:
+        ch.basic_publish("", "relink", b"after", pika.BasicProperties(delivery_mode=2))
+        return True
+
+    wait_until(published, "a confirm through the link opened again")
+    assert "opening it again" in nodes[1].log_path.read_text()
+    pub.close()
+    assert api(nodes[0], "/api/queues/%2F/relink")["messages"] >= 1

@@ -28,12 +28,15 @@ from amqp_server.cluster.node_links import NodeLinks
 from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
+from queue_store.outcomes import REJECTED
 
 if TYPE_CHECKING:
     from broker.broker import Broker
     from broker.config import BrokerConfig
 
 log = logging.getLogger("amqpq.cluster")
+
+RELINK_AFTER = 1.0  # seconds before a closed link to a registered node is opened again
 
 
 async def cluster_secret(membership: Membership, secret_file: Path | None) -> bytes:
@@ -81,6 +84,22 @@ class NodeRuntime(WorkerRuntime):
             ch.connection.resume(ch.number, then)
 
         self._keep(asyncio.ensure_future(self.hub.barrier())).add_done_callback(done)
+
+    def _peer_lost(self, peer: int) -> None:
+        """The TCP link to node ``peer`` closed: publishes waiting for its answer are nacked at
+        once (it may have them: a publisher sends them again; at-least-once), and while the
+        node is still registered (a broken connection, not a dead node) the link is opened
+        again a second later."""
+        super()._peer_lost(peer)
+        for key in [k for k in self._waits if k[0] == peer]:
+            self._waits.pop(key).done(REJECTED)
+        if peer in self.hub.running:
+            asyncio.get_running_loop().call_later(RELINK_AFTER, self._relink, peer)
+
+    def _relink(self, peer: int) -> None:
+        if peer in self.hub.running and peer not in self.links.out:
+            log.warning("node link to node %d closed; opening it again", peer)
+            self._keep(asyncio.ensure_future(self._connect(peer)))
 
     def learn_address(self, index: int, host: str, port: int) -> None:
         assert isinstance(self.links, NodeLinks)
