@@ -226,6 +226,15 @@ class ReplicaLog:
         self._chunk.clear()
         self._chunk_first = self.lsn + 1
 
+    def compact(self) -> bool:
+        """Rewrite the file as a snapshot of this log (same LSN, live messages only) when dead
+        records outweigh live ones and nothing is waiting to be taken (:meth:`take_chunk`);
+        True when it did. Blocking: it writes and fsyncs the live bytes."""
+        if self._chunk or not self.needs_compaction():
+            return False
+        self.install(self.snapshot())
+        return True
+
     def needs_compaction(self) -> bool:
         """Dead records outweigh live messages (and the file is past :data:`COMPACT_MIN`)."""
         return self.size > COMPACT_MIN and self.size > 4 * (self.live_bytes + 64 * len(

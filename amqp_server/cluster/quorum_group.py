@@ -183,6 +183,9 @@ class QuorumGroup:
         if self._sync_again:
             self._sync_again = False
             self.sync()
+        elif error is None and not self.acks and self.log.compact():
+            log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
+                     self.name, self.vhost, self.log.size)
         if self.leading:
             self.try_commit()
         elif error is None and self.synced and self.leader >= 0:
