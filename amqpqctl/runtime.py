@@ -96,8 +96,8 @@ def status(ctx: Context, out: Output) -> None:
 @output_options
 def cluster_status(ctx: Context, out: Output) -> None:
     """Show the cluster's nodes, as ``rabbitmqctl cluster_status``: the nodes seen (Disk
-    Nodes) and those running now (Running Nodes); one node without ``--cluster-etcd``. Then
-    amqpq's own section: each quorum queue's leader, members, in-sync replicas and, where
+    Nodes), those running now (Running Nodes) and their resource alarms (Alarms); one node
+    without ``--cluster-etcd``. Then amqpq's own section: each quorum queue's leader, members, in-sync replicas and, where
     the node asked leads it, how many log operations each follower is behind."""
     o = call(ctx, "GET", path("overview"))
     nodes = call(ctx, "GET", path("nodes"))
@@ -107,13 +107,17 @@ def cluster_status(ctx: Context, out: Output) -> None:
                                      "replica_lag")}
               for q in call(ctx, "GET", path("queues"))
               if q.get("type") == "quorum" and "in_sync" in q]
+    alarms = [f"{kind} alarm on node {n.get('name')}" for n in nodes if n.get("running")
+              for kind, key in (("Memory", "mem_alarm"), ("Free disk space", "disk_free_alarm"))
+              if n.get(key)]
     if out.formatter == "json":
         click.echo(json.dumps({"cluster_name": o.get("cluster_name"), "disk_nodes": seen,
-                               "running_nodes": running, "quorum_queues": quorum}, indent=1))
+                               "running_nodes": running, "alarms": alarms,
+                               "quorum_queues": quorum}, indent=1))
         return
     lines = [f"Cluster status of node {o.get('node')} ...", "Basics", "",
              f"Cluster name: {o.get('cluster_name')}", "", "Disk Nodes", "", *seen, "",
-             "Running Nodes", "", *running]
+             "Running Nodes", "", *running, "", "Alarms", "", *(alarms or ["(none)"])]
     if quorum:
         lines += ["", "Quorum queues (vhost, name, leader, members, in sync, epoch, lag)", ""]
         for q in quorum:

@@ -49,7 +49,9 @@ _COUNT = struct.Struct(">I")
 _RET = struct.Struct(">QI")
 _BASE = struct.Struct(">QQ")
 _KINDS = {k: bytes([k]) for k in (ENQ, ACK, RET, BASE)}
-COMPACT_MIN = 16 * 1024 * 1024  # bytes of log before compaction is considered
+# bytes of log before compaction is considered: a replica's file stays under this or 4x its
+# live bytes, and draining a smaller queue rewrites nothing
+COMPACT_MIN = 64 * 1024 * 1024
 
 #: a live message: (exrk, props, body, returns); a tuple of bytes and an int, which the
 #: cyclic garbage collector stops tracking (a deep replica of lists made every full collection

@@ -190,3 +190,21 @@ def test_a_broken_node_link_is_opened_again(nodes: list[BrokerProcess]) -> None:
     assert "opening it again" in nodes[1].log_path.read_text()
     pub.close()
     assert api(nodes[0], "/api/queues/%2F/relink")["messages"] >= 1
+
+
+def test_cluster_status_shows_another_nodes_memory_alarm(
+        nodes: list[BrokerProcess], tmp_path_factory: pytest.TempPathFactory) -> None:
+    etcd = nodes[0].args[nodes[0].args.index("--cluster-etcd") + 1]
+    low = cluster_node(tmp_path_factory.mktemp("alarm"), "n4", etcd,
+                       "--vm-memory-high-watermark", "1000")  # bytes: in alarm at once
+    low.start()
+    try:
+        def alarms() -> list[str]:
+            out = ctl(nodes[0], "cluster_status")
+            assert out.returncode == 0, out.stderr
+            return out.stdout.split("Alarms")[1].split("Quorum queues")[0].split("\n")
+
+        wait_until(lambda: "Memory alarm on node n4" in alarms(), "n4's alarm on n1")
+        assert not any("on node n1" in line for line in alarms())
+    finally:
+        low.close()

@@ -91,7 +91,20 @@ def _cluster(st: ManagementState) -> list[dict[str, Any]]:
     cluster = st.broker.cluster
     if cluster is None:
         return [{"name": st.node, "running": True}]
-    return [{**n, "type": "disc"} for n in cluster.nodes()]
+    workers = st.broker.workers
+    out = []
+    for n in cluster.nodes():
+        item = {**n, "type": "disc"}
+        # what a running node last told this one over the node link (once a second)
+        seen = workers.peer_summaries.get(n.get("index")) if workers is not None else None
+        if seen is not None and n.get("running"):
+            summary = seen[0]
+            item.update(mem_alarm=bool(summary.get("mem_alarm")),
+                        disk_free_alarm=bool(summary.get("disk_free_alarm")),
+                        connections=int(summary.get("connections", 0)),
+                        queues=int(summary.get("queues", 0)))
+        out.append(item)
+    return out
 
 
 @routes.delete("/api/nodes/{name}")
