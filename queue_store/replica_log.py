@@ -72,6 +72,17 @@ def _record(kind: int, *parts: bytes) -> bytes:
     return b"".join((_HEAD.pack(n, crc), _KINDS[kind], *parts))
 
 
+def _enq_record(offset: int, returns: int, exrk: bytes, props: bytes, body: bytes) -> bytes:
+    return _record(ENQ, _ENQ.pack(offset, returns, len(exrk), len(props)), exrk, props, body)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte of ``data`` is written (a write may take fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def iter_records(data: bytes, strict: bool = True) -> Iterator[tuple[int, bytes, int]]:
     """``(kind, body, end position)`` of each whole record of ``data``.
 
@@ -134,8 +145,7 @@ class ReplicaLog:
     def enq(self, exrk: bytes, props: bytes, body: bytes, returns: int = 0) -> tuple[int, int]:
         """A message enters: ``(its offset, the operation's LSN)``."""
         offset = self.next_offset
-        self._add(_record(ENQ, _ENQ.pack(offset, returns, len(exrk), len(props)), exrk, props,
-                          body))
+        self._add(_enq_record(offset, returns, exrk, props, body))
         self._apply_enq(offset, returns, exrk, props, body)
         return offset, self.lsn
 
@@ -195,8 +205,7 @@ class ReplicaLog:
         this log's LSN (BASE holds the LSN before its ENQ records, which count one each)."""
         parts = [_record(BASE, _BASE.pack(self.lsn - len(self.entries), self.next_offset))]
         for offset, (exrk, props, body, returns) in self.entries.items():
-            parts.append(_record(ENQ, _ENQ.pack(offset, returns, len(exrk), len(props)), exrk,
-                                 props, body))
+            parts.append(_enq_record(offset, returns, exrk, props, body))
         return b"".join(parts)
 
     def install(self, snapshot: bytes) -> None:
@@ -216,7 +225,7 @@ class ReplicaLog:
         tmp = self.path.with_name(self.path.name + ".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, snapshot)
+            _write_all(fd, snapshot)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -282,10 +291,7 @@ class ReplicaLog:
     # ---- the file ------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        _write_all(self._fd, data)
         self.size += len(data)
 
     def sync(self) -> None:

@@ -131,24 +131,15 @@ class Membership:
             raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None
 
     async def register(self) -> None:
-        """Register under a fresh lease and start refreshing it; a name whose old lease
-        has not expired yet (this node restarted within :data:`LEASE_TTL`) is retried
-        until it has.
+        """Register under a fresh lease and start refreshing it (:meth:`connect` already
+        waited for this name's last registration to expire).
 
         Raises:
             ClusterError: etcd unreachable or the name taken by a running node.
         """
         import aetcd
         try:
-            deadline = asyncio.get_running_loop().time() + LEASE_TTL + 2
-            while True:
-                try:
-                    await self._register()
-                    break
-                except ClusterError:
-                    if asyncio.get_running_loop().time() > deadline:
-                        raise
-                    await asyncio.sleep(0.5)
+            await self._register()
             await self._read()
         except aetcd.exceptions.ClientError as exc:
             await self.stop()

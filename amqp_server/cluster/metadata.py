@@ -69,7 +69,6 @@ class EtcdHub:
         self.names: dict[int, str] = {}  # node index -> name (registered nodes)
         self.running: set[int] = {membership.index}  # indexes of registered nodes
         self.watchers: list[Callable[[str, bytes, bytes | None], None]] = []
-        self.synced = False
 
     @property
     def client(self) -> Any:
@@ -83,32 +82,30 @@ class EtcdHub:
         everything = await self.client.get_prefix(self.m.root, sort_order="ascend",
                                                   sort_target="create")
         self._revision = revision = everything.header.revision  # the watch goes on from here
-        records: Records = []
-        replayed = 0
+        replayed: Records = []
+        peers: Records = []
         for kv in everything:
             if kv.key.startswith(self.log_prefix):
-                records.append((CONTROL, self._replayed(kv.value)))
-                replayed += 1
-        for kv in everything:
-            info = load_info(kv.value) if kv.key.startswith(self.m.prefix) else {}
-            if "index" in info and info.get("name") != self.m.node:
-                self._learn(info)
-                records.append((CONTROL, link_values.encode(("peer_up", int(info["index"])))))
-        for watcher in self.watchers:  # the state of everything else (quorum queues...)
-            for kv in everything:
-                if not kv.key.startswith((self.log_prefix, self.m.prefix)):
+                replayed.append((CONTROL, self._replayed(link_values.decode(kv.value))))
+            elif kv.key.startswith(self.m.prefix):
+                info = load_info(kv.value)
+                if "index" in info and info.get("name") != self.m.node:
+                    self._learn(info)
+                    peers.append((CONTROL, link_values.encode(("peer_up", int(info["index"])))))
+            else:  # the state of everything else (quorum queues...)
+                for watcher in self.watchers:
                     watcher("PUT", kv.key, kv.value)
-        records.append((CONTROL, link_values.encode(("synced",))))
+        records = [*replayed, *peers, (CONTROL, link_values.encode(("synced",)))]
         self.on_records(-1, records)
-        log.info("cluster metadata: %d log records replayed (etcd revision %d)", replayed,
-                 revision)
+        log.info("cluster metadata: %d log records replayed (etcd revision %d)",
+                 len(replayed), revision)
         self._tasks.append(asyncio.create_task(self._write_loop()))
         self._tasks.append(asyncio.create_task(self._watch_loop()))
 
-    def _replayed(self, value: bytes) -> bytes:
-        """A log value replayed at start: nobody waits for it (origin -1, as the supervisor
-        replays)."""
-        rec = link_values.decode(value)
+    @staticmethod
+    def _replayed(rec: tuple[Any, ...]) -> bytes:
+        """A log record that nobody here waits for (read at start, or written by an earlier
+        run of this node): origin -1, as the supervisor replays."""
         return link_values.encode(("apply", -1, 0, rec[3]))
 
     def _learn(self, info: dict[str, Any]) -> None:
@@ -216,12 +213,11 @@ class EtcdHub:
             watcher(event.kind, key, kv.value if event.kind == "PUT" else None)
 
     def _on_log(self, value: bytes) -> None:
+        """A new log record: passed on as it is (the runtime reads ``apply``'s first four
+        items; the fifth, the writer's incarnation, tells an earlier run's records)."""
         rec = link_values.decode(value)
-        origin = rec[1]
-        if origin == self.m.index and rec[4] != self.incarnation:
-            value = link_values.encode(("apply", -1, 0, rec[3]))  # an earlier run's
-        elif len(rec) > 4:
-            value = link_values.encode(rec[:4])
+        if rec[1] == self.m.index and rec[4] != self.incarnation:
+            value = self._replayed(rec)
         self.on_records(-1, [(CONTROL, value)])
 
     def close(self) -> None:

@@ -28,7 +28,6 @@ from amqp_server.cluster.node_links import NodeLinks
 from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
-from queue_store.outcomes import REJECTED
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -91,8 +90,7 @@ class NodeRuntime(WorkerRuntime):
         node is still registered (a broken connection, not a dead node) the link is opened
         again a second later."""
         super()._peer_lost(peer)
-        for key in [k for k in self._waits if k[0] == peer]:
-            self._waits.pop(key).done(REJECTED)
+        self._fail_waits(peer)
         if peer in self.hub.running:
             asyncio.get_running_loop().call_later(RELINK_AFTER, self._relink, peer)
 

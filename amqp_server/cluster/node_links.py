@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from amqp_server.workers.link_codec import CONTROL, read_control
 from amqp_server.workers.links import Links, LinkStream, Records
 
 if TYPE_CHECKING:
@@ -86,50 +85,28 @@ class NodeLinks(Links):
     def set_address(self, index: int, host: str, port: int) -> None:
         self.addresses[index] = (host, port)
 
-    async def connect(self, peer: int) -> None:
-        """Open the TCP link to node ``peer`` (at the address it registered).
+    async def _dial(self, peer: int, factory: Callable[[], LinkStream]) -> LinkStream:
+        """A TCP connection to node ``peer``, at the address it registered.
 
         Raises:
             OSError: it cannot be reached; KeyError: its address is unknown.
         """
-        old = self.out.pop(peer, None)
-        if old is not None and old.transport is not None:
-            old.transport.abort()
         host, port = self.addresses[peer]
-        loop = asyncio.get_running_loop()
-        _, stream = await loop.create_connection(
-            lambda: LinkStream(self._outbound_records, self._outbound_lost, self._outbound_full),
-            host, port)
-        s: LinkStream = stream  # type: ignore[assignment]
-        s.peer = peer
-        nonce = os.urandom(12).hex()
-        s.outbox.control(("hello", self.index, nonce, link_mac(self.secret, self.index, nonce)))
-        s.schedule()
-        self.out[peer] = s
+        _, stream = await asyncio.get_running_loop().create_connection(factory, host, port)
+        return stream  # type: ignore[return-value]
 
-    def _inbound_records(self, stream: LinkStream, records: Records) -> None:
-        if stream.peer < 0:
-            kind, body = records[0]
-            hello = read_control(body) if kind == CONTROL else ()
-            if len(hello) != 4 or hello[0] != "hello" or not hmac.compare_digest(
-                    str(hello[3]), link_mac(self.secret, int(hello[1]), str(hello[2]))):
-                peer = stream.transport.get_extra_info("peername") if stream.transport else "?"
-                log.error("node link from %s refused: no valid hello (wrong cluster secret?)",
-                          peer)
-                if stream.transport is not None:
-                    stream.transport.abort()
-                return
-            stream.peer = int(hello[1])
-            self._inbound.add(stream)
-            records = records[1:]
-            if not records:
-                return
-        self.on_records(stream.peer, records)
+    def _hello(self) -> tuple[object, ...]:
+        nonce = os.urandom(12).hex()
+        return ("hello", self.index, nonce, link_mac(self.secret, self.index, nonce))
+
+    def _hello_peer(self, hello: tuple[object, ...]) -> int | None:
+        """The node a hello names, None (the link is closed, logged) when its MAC does not
+        prove the cluster secret."""
+        if len(hello) != 4 or hello[0] != "hello" or not hmac.compare_digest(
+                str(hello[3]), link_mac(self.secret, int(hello[1]), str(hello[2]))):  # type: ignore[call-overload]
+            return None
+        return int(hello[1])  # type: ignore[call-overload]
 
     def close(self) -> None:
         self.hub_link.close()
-        if self._server is not None:
-            self._server.close()
-        for s in [*self.out.values(), *self._inbound]:
-            if s.transport is not None:
-                s.transport.abort()
+        super().close()

@@ -149,11 +149,10 @@ class QuorumManager:
         queue = ReplicatedQueue(group, name, vhost_name, **kwargs)
         if known:
             group.state, group.raw = known
-            group.lead(queue, from_disk=True)
-            # led here before this start: a new epoch, so the followers take a snapshot
+        group.lead(queue, from_disk=True)
+        if known:  # led here before this start: a new epoch, so the followers take a snapshot
             group._change({"epoch": int(known[0]["epoch"]) + 1}, "leader again after a start")
         else:
-            group.lead(queue, from_disk=True)
             self.runtime._keep(asyncio.ensure_future(self._create(group, kwargs)))
         return queue
 
@@ -163,21 +162,17 @@ class QuorumManager:
         size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
         others = sorted(i for i in self.hub.running if i != self.runtime.index)
         members = [self.runtime.index, *others[:max(0, size - 1)]]
-        state = {"leader": self.runtime.index, "epoch": 1, "members": members,
-                 "isr": members}
-        client = self.hub.client
-        tx = client.transactions
-        key = self._key(group.qkey)
-        value = json.dumps(state).encode()
-        await client.transaction(compare=[tx.create(key) == 0], success=[tx.put(key, value)],
-                                 failure=[])
+        await self.replace_state(group.qkey, None, {
+            "leader": self.runtime.index, "epoch": 1, "members": members, "isr": members})
 
-    async def replace_state(self, group: QuorumGroup, raw: bytes, new: dict[str, Any]
-                            ) -> bool:
+    async def replace_state(self, qkey: bytes, raw: bytes | None, new: dict[str, Any]) -> bool:
+        """Write queue ``qkey``'s state ``new`` if etcd still holds ``raw`` (None: if it
+        holds none); False when someone changed it first."""
         client = self.hub.client
         tx = client.transactions
-        key = self._key(group.qkey)
-        won, _ = await client.transaction(compare=[tx.value(key) == raw],
+        key = self._key(qkey)
+        guard = tx.create(key) == 0 if raw is None else tx.value(key) == raw
+        won, _ = await client.transaction(compare=[guard],
                                           success=[tx.put(key, json.dumps(new).encode())],
                                           failure=[])
         return bool(won)
@@ -230,8 +225,7 @@ class QuorumManager:
 
     def queue_removed(self, q: Queue) -> None:
         """A quorum queue was deleted: its replica goes; the leader removes its state."""
-        group = self.groups.pop(q.qkey if isinstance(q, RemoteQueue) else
-                                queue_key(q.vhost_name, q.name), None)
+        group = self.groups.pop(queue_key(q.vhost_name, q.name), None)
         if group is None:
             return
         was_leading = group.leading
@@ -313,12 +307,7 @@ class QuorumManager:
                        "isr": [m for m in isr if m != index] or rest[:1]}
                 if int(state["leader"]) == index:
                     new.update(leader=rest[0], epoch=int(state["epoch"]) + 1)
-            client = self.hub.client
-            tx = client.transactions
-            won, _ = await client.transaction(
-                compare=[tx.value(self._key(qkey)) == raw],
-                success=[tx.put(self._key(qkey), json.dumps(new).encode())], failure=[])
-            if won:
+            if await self.replace_state(qkey, raw, new):
                 log.info("quorum queue '%s' in vhost '%s': %s %s", name, vhost,
                          "member added:" if add else "member removed:", node)
                 return "ok"

@@ -130,7 +130,7 @@ class QuorumGroup:
         if epoch != self.epoch:
             self.epoch = epoch
             self.synced = False
-        if self.me in state["members"] and not self.synced:
+        if not self.synced:
             self.ask_snapshot()
 
     # ---- leader: replication -------------------------------------------------------------
@@ -245,7 +245,7 @@ class QuorumGroup:
         if self.leading:  # a newer leader: this one was cut off
             self.step_down()
         if epoch != self.epoch or peer != self.leader:
-            self.synced = self.synced and epoch == self.epoch and peer == self.leader
+            self.synced = False  # another leader's log: a snapshot of it first
         self.epoch, self.leader = epoch, peer
         if snapshot:
             self._install_snapshot(data)
@@ -328,7 +328,7 @@ class QuorumGroup:
 
         async def run() -> None:
             try:
-                won = await self.manager.replace_state(self, self.raw, new)
+                won = await self.manager.replace_state(self.qkey, self.raw, new)
                 if won:
                     log.info("quorum queue '%s' in vhost '%s': %s (epoch %d)", self.name,
                              self.vhost, why, new["epoch"])

@@ -26,7 +26,7 @@ from queue_store.outcomes import REJECTED, REMOTE, ROUTED
 from queue_store.queue import Queue, QueuedMessage
 
 if TYPE_CHECKING:
-    from amqp_server.cluster.quorum import QuorumGroup
+    from amqp_server.cluster.quorum_group import QuorumGroup
 
 
 class ReplicatedQueue(Queue):
@@ -68,7 +68,7 @@ class ReplicatedQueue(Queue):
             self._seq = offset - 1  # the queue's sequence number is the log's offset
             result = Queue.publish(self, message)
             if result & REJECTED:
-                self.group.log.ack([offset])
+                self.group.acks.append(offset)
                 self.group.changed()
             if key is not None:
                 runtime.local_result(key, REJECTED if result & REJECTED else ROUTED)

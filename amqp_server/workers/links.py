@@ -148,19 +148,31 @@ class Links:
         hub.schedule()
 
     async def connect(self, peer: int) -> None:
-        """Open the link to worker ``peer`` (after the supervisor said it is up)."""
+        """Open the link to worker ``peer`` (after the supervisor said it is up) and say
+        hello on it."""
         old = self.out.pop(peer, None)
         if old is not None and old.transport is not None:
             old.transport.abort()
-        loop = asyncio.get_running_loop()
-        _, stream = await loop.create_unix_connection(
-            lambda: LinkStream(self._outbound_records, self._outbound_lost, self._outbound_full),
-            str(socket_path(self.run_dir, peer)))
-        s: LinkStream = stream  # type: ignore[assignment]
+        s = await self._dial(peer, lambda: LinkStream(
+            self._outbound_records, self._outbound_lost, self._outbound_full))
         s.peer = peer
-        s.outbox.control(("hello", self.index))
+        s.outbox.control(self._hello())
         s.schedule()
         self.out[peer] = s
+
+    async def _dial(self, peer: int, factory: Callable[[], LinkStream]) -> LinkStream:
+        """A connected stream to ``peer`` (here: its Unix socket)."""
+        _, stream = await asyncio.get_running_loop().create_unix_connection(
+            factory, str(socket_path(self.run_dir, peer)))
+        return stream  # type: ignore[return-value]
+
+    def _hello(self) -> tuple[object, ...]:
+        """The first record on a link this worker opens."""
+        return ("hello", self.index)
+
+    def _hello_peer(self, hello: tuple[object, ...]) -> int | None:
+        """The index the first record of an inbound link names, None to refuse it."""
+        return int(hello[1]) if hello and hello[0] == "hello" else None  # type: ignore[call-overload]
 
     def _hub_records(self, stream: LinkStream, records: Records) -> None:
         self.on_records(-1, records)
@@ -173,12 +185,14 @@ class Links:
     def _inbound_records(self, stream: LinkStream, records: Records) -> None:
         if stream.peer < 0:  # the first record names the worker at the other end
             kind, body = records[0]
-            if kind != CONTROL or read_control(body)[0] != "hello":
-                log.error("worker link without hello closed")
+            peer = self._hello_peer(read_control(body)) if kind == CONTROL else None
+            if peer is None:
+                name = stream.transport.get_extra_info("peername") if stream.transport else "?"
+                log.error("link from %s without a valid hello closed", name)
                 if stream.transport is not None:
                     stream.transport.abort()
                 return
-            stream.peer = int(read_control(body)[1])
+            stream.peer = peer
             self._inbound.add(stream)
             records = records[1:]
             if not records:

@@ -164,7 +164,7 @@ class MessagePath:
         if q is None:
             return
         if q.quorum and self.quorum is not None:  # replicated: answered once committed
-            self.want_results = want
+            self.want_results = want  # (only its own key: nothing else routes from here)
             try:
                 result = q.publish(message_from(exrk, props, data))
             finally:

@@ -47,7 +47,7 @@ def caught_up(ch: Channel, missing: bool, then: Callable[[], None]) -> None:
     queue declared on another node a moment ago is found, not refused with 404
     (:meth:`amqp_server.cluster.node.NodeRuntime.catch_up`)."""
     workers = ch.connection.broker.workers
-    if missing and workers is not None and hasattr(workers, "catch_up"):
+    if missing and workers is not None:
         workers.catch_up(ch, then)
     else:
         then()

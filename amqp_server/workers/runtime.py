@@ -69,6 +69,7 @@ from queue_store.consumer import Consumer
 from queue_store.grouped_queue import queue_class
 from queue_store.outcomes import REJECTED, ROUTED, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
+from queue_store.queue_args import queue_type_of
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -181,7 +182,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         home = self._home_now
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
-        if self.quorum is not None and kwargs["arguments"].get("x-queue-type") == "quorum":
+        if self.quorum is not None and queue_type_of(kwargs["arguments"]) == "quorum":
             return self.quorum.make_queue(name, vhost_name, home, kwargs)  # type: ignore[no-any-return]
         if home == self.index:
             return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
@@ -239,6 +240,11 @@ class WorkerRuntime(MessagePath, WorkerStats):
         finally:
             self._applying = False
             self._home_now = None
+
+    def catch_up(self, ch: Channel, then: Callable[[], None]) -> None:
+        """``then()`` once this worker applied every record ordered before the call: at once
+        here (the supervisor sends records in order); a cluster node waits for etcd."""
+        then()
 
     def submit_async(self, op: ops.Op) -> asyncio.Future[Any]:
         """Send ``op`` for ordering (the HTTP API); the future has the result of applying
@@ -323,9 +329,13 @@ class WorkerRuntime(MessagePath, WorkerStats):
         if self.quorum is not None and w != self.index:
             self.quorum.worker_down(w)
 
-    def _forget_peer(self, w: int) -> None:
+    def _fail_waits(self, w: int) -> None:
+        """Nack every publish waiting for worker ``w``'s answer."""
         for key in [k for k in self._waits if k[0] == w]:
             self._waits.pop(key).done(REJECTED)
+
+    def _forget_peer(self, w: int) -> None:
+        self._fail_waits(w)
         for key in [k for k in self._remote_consumers if k[0] == w]:
             consumer = self._remote_consumers.pop(key)
             consumer.queue.remove_consumer(consumer)
