@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server import conf_file, tls
-from amqp_server.cluster.membership import ClusterError, parse_etcd_url
+from amqp_server.cluster import options as cluster_options
+from amqp_server.cluster.membership import ClusterError
 from amqp_server.cluster.node import start_node
 from amqp_server.connection import Connection
 from amqp_server.workers import supervisor
@@ -423,18 +424,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
     p.add_argument("--workers", default="1", metavar="N",
                    help="worker processes sharing the port (a number or 'auto' = one per "
                         "core; default 1: this process alone)")
-    p.add_argument("--node-name", default=None, metavar="NAME",
-                   help="this node's name in a cluster and the API (default amqpq@<host>)")
-    p.add_argument("--cluster-etcd", default=None, metavar="URL",
-                   help="join (or form) the cluster whose membership is in this etcd "
-                        "(http://HOST:PORT; default: a single node, no etcd)")
-    p.add_argument("--cluster-port", type=int, default=25672,
-                   help="port other nodes reach this one on (default 25672; 0: a free one)")
-    p.add_argument("--cluster-host", default=None, metavar="ADDRESS",
-                   help="address the node links listen on and other nodes reach this one at "
-                        "(default: the first --host)")
-    p.add_argument("--cluster-secret-file", default=None, metavar="FILE",
-                   help="the cluster's shared secret (first line; default: one kept in etcd)")
+    cluster_options.add_arguments(p)
     p.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker-run-dir", default=None, help=argparse.SUPPRESS)
@@ -467,12 +457,9 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         p.error(f"--disk-free-limit must be >= 0, got {a.disk_free_limit}")
     try:
         workers = supervisor.resolve_count(str(a.workers))
-        if a.cluster_etcd:
-            parse_etcd_url(a.cluster_etcd)
     except ValueError as exc:
         p.error(str(exc))
-    if not 0 <= a.cluster_port <= 65535:
-        p.error(f"--cluster-port must be 0..65535, got {a.cluster_port}")
+    cluster = cluster_options.from_args(a, p)
     if a.cluster_etcd and workers > 1:
         p.error("--workers N > 1 cannot be combined with --cluster-etcd yet")
     if a.worker_index is not None:  # started by a supervisor: one of its workers
@@ -486,9 +473,7 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
         max_connections=a.max_connections, management=management.from_args(a, p),
         prometheus=prometheus.from_args(a, p), workers=workers, worker_index=a.worker_index,
         worker_run_dir=Path(a.worker_run_dir) if a.worker_run_dir else None,
-        worker_handoff_fd=a.worker_handoff_fd, node_name=a.node_name,
-        cluster_etcd=a.cluster_etcd, cluster_port=a.cluster_port, cluster_host=a.cluster_host,
-        cluster_secret_file=Path(a.cluster_secret_file) if a.cluster_secret_file else None,
+        worker_handoff_fd=a.worker_handoff_fd, **cluster,
     )
     if conf is not None:
         conf.apply(config)

@@ -93,6 +93,41 @@ class TLSConfig:
 
 
 @dataclass
+class ClusterTLSConfig:
+    """TLS on the node links (all paths to PEM files): each node presents ``certfile`` and
+    checks the other's certificate against ``cacertfile`` both ways (mutual). Off unless a
+    certificate is set. Source: https://www.rabbitmq.com/docs/clustering-ssl."""
+
+    certfile: str | None = None
+    keyfile: str | None = None
+    cacertfile: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+@dataclass
+class EtcdOptions:
+    """How a node reaches etcd (``--cluster-etcd`` and the ``--cluster-etcd-*`` options).
+
+    Attributes:
+        url: ``http://HOST:PORT`` or ``https://HOST:PORT`` (None: a single node, no etcd).
+        cacert: CA certificates to verify etcd's server certificate (PEM; https only).
+        cert, key: this node's client certificate and key for etcd (PEM; https only).
+        user: etcd user name (etcd's auth; None: no auth).
+        password_file: file whose first line is that user's password.
+    """
+
+    url: str | None = None
+    cacert: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    user: str | None = None
+    password_file: Path | None = None
+
+
+@dataclass
 class BrokerConfig:
     """Settings of one broker process.
 
@@ -130,6 +165,8 @@ class BrokerConfig:
         cluster_port: the port other nodes reach this one on (node links; 0: a free one).
         cluster_host: the address the node links listen on (None: the first listen host).
         cluster_secret_file: the node links' shared secret (None: the one kept in etcd).
+        cluster_tls: TLS on the node links (off unless a certificate is set).
+        etcd: how the node reaches etcd (TLS, auth); ``etcd.url`` is ``cluster_etcd``.
     """
 
     hosts: tuple[str, ...] | None = None
@@ -163,6 +200,8 @@ class BrokerConfig:
     cluster_port: int = 25672
     cluster_host: str | None = None
     cluster_secret_file: Path | None = None
+    cluster_tls: ClusterTLSConfig = field(default_factory=ClusterTLSConfig)
+    etcd: EtcdOptions = field(default_factory=EtcdOptions)
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:
