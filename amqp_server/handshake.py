@@ -118,14 +118,15 @@ def start_ok(conn: Connection, m: Any) -> None:
 
     Raises:
         LoginRefused (403, hard): unknown user, wrong password, guest from a non-loopback
-            address (its ``log_text`` says which, for the log).
+            or unknown address (its ``log_text`` says which, for the log).
         ConnectionAccessRefused (403, hard): a malformed response.
         CommandInvalid (503): unknown mechanism.
     """
     conn.client_properties = m.client_properties or {}
     conn.auth_mechanism = m.mechanism
     connection_log.client_name_given(conn)
-    host = conn.peer[0] if conn.peer else "127.0.0.1"
+    # A peer that reset before accept() has no address: it never counts as loopback
+    host = conn.peer[0] if conn.peer else None
     if m.mechanism == "EXTERNAL" and conn.peer_cn:
         username = conn.peer_cn
         user = conn.broker.users.authenticate_external(username, host)
@@ -137,8 +138,11 @@ def start_ok(conn: Connection, m: Any) -> None:
         if user is None:
             # RabbitMQ checks the loopback rule after the password: tell which one failed
             local = conn.broker.users.authenticate(username, password, "127.0.0.1")
-            raise LoginRefused(m.mechanism, username, "can only connect via localhost"
-                               if local is not None else "- invalid credentials")
+            reason = "- invalid credentials" if local is None else (
+                "can only connect via localhost" if host is not None else
+                "can only connect via localhost (the client's address is unknown: "
+                "its connection was reset)")
+            raise LoginRefused(m.mechanism, username, reason)
     conn.user = username
     conn.send_frame(framing.method_frame(0, commands.Connection.Tune(
         channel_max=conn.channel_max, frame_max=conn.frame_max, heartbeat=conn.heartbeat
