@@ -43,6 +43,7 @@ from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment, ResourceProbes
 from broker.listeners import ListenError, bind_all, format_host
 from broker.persistence import DEFINITIONS_FILE, recover_messages
+from broker.private_files import private_dir, restrict_umask
 from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
@@ -189,7 +190,7 @@ class BrokerServer:
         Raises:
             OSError: the port is taken; ValueError: the saved definitions are unreadable.
         """
-        Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
+        private_dir(Path(self.config.data_dir))
         topology, alarms = self.broker.topology, self.broker.alarms
         assert topology is not None and alarms is not None  # storage and resources are on
         if self.config.cluster_etcd:  # a cluster node: etcd, its index, node links
@@ -518,6 +519,7 @@ def raise_open_files_limit() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point ``amqpq-server``."""
     config, warnings = command_line(argv)
+    restrict_umask()  # data, logs, sockets: owner-only (before anything is created)
     try:
         log_setup.configure(config.log)  # console, --log-file, --log-format, categories
     except OSError as exc:

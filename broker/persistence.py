@@ -37,14 +37,16 @@ HOMES_KEY = "amqpq_queue_homes"  # [[vhost, queue, worker index], ...] with seve
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, whole.
+    """Write ``data`` to ``path`` so that a crash leaves the old or the new file, whole
+    (a new file is owner-only, 0600).
 
     Raises:
         OSError: the new file could not be written (the old one is untouched).
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "wb") as fh:
+        # owner-only whatever the umask: definitions hold password hashes
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

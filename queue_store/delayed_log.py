@@ -114,7 +114,7 @@ class DelayedLog(SegmentSync):
                            if p.stem.isdigit())
         self._current = 1 + max(self._old, default=0)
         self._fd = os.open(self._path(self._current), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                           0o644)
+                           0o600)
         self._offset = 0  # where the next record goes in the current segment
         self._written = 0  # bytes of the current segment already in the file
         self._buffer = bytearray()
@@ -152,7 +152,7 @@ class DelayedLog(SegmentSync):
             return
         try:
             fd = os.open(self._path(self._current + 1),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             log.error("delayed log %s: cannot start a segment: %s", self.directory, exc)
             return
@@ -201,7 +201,7 @@ class DelayedLog(SegmentSync):
             if fd is None:
                 try:
                     fd = os.open(self._path(segment).with_suffix(".done"),
-                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 except OSError as exc:
                     error = error or exc
                     continue

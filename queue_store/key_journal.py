@@ -74,7 +74,7 @@ class KeyJournal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.size = size
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._buffer = bytearray()
         self.records = 0  # records in the file (and buffer) since the last rewrite
         self.unsynced = False

@@ -147,7 +147,7 @@ class MessageStore:
         if self._fd >= 0 and self.flush() is not None:
             return False
         try:
-            fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             if self._fd < 0:
                 raise

@@ -89,7 +89,7 @@ class QueueIndex(SegmentSync):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._buffer = bytearray()
         self.live = 0  # live messages in the whole journal
         self.acked = 0  # ack records in the current segment
@@ -165,7 +165,7 @@ class QueueIndex(SegmentSync):
             return
         fresh = self.path.with_name(self.path.name + ".new")
         try:
-            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         except OSError as exc:
             log.error("queue index %s: cannot rotate: %s", self.path, exc)
             return

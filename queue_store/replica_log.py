@@ -134,7 +134,7 @@ class ReplicaLog:
             for kind, body, end in iter_records(data, strict=False):
                 self._apply(kind, body)
                 good = end
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.ftruncate(self._fd, good)  # a torn tail is cut
         os.lseek(self._fd, good, os.SEEK_SET)
         self.size = good
@@ -223,7 +223,7 @@ class ReplicaLog:
         for kind, body, _ in records:
             self._apply(kind, body)
         tmp = self.path.with_name(self.path.name + ".new")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             _write_all(fd, snapshot)
             os.fsync(fd)

@@ -140,7 +140,7 @@ class StreamLog(SegmentSync):
 
     def _new_segment(self, first: int) -> Segment:
         path = self.directory / f"{first:020d}.segment"
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         return Segment(first, path)
 
     # ---- append --------------------------------------------------------------------------
