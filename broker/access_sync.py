@@ -14,12 +14,21 @@ Source: RabbitMQ keeps these in its metadata store, replicated to every node.
 
 from __future__ import annotations
 
+import logging
+import traceback
 from typing import TYPE_CHECKING, Any
 
-from vhosts.definitions import OPERATOR_POLICY, export_definitions, import_definitions
+from vhosts.definitions import (
+    OPERATOR_POLICY,
+    DefinitionsError,
+    export_definitions,
+    import_definitions,
+)
 
 if TYPE_CHECKING:
     from broker.broker import Broker
+
+log = logging.getLogger("amqpq.workers")  # the workers apply these documents
 
 #: HTTP paths whose changes :func:`access_document` carries (``/api/definitions``: all)
 ACCESS_PATHS = ("/api/users", "/api/vhosts", "/api/permissions", "/api/topic-permissions",
@@ -37,13 +46,31 @@ def access_document(broker: Broker, with_topology: bool = False) -> dict[str, An
     return doc
 
 
-def apply_access(broker: Broker, doc: dict[str, Any]) -> None:
+def apply_access(broker: Broker, doc: dict[str, Any]) -> bool:
     """Make ``broker``'s users, vhosts, permissions, policies, parameters and limits those
-    of ``doc``.
+    of ``doc``. True when done; False when the document does not apply here (logged as an
+    error naming the entry and why, e.g. ``parameters[0] (component 'federation-upstream'
+    name 'up' in vhost 'fv'): no vhost 'fv'``).
 
-    Raises:
-        DefinitionsError (ValueError): the document does not import (logged by the caller).
+    Never raises: a caller logging the failed record would log ``doc``, password hashes
+    included. What is logged here carries no value of the document.
     """
+    try:
+        _apply(broker, doc)
+    except DefinitionsError as exc:  # its message names the entry, never a hash
+        log.error("access change (users, vhosts, permissions, policies, limits) not "
+                  "applied on this worker: %s", exc)
+        return False
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        log.error("access change (users, vhosts, permissions, policies, limits) not "
+                  "applied on this worker: %s at %s:%d", type(exc).__name__,
+                  frame.filename, frame.lineno)
+        return False
+    return True
+
+
+def _apply(broker: Broker, doc: dict[str, Any]) -> None:
     users = {u["name"] for u in doc["users"]}
     for name in [n for n in broker.users.users if n not in users]:
         broker.delete_user(name)

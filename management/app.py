@@ -6,7 +6,8 @@ default; 0 picks a free port, see ``runner.addresses``) and returns the runner t
 thread, between two AMQP frames, like any channel does.
 
 Every response to a failure is JSON as RabbitMQ's management plugin writes it
-(:mod:`management.errors`). After each request that may change something
+(:mod:`management.errors`). A POST whose body a cross-site form could send is refused with
+415 before its route runs (:mod:`management.bodies`). After each request that may change something
 (anything but GET/HEAD) the broker is told, so changed definitions are persisted and
 persistent messages published over HTTP are written, as after a batch of AMQP frames.
 
@@ -24,6 +25,7 @@ from aiohttp import web
 from amqp_common.errors import AMQPError
 from broker.access_sync import ACCESS_PATHS
 from management.auth import Handler, auth_middleware
+from management.bodies import content_type_middleware
 from management.errors import ApiError, from_amqp, not_found
 from management.listing import list_query_middleware
 from management.routes import all_routes
@@ -83,7 +85,10 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
               ) -> web.Application:
     """The management application for ``broker`` (AMQP listener address for connection
     names)."""
-    app = web.Application(middlewares=[error_middleware, auth_middleware, persist_middleware,
+    # the Content-Type check after authentication (401 first, as RabbitMQ) and before
+    # anything runs or is persisted
+    app = web.Application(middlewares=[error_middleware, auth_middleware,
+                                       content_type_middleware, persist_middleware,
                                        list_query_middleware],
                           client_max_size=64 * 1024 * 1024)
     app[STATE_KEY] = ManagementState(broker, amqp_host, amqp_port,

@@ -26,6 +26,7 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_common.errors import AMQPError, PreconditionFailed
+from management.bodies import check_table
 from management.errors import ApiError, bad_request, key_missing
 from queue_store.message import Message
 from queue_store.outcomes import REJECTED, ROUTED, Settlement
@@ -62,7 +63,9 @@ def properties_raw(props: Any, body_size: int, user: str) -> bytes:
 
     Raises:
         ApiError: 400 for a wrong type (``["not_int","delivery_mode"]``), a null
-            (``null_not_allowed``) or a ``user_id`` other than the publisher's.
+            (``null_not_allowed``), ``headers`` nested deeper than AMQP's 64 levels
+            ("headers nested deeper than 64 levels") or a ``user_id`` other than the
+            publisher's.
     """
     if props in (None, []):
         props = {}
@@ -85,6 +88,7 @@ def properties_raw(props: Any, body_size: int, user: str) -> bytes:
         headers = props["headers"]
         if not isinstance(headers, dict):
             raise bad_request(["not_table", "headers"])
+        check_table(headers, "headers")  # AMQP's 64 levels: encoding recurses per level
         if not _no_nulls(headers):
             raise bad_request("null_not_allowed")
         kwargs["headers"] = headers

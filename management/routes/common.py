@@ -9,13 +9,13 @@ Source: https://www.rabbitmq.com/docs/management#http-api.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from management.auth import require_vhost
-from management.errors import bad_request, not_found
+from management.auth import VHOST_REFUSED, require_vhost
+from management.bodies import check_table, parse_json
+from management.errors import ApiError, bad_request, not_authorised, not_found
 from management.listing import LIST_DATA
 from management.state import state
 from vhosts.vhost import VirtualHost
@@ -24,32 +24,54 @@ DEFAULT_EXCHANGE_ALIAS = "amq.default"  # the default exchange ("") in URLs
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
-    """The JSON object in the body ({} for an empty body); 400 ``not_json`` otherwise."""
+    """The JSON object in the body ({} for an empty body); 400 ``not_json`` otherwise, 400
+    when it nests too deeply (:func:`management.bodies.parse_json`)."""
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise bad_request("not_json") from None
+    data = parse_json(raw)
     if not isinstance(data, dict):
         raise bad_request("not_json")
     return data
 
 
 def vhost_of(request: web.Request, key: str = "vhost") -> VirtualHost:
-    """The vhost named in the path; 404 when it does not exist."""
+    """The vhost named in the path; 404 when it does not exist. Only after the user's
+    rights were checked (:func:`readable_vhost` and friends check them first)."""
     vhost = state(request).broker.vhosts.get(request.match_info[key])
     if vhost is None:
         raise not_found()
     return vhost
 
 
-def readable_vhost(request: web.Request, key: str = "vhost") -> VirtualHost:
-    """The vhost named in the path, when the user may read in it: 404 when it does not
-    exist, 401 ``User not authorised to access virtual host`` otherwise."""
-    vhost = vhost_of(request, key)
-    require_vhost(request, vhost.name)
+def readable_vhost(request: web.Request, key: str = "vhost",
+                   reason: str = VHOST_REFUSED) -> VirtualHost:
+    """The vhost named in the path, when the user may read in it: 401 ``User not authorised
+    to access virtual host`` (or ``reason``) when it exists and the user may not, then 404
+    ``Object Not Found`` when it does not exist (RabbitMQ's order: rights first)."""
+    require_vhost(request, request.match_info[key], reason)
+    return vhost_of(request, key)
+
+
+def target_vhost(request: web.Request, key: str = "vhost",
+                 reason: str = VHOST_REFUSED) -> VirtualHost:
+    """The vhost of a PUT or POST that creates something in it: as :func:`readable_vhost`,
+    but an unknown vhost is 404 ``{"error": "not_found", "reason": "vhost_not_found"}``, as
+    RabbitMQ 3.10.8 answers a declare, a binding or a policy in one."""
+    require_vhost(request, request.match_info[key], reason)
+    vhost = state(request).broker.vhosts.get(request.match_info[key])
+    if vhost is None:
+        raise ApiError(404, "not_found", "vhost_not_found")
+    return vhost
+
+
+def messaging_vhost(request: web.Request, key: str = "vhost") -> VirtualHost:
+    """The vhost of an HTTP publish or get: as :func:`readable_vhost`, but an unknown vhost
+    is 401 ``Access refused.`` (RabbitMQ 3.10.8 opens an AMQP channel there, which fails)."""
+    require_vhost(request, request.match_info[key])
+    vhost = state(request).broker.vhosts.get(request.match_info[key])
+    if vhost is None:
+        raise not_authorised("Access refused.")
     return vhost
 
 
@@ -68,9 +90,12 @@ def query_flag(request: web.Request, key: str) -> bool:
 
 
 def table(body: dict[str, Any], key: str) -> dict[str, Any]:
+    """The body's ``key`` object, an AMQP field table (``arguments``): 400 when it is not an
+    object or nests more than AMQP's 64 levels."""
     value = body.get(key) or {}
     if not isinstance(value, dict):
         raise bad_request(f"{key} must be an object")
+    check_table(value, key)
     return value
 
 

@@ -206,10 +206,15 @@ def test_import_definitions_file(page: Any, http: Http, tmp_path: Path) -> None:
     file.write_text(json.dumps(doc))
     go(page, http, "#/")
     page.set_input_files("#import-file", str(file))
-    page.click("#import button[type=submit]")
+    with page.expect_request(lambda r: r.method == "POST"
+                             and r.url.endswith("/api/definitions")) as posted:
+        page.click("#import button[type=submit]")
     note = page.locator("#import .note")
     page.wait_for_selector("#import .note.ok, #import .note.error")
     assert note.inner_text() == "Your definitions were imported successfully."
+    # the page reads the file and posts its JSON: a multipart or text/plain POST is 415
+    assert posted.value.headers["content-type"] == "application/json"
+    assert json.loads(posted.value.post_data or "") == doc
     with page.expect_download() as download:
         page.click("#export button[type=submit]")
     exported = json.loads(Path(download.value.path()).read_text())
