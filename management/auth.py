@@ -8,9 +8,12 @@ from loopback only, as on RabbitMQ. Then, as RabbitMQ 3.10 does (checked with cu
   ``administrator`` gets 401 ``Not management user``;
 * users, permissions, topic permissions, definitions, creating/deleting vhosts (and reading
   one vhost) need ``administrator``: 401 ``Not administrator user``;
-* lists show every vhost to ``monitoring``/``administrator`` users, and to other users only
-  the vhosts they have permissions in; reading inside one vhost needs permissions there (or
-  ``administrator``): 401 ``User not authorised to access virtual host``;
+* ``/api/vhosts``, ``/api/vhost-limits`` and the ``/api/overview`` totals cover every vhost
+  for ``monitoring``/``administrator`` users; lists of queues, exchanges, bindings, policies
+  and parameters cover every vhost for administrators only, and for other users (monitoring
+  ones included) the vhosts they have permissions in; reading inside one vhost needs
+  permissions there (or ``administrator``): 401 ``User not authorised to access virtual
+  host``, checked before whether the object named in the path exists (404);
 * changing queues, exchanges and bindings, publishing and getting messages are checked
   against the user's configure/write/read permissions exactly as over AMQP (a refusal is
   401 ``Access refused.``), even for administrators;
@@ -120,6 +123,8 @@ def require_monitor(request: web.Request) -> Principal:
 
 
 def require_policymaker(request: web.Request) -> Principal:
+    """Raises 401 ``User not authorised to access object`` unless the user is tagged
+    policymaker or administrator."""
     who = principal(request)
     if not who.is_policymaker:
         raise not_authorised("User not authorised to access object")
@@ -132,19 +137,42 @@ def can_see_vhost(request: web.Request, vhost: str) -> bool:
     return who.is_admin or state(request).broker.permissions.get(who.name, vhost) is not None
 
 
-def require_vhost(request: web.Request, vhost: str) -> Principal:
-    """Raises 401 ``User not authorised to access virtual host`` when the user may not."""
-    if not can_see_vhost(request, vhost):
-        raise not_authorised("User not authorised to access virtual host")
+VHOST_REFUSED = "User not authorised to access virtual host"
+OBJECT_REFUSED = "User not authorised to access object"
+
+
+def require_vhost(request: web.Request, vhost: str, reason: str = VHOST_REFUSED) -> Principal:
+    """Raises 401 ``User not authorised to access virtual host`` (or ``reason``) when the
+    vhost exists and the user may not read in it.
+
+    A vhost that does not exist passes, so the route's 404 comes next: RabbitMQ's
+    ``is_authorized_vhost`` checks access before the resource exists, and so does every
+    route here, so a user learns nothing about the queues, exchanges, bindings, policies or
+    limits of a vhost it cannot access (only whether the vhost exists, as RabbitMQ 3.10.8
+    answers 404 for an unknown vhost; its AMQP Connection.Open tells that too).
+    """
+    if vhost in state(request).broker.vhosts and not can_see_vhost(request, vhost):
+        raise not_authorised(reason)
     return principal(request)
 
 
 def visible_vhosts(request: web.Request) -> list[str]:
-    """The vhosts listed for this user (all for monitoring/administrator users)."""
+    """The vhosts listed for this user in ``/api/vhosts``, ``/api/vhost-limits`` and counted
+    in ``/api/overview``: all for monitoring/administrator users, else those it has
+    permissions in."""
+    if principal(request).is_monitor:
+        return sorted(state(request).broker.vhosts)
+    return accessible_vhosts(request)
+
+
+def accessible_vhosts(request: web.Request) -> list[str]:
+    """The vhosts the user may read in (all for administrators, else those it has
+    permissions in): what lists of queues, exchanges, bindings, policies and parameters
+    show, monitoring users included, as RabbitMQ 3.10.8's ``filter_vhost`` does."""
     who = principal(request)
     broker = state(request).broker
     names = sorted(broker.vhosts)
-    if who.is_monitor:
+    if who.is_admin:
         return names
     return [n for n in names if broker.permissions.get(who.name, n) is not None]
 
@@ -159,6 +187,6 @@ def check_permission(request: web.Request, vhost: str, perm: Perm, kind: str,
         raise from_amqp(exc) from None
 
 
-__all__ = ["ApiError", "Principal", "auth_middleware", "can_see_vhost", "check_permission",
-           "principal", "require_admin", "require_policymaker", "require_vhost",
-           "visible_vhosts"]
+__all__ = ["OBJECT_REFUSED", "VHOST_REFUSED", "ApiError", "Principal", "accessible_vhosts",
+           "auth_middleware", "can_see_vhost", "check_permission", "principal",
+           "require_admin", "require_policymaker", "require_vhost", "visible_vhosts"]

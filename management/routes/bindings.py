@@ -18,7 +18,7 @@ from aiohttp import web
 from amqp_common.errors import AMQPError
 from broker.topology_records import change_topology
 from exchanges.binding import Binding, Destination, DestinationKind
-from management.auth import check_permission, require_vhost, visible_vhosts
+from management.auth import accessible_vhosts, check_permission
 from management.errors import from_amqp, not_found
 from management.routes.common import (
     DEFAULT_EXCHANGE_ALIAS,
@@ -28,8 +28,8 @@ from management.routes.common import (
     read_json,
     readable_vhost,
     table,
+    target_vhost,
     text,
-    vhost_of,
 )
 from management.serializers import (
     binding_json,
@@ -49,8 +49,11 @@ def _all(vhost: VirtualHost) -> list[dict[str, object]]:
     return implicit + [binding_json(vhost.name, b) for b in vhost.bindings()]
 
 
-def _ends(request: web.Request) -> tuple[VirtualHost, str, Destination]:
-    vhost = vhost_of(request)
+def _ends(request: web.Request, creating: bool = False
+          ) -> tuple[VirtualHost, str, Destination]:
+    """The path's vhost, source and destination: 401 without access to the vhost first,
+    then 404 for an unknown vhost (``vhost_not_found`` when ``creating``)."""
+    vhost = target_vhost(request) if creating else readable_vhost(request)
     source = request.match_info["source"]
     source = "" if source == DEFAULT_EXCHANGE_ALIAS else source
     kind: DestinationKind = "queue" if request.match_info["kind"] == "q" else "exchange"
@@ -70,7 +73,7 @@ def _check_bind(request: web.Request, vhost: VirtualHost, source: str,
 @routes.get("/api/bindings")
 async def list_all(request: web.Request) -> web.Response:
     broker = state(request).broker
-    return ok([b for n in visible_vhosts(request) for b in _all(broker.vhosts[n])])
+    return ok([b for n in accessible_vhosts(request) for b in _all(broker.vhosts[n])])
 
 
 @routes.get("/api/bindings/{vhost}")
@@ -82,13 +85,14 @@ async def list_vhost(request: web.Request) -> web.Response:
 @routes.get(_BETWEEN)
 async def list_between(request: web.Request) -> web.Response:
     vhost, source, dest = _ends(request)
-    require_vhost(request, vhost.name)
     return ok([binding_json(vhost.name, b) for b in _between(vhost, source, dest)])
 
 
 @routes.post(_BETWEEN)
 async def create_binding(request: web.Request) -> web.Response:
-    vhost, source, dest = _ends(request)
+    """201 with ``Location``; 401 without access to the vhost, 404 ``vhost_not_found``, 401
+    ``Access refused.`` without the permissions, 404 for an unknown exchange or queue."""
+    vhost, source, dest = _ends(request, creating=True)
     body = await read_json(request)
     routing_key = text(body, "routing_key", "")
     arguments = dict(table(body, "arguments"))
@@ -115,7 +119,6 @@ def _find(request: web.Request) -> tuple[VirtualHost, Binding]:
 @routes.get(_BETWEEN + "/{props}")
 async def get_binding(request: web.Request) -> web.Response:
     vhost, b = _find(request)
-    require_vhost(request, vhost.name)
     return ok(binding_json(vhost.name, b))
 
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from management.auth import principal, visible_vhosts
 from management.errors import ApiError, not_found
-from management.routes.common import no_content, ok, readable_vhost
+from management.routes.common import no_content, ok, vhost_of
 from management.serializers import (
     channel_json,
     channel_name,
@@ -141,5 +141,8 @@ async def list_consumers(request: web.Request) -> web.Response:
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request: web.Request) -> web.Response:
-    vhost = readable_vhost(request)
+    """The vhost's consumers on the channels the user may see (its own; every one for
+    monitoring users, as ``/api/consumers``); 404 for an unknown vhost. As in RabbitMQ
+    3.10.8, no vhost permission is needed: the channel filter already applies."""
+    vhost = vhost_of(request)
     return ok(await _all_consumers(request, {vhost.name}))

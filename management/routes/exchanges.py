@@ -14,11 +14,7 @@ from aiohttp import web
 
 from amqp_common.errors import AMQPError
 from broker.topology_records import change_topology
-from management.auth import (
-    check_permission,
-    principal,
-    visible_vhosts,
-)
+from management.auth import accessible_vhosts, check_permission, principal
 from management.errors import from_amqp, not_authorised, not_found
 from management.messages import publish
 from management.rates import Rates
@@ -26,14 +22,15 @@ from management.routes.common import (
     created,
     exchange_name,
     flag,
+    messaging_vhost,
     no_content,
     ok,
     query_flag,
     read_json,
     readable_vhost,
     table,
+    target_vhost,
     text,
-    vhost_of,
 )
 from management.serializers import binding_json, exchange_json
 from management.state import state
@@ -51,7 +48,7 @@ def _exchanges_of(vhost: VirtualHost, rates: Rates) -> list[dict[str, object]]:
 @routes.get("/api/exchanges")
 async def list_all(request: web.Request) -> web.Response:
     st = state(request)
-    return ok([e for n in visible_vhosts(request)
+    return ok([e for n in accessible_vhosts(request)
                for e in _exchanges_of(st.broker.vhosts[n], st.rates)])
 
 
@@ -75,7 +72,9 @@ async def get_exchange(request: web.Request) -> web.Response:
 
 @routes.put("/api/exchanges/{vhost}/{name}")
 async def put_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """Declare: 201/204; 401 without access to the vhost, 404 ``vhost_not_found``, 401
+    ``Access refused.`` without the configure permission, 400 for a refused declare."""
+    vhost = target_vhost(request)
     name = exchange_name(request)
     body = await read_json(request)
     if name == "":
@@ -93,7 +92,9 @@ async def put_exchange(request: web.Request) -> web.Response:
 
 @routes.delete("/api/exchanges/{vhost}/{name}")
 async def delete_exchange(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """204; 401 without access to the vhost, then 404 for an unknown vhost or exchange,
+    then 401 ``Access refused.`` without the configure permission."""
+    vhost = readable_vhost(request)
     name = exchange_name(request)
     if name == "" or name.startswith("amq."):
         raise not_authorised("Access refused.")
@@ -124,7 +125,10 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 async def publish_message(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """``{"routed": bool}``; 401 without access to the vhost (``Access refused.`` for an
+    unknown one), 401 without the write permission, 400 for a bad body
+    (:func:`management.messages.publish`)."""
+    vhost = messaging_vhost(request)
     name = exchange_name(request)
     body = await read_json(request)
     check_permission(request, vhost.name, "write", "exchange", name)

@@ -19,13 +19,9 @@ from typing import Any
 
 from aiohttp import web
 
-from management.auth import (
-    principal,
-    require_admin,
-    visible_vhosts,
-)
+from management.auth import principal, require_admin, require_vhost, visible_vhosts
 from management.errors import ApiError, bad_request, not_found
-from management.routes.common import no_content, ok, read_json, readable_vhost, vhost_of
+from management.routes.common import no_content, ok, read_json, vhost_of
 from management.state import state
 from vhosts.limits import LimitsError
 
@@ -63,8 +59,12 @@ async def list_vhost_limits(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhost-limits/{vhost}")
 async def get_vhost_limits(request: web.Request) -> web.Response:
-    """The vhost's limits (``[]`` when none; 404 for an unknown vhost)."""
-    vhost = readable_vhost(request)
+    """The vhost's limits (``[]`` when none); 401 unless the user may read in the vhost or
+    is tagged monitoring (who sees every vhost's limits in the list too), then 404 for an
+    unknown vhost."""
+    if not principal(request).is_monitor:
+        require_vhost(request, request.match_info["vhost"])
+    vhost = vhost_of(request)
     return ok(_rows("vhost", state(request).broker.limits.vhosts, [vhost.name]))
 
 

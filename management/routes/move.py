@@ -14,7 +14,8 @@ Basic.Get, Basic.Publish and Basic.Ack of one client's batch of frames would be.
 Body: ``{"destination": "q2", "count": 100}`` (``count`` optional: every message ready when
 the request arrives). Answer: ``{"moved": N, "remaining": M}`` (M: ready on the source).
 Needs the read permission on the source queue and write on the default exchange, as a
-Basic.Get and a Basic.Publish would. Errors: 404 for a missing vhost or queue, 400 for a
+Basic.Get and a Basic.Publish would. Errors: 401 without access to the vhost (before
+anything else), 404 for a missing vhost or queue, 400 for a
 missing or same destination, another connection's exclusive queue (RESOURCE_LOCKED text).
 
 Source: https://www.rabbitmq.com/docs/shovel-dynamic (what the UI's move does).
@@ -28,7 +29,7 @@ from amqp_common.errors import AMQPError
 from management.auth import check_permission
 from management.errors import ApiError, bad_request, from_amqp, not_found
 from management.messages import require_keys
-from management.routes.common import ok, read_json, text, vhost_of
+from management.routes.common import ok, read_json, readable_vhost, text
 from queue_store.message import Message
 from queue_store.outcomes import REJECTED, Settlement
 from queue_store.queue import Queue
@@ -66,7 +67,8 @@ def move_messages(source: Queue, destination: Queue, limit: int) -> int:
 
 @routes.post("/api/queues/{vhost}/{name}/move")
 async def move(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """``{"moved", "remaining"}``; 401 without access to the vhost, before any 404."""
+    vhost = readable_vhost(request)
     body = await read_json(request)
     require_keys(body, ("destination",))
     target = text(body, "destination")

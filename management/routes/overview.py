@@ -6,13 +6,21 @@ Source: https://www.rabbitmq.com/docs/management#http-api.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from aiohttp import web
 
 from exchanges import EXCHANGE_TYPES
-from management.auth import check_permission, principal
+from management.auth import check_permission, principal, visible_vhosts
 from management.messages import get_messages, publish
 from management.routes.common import ok, readable_vhost
-from management.serializers import details, message_stats, node_message_counts, open_channels
+from management.serializers import (
+    details,
+    message_stats,
+    node_message_counts,
+    open_channels,
+    vhost_message_counts,
+)
 from management.state import RABBITMQ_VERSION, state
 
 routes = web.RouteTableDef()
@@ -30,16 +38,33 @@ _TYPE_DESCRIPTIONS = {
 
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
+    """The node's overview. Monitoring and administrator users get totals over every vhost
+    and client; other users, as in RabbitMQ 3.10.8, totals over the vhosts they have
+    permissions in (``object_totals`` exchanges and queues, ``queue_totals``,
+    ``message_stats``) and their own connections and channels (no ``consumers`` count)."""
     st = state(request)
     broker = st.broker
-    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    who = principal(request)
+    names = visible_vhosts(request)
+    queues = [q for n in names for q in broker.vhosts[n].queues.values()]
     ready = sum(q.message_count for q in queues)
     unacked = sum(q.unacked_count for q in queues)
     channels = list(open_channels(broker))
-    totals = {"channels": len(channels), "connections": len(broker.connections),
-              "consumers": sum(len(ch.consumers) for ch in channels)}
-    if broker.workers is not None:  # --workers N: every worker's clients
-        totals = broker.workers.totals()
+    if who.is_monitor:
+        totals = {"channels": len(channels), "connections": len(broker.connections),
+                  "consumers": sum(len(ch.consumers) for ch in channels)}
+        if broker.workers is not None:  # --workers N: every worker's clients
+            totals = broker.workers.totals()
+        counts = node_message_counts(broker)
+        key: tuple[str, ...] = ("overview",)
+    else:
+        totals = {"channels": sum(1 for ch in channels if ch.connection.user == who.name),
+                  "connections": sum(1 for c in broker.connections if c.user == who.name)}
+        if broker.workers is not None:
+            totals["channels"] += broker.workers.elsewhere("channels_by_user", who.name)
+            totals["connections"] += broker.workers.elsewhere("open_by_user", who.name)
+        counts = sum((vhost_message_counts(broker, n) for n in names), Counter())
+        key = ("overview", "user", who.name)  # rates of this user's view, not the node's
     return ok({
         "management_version": RABBITMQ_VERSION, "rates_mode": "basic",
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
@@ -50,13 +75,13 @@ async def overview(request: web.Request) -> web.Response:
         "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": st.node, "node": st.node,
         "disable_stats": False, "enable_queue_totals": False,
         "statistics_db_event_queue": 0,
-        "message_stats": message_stats(node_message_counts(broker), st.rates, ("overview",)),
-        "queue_totals": details(st.rates, ("overview",),
+        "message_stats": message_stats(counts, st.rates, key),
+        "queue_totals": details(st.rates, key,
                                 messages=ready + unacked, messages_ready=ready,
                                 messages_unacknowledged=unacked),
         "object_totals": {
             **totals,
-            "exchanges": sum(len(v.exchanges) + 1 for v in broker.vhosts.values()),
+            "exchanges": sum(len(broker.vhosts[n].exchanges) + 1 for n in names),
             "queues": len(queues)},
         "listeners": [
             {"node": st.node, "protocol": "amqp", "ip_address": st.amqp_host,

@@ -16,9 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from management.auth import require_admin, require_policymaker, visible_vhosts
+from management.auth import OBJECT_REFUSED, accessible_vhosts, require_admin, require_policymaker
 from management.errors import bad_request, not_found
-from management.routes.common import no_content, ok, read_json, readable_vhost
+from management.routes.common import no_content, ok, read_json, readable_vhost, target_vhost
 from management.state import state
 from vhosts.limits import LimitsError, validate_limits
 
@@ -28,9 +28,9 @@ LIMITS_COMPONENT = "vhost-limits"
 
 
 def _all(request: web.Request) -> list[dict[str, Any]]:
-    """Every parameter in the vhosts the user can see."""
+    """Every parameter in the vhosts the user may read in."""
     broker = state(request).broker
-    seen = set(visible_vhosts(request))
+    seen = set(accessible_vhosts(request))
     out = [dict(p) for p in broker.extras.parameters if p.get("vhost") in seen]
     out += [{"value": dict(limits), "vhost": vhost, "component": LIMITS_COMPONENT,
              "name": "limits"}
@@ -55,7 +55,7 @@ async def list_component(request: web.Request) -> web.Response:
 @routes.get("/api/parameters/{component}/{vhost}")
 async def list_component_vhost(request: web.Request) -> web.Response:
     require_policymaker(request)
-    vhost = readable_vhost(request)
+    vhost = readable_vhost(request, reason=OBJECT_REFUSED)
     component = request.match_info["component"]
     return ok([p for p in _all(request)
                if p["component"] == component and p["vhost"] == vhost.name])
@@ -63,9 +63,10 @@ async def list_component_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/parameters/{component}/{vhost}/{name}")
 async def get_parameter(request: web.Request) -> web.Response:
-    """One parameter; 404 when there is none."""
+    """One parameter; 401 ``User not authorised to access object`` without the policymaker
+    tag or access to the vhost, then 404 when there is none."""
     require_policymaker(request)
-    vhost = readable_vhost(request)
+    vhost = readable_vhost(request, reason=OBJECT_REFUSED)
     key = (request.match_info["component"], vhost.name, request.match_info["name"])
     for p in _all(request):
         if (p["component"], p["vhost"], p["name"]) == key:
@@ -76,9 +77,12 @@ async def get_parameter(request: web.Request) -> web.Response:
 @routes.put("/api/parameters/{component}/{vhost}/{name}")
 async def put_parameter(request: web.Request) -> web.Response:
     """Only ``vhost-limits`` (name ``limits``) can be set: 204; else 400 component not
-    found."""
+    found. 401 ``User not authorised to access object`` without the policymaker tag or
+    access to the vhost, 404 ``vhost_not_found``, then 401 ``Not administrator user`` (amqpq
+    keeps vhost limits to administrators; RabbitMQ lets policymakers set this parameter)."""
+    require_policymaker(request)
+    vhost = target_vhost(request, reason=OBJECT_REFUSED)
     require_admin(request)
-    vhost = readable_vhost(request)
     component = request.match_info["component"]
     if component != LIMITS_COMPONENT:
         raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
@@ -94,9 +98,10 @@ async def put_parameter(request: web.Request) -> web.Response:
 
 @routes.delete("/api/parameters/{component}/{vhost}/{name}")
 async def delete_parameter(request: web.Request) -> web.Response:
-    """204, or 404 when there is no such parameter."""
+    """204, or 404 when there is no such parameter; rights checked as for a PUT, first."""
+    require_policymaker(request)
+    vhost = readable_vhost(request, reason=OBJECT_REFUSED)
     require_admin(request)
-    vhost = readable_vhost(request)
     component, name = request.match_info["component"], request.match_info["name"]
     broker = state(request).broker
     if component == LIMITS_COMPONENT:

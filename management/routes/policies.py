@@ -1,6 +1,7 @@
 """``/api/policies``: list, set (``PUT`` with ``pattern``, ``definition``, ``priority``,
-``apply-to``), read and clear a vhost's policies. Setting one needs the ``policymaker`` or
-``administrator`` tag and access to the vhost.
+``apply-to``), read and clear a vhost's policies. Lists show the vhosts the user may read
+in; reading one policy, setting and clearing need the ``policymaker`` or ``administrator``
+tag and access to the vhost, checked before whether it exists (RabbitMQ 3.10.8's order).
 
 Validation failures answer 400 with RabbitMQ's ``"Validation failed\\n\\n<what>\\n"`` reason;
 a definition key RabbitMQ does not know is refused with its ``[{<<"max-lenght">>,5}] are not
@@ -17,10 +18,10 @@ from typing import Any
 from aiohttp import web
 
 from management.auth import (
+    OBJECT_REFUSED,
+    accessible_vhosts,
     require_admin,
     require_policymaker,
-    require_vhost,
-    visible_vhosts,
 )
 from management.errors import bad_request, not_found
 from management.messages import require_keys
@@ -30,6 +31,7 @@ from management.routes.common import (
     ok,
     read_json,
     readable_vhost,
+    target_vhost,
     vhost_of,
 )
 from management.state import state
@@ -52,7 +54,7 @@ def _policies(vhost: VirtualHost) -> list[dict[str, Any]]:
 @routes.get("/api/policies")
 async def list_all(request: web.Request) -> web.Response:
     broker = state(request).broker
-    return ok([p for n in visible_vhosts(request) for p in _policies(broker.vhosts[n])])
+    return ok([p for n in accessible_vhosts(request) for p in _policies(broker.vhosts[n])])
 
 
 @routes.get("/api/policies/{vhost}")
@@ -63,7 +65,11 @@ async def list_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/policies/{vhost}/{name}")
 async def get_policy(request: web.Request) -> web.Response:
-    vhost = readable_vhost(request)
+    """One policy: 401 ``User not authorised to access object`` without the policymaker tag
+    or access to the vhost (RabbitMQ 3.10.8 lists policies to any user of the vhost but
+    shows one only to policymakers), then 404."""
+    require_policymaker(request)
+    vhost = readable_vhost(request, reason=OBJECT_REFUSED)
     p = vhost.policies.get(request.match_info["name"])
     if p is None:
         raise not_found()
@@ -95,9 +101,10 @@ async def _policy_body(request: web.Request, default_apply_to: str
 
 @routes.put("/api/policies/{vhost}/{name}")
 async def put_policy(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """201/204; 401 ``User not authorised to access object`` without the policymaker tag or
+    access to the vhost, 404 ``vhost_not_found``, 400 for a bad policy."""
     require_policymaker(request)
-    require_vhost(request, vhost.name)
+    vhost = target_vhost(request, reason=OBJECT_REFUSED)
     name = request.match_info["name"]
     pattern, definition, priority, apply_to = await _policy_body(request, "all")
     was_new = name not in vhost.policies
@@ -110,15 +117,15 @@ async def put_policy(request: web.Request) -> web.Response:
 
 @routes.delete("/api/policies/{vhost}/{name}")
 async def delete_policy(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """204; 401 as for a PUT, then 404 for an unknown vhost or policy."""
     require_policymaker(request)
-    require_vhost(request, vhost.name)
+    vhost = readable_vhost(request, reason=OBJECT_REFUSED)
     if not vhost.clear_policy(request.match_info["name"]):
         raise not_found()
     return no_content()
 
 
-# ---- operator policies (administrator): limits that users' policies cannot exceed --------
+# ---- operator policies (changed by administrators): limits policies cannot exceed ------
 
 
 def _operator_policies(vhost: VirtualHost) -> list[dict[str, Any]]:
@@ -127,16 +134,17 @@ def _operator_policies(vhost: VirtualHost) -> list[dict[str, Any]]:
 
 @routes.get("/api/operator-policies")
 async def list_all_operator(request: web.Request) -> web.Response:
-    require_admin(request)
+    """The operator policies of the vhosts the user may read in (any management user, as
+    in RabbitMQ 3.10.8; changing them needs the administrator tag)."""
     broker = state(request).broker
-    return ok([p for n in visible_vhosts(request)
+    return ok([p for n in accessible_vhosts(request)
                for p in _operator_policies(broker.vhosts[n])])
 
 
 @routes.get("/api/operator-policies/{vhost}")
 async def list_vhost_operator(request: web.Request) -> web.Response:
-    require_admin(request)
-    return ok(_operator_policies(vhost_of(request)))
+    """The vhost's operator policies; 401 without access to it, then 404."""
+    return ok(_operator_policies(readable_vhost(request)))
 
 
 @routes.get("/api/operator-policies/{vhost}/{name}")
@@ -154,7 +162,7 @@ async def put_operator_policy(request: web.Request) -> web.Response:
     """201/204; 400 ``[{<<"foo">>,1}] are not recognised policy settings`` for a key that is
     not a limit (RabbitMQ 3.10.8's text, not HTML-escaped)."""
     require_admin(request)
-    vhost = vhost_of(request)
+    vhost = target_vhost(request)
     name = request.match_info["name"]
     pattern, definition, priority, apply_to = await _policy_body(request, "queues")
     was_new = name not in vhost.operator_policies

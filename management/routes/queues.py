@@ -14,19 +14,20 @@ from aiohttp import web
 
 from amqp_common.errors import AMQPError
 from broker.topology_records import change_topology
-from management.auth import check_permission, visible_vhosts
+from management.auth import accessible_vhosts, check_permission
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
 from management.routes.common import (
     created,
     flag,
+    messaging_vhost,
     no_content,
     ok,
     query_flag,
     read_json,
     readable_vhost,
     table,
-    vhost_of,
+    target_vhost,
 )
 from management.serializers import (
     UnackedTotals,
@@ -60,7 +61,7 @@ def _unlocked(q: Queue) -> None:
 async def list_all(request: web.Request) -> web.Response:
     st = state(request)
     unacked = UnackedTotals.collect(st.broker)
-    return ok([queue_json(q, st, unacked) for n in visible_vhosts(request)
+    return ok([queue_json(q, st, unacked) for n in accessible_vhosts(request)
                for _, q in sorted(st.broker.vhosts[n].queues.items())])
 
 
@@ -82,7 +83,9 @@ async def get_queue(request: web.Request) -> web.Response:
 
 @routes.put("/api/queues/{vhost}/{name}")
 async def put_queue(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """Declare: 201/204; 401 without access to the vhost, 404 ``vhost_not_found``, 401
+    ``Access refused.`` without the configure permission, 400 for a refused declare."""
+    vhost = target_vhost(request)
     name = request.match_info["name"]
     body = await read_json(request)
     check_permission(request, vhost.name, "configure", "queue", name)
@@ -104,7 +107,9 @@ def _home(request: web.Request) -> int:
 
 @routes.delete("/api/queues/{vhost}/{name}")
 async def delete_queue(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """204; 401 without access to the vhost, then 404 for an unknown vhost or queue, then
+    401 ``Access refused.`` without the configure permission."""
+    vhost = readable_vhost(request)
     q = _queue(request, vhost)
     check_permission(request, vhost.name, "configure", "queue", q.name)
     _unlocked(q)
@@ -119,7 +124,8 @@ async def delete_queue(request: web.Request) -> web.Response:
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")
 async def purge_queue(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """204; the same order as deleting, with the read permission."""
+    vhost = readable_vhost(request)
     q = _queue(request, vhost)
     check_permission(request, vhost.name, "read", "queue", q.name)
     _unlocked(q)
@@ -129,7 +135,9 @@ async def purge_queue(request: web.Request) -> web.Response:
 
 @routes.post("/api/queues/{vhost}/{name}/get")
 async def get_from_queue(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
+    """The messages (:func:`management.messages.get_messages`); 401 without access to the
+    vhost (``Access refused.`` for an unknown one) or the read permission, then 404."""
+    vhost = messaging_vhost(request)
     body = await read_json(request)
     count, ackmode, encoding, truncate = parse_get(body)
     name = request.match_info["name"]

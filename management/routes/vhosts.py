@@ -40,8 +40,8 @@ async def list_vhosts(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}")
 async def get_vhost(request: web.Request) -> web.Response:
+    require_admin(request)  # before the 404, as RabbitMQ: the tag is checked first
     vhost = vhost_of(request)
-    require_admin(request)
     st = state(request)
     return ok(vhost_json(st.broker, vhost.name, st.node, st.rates))
 
@@ -79,8 +79,8 @@ async def delete_vhost(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}/permissions")
 async def vhost_permissions(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
     require_admin(request)
+    vhost = vhost_of(request)
     perms = state(request).broker.permissions.permissions
     return ok([permission_json(u, v, p) for (u, v), p in sorted(perms.items())
                if v == vhost.name])
@@ -88,8 +88,8 @@ async def vhost_permissions(request: web.Request) -> web.Response:
 
 @routes.get("/api/vhosts/{vhost}/topic-permissions")
 async def vhost_topic_permissions(request: web.Request) -> web.Response:
-    vhost = vhost_of(request)
     require_admin(request)
+    vhost = vhost_of(request)
     from management.routes.permissions import topic_permission_rows
 
     return ok([r for r in topic_permission_rows(state(request).broker)
