@@ -14,24 +14,29 @@ import pytest
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
-from tests.support.etcd import ETCD, running_etcd
+from tests.support.etcd import ETCD, Etcd, running_etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
     base = tmp_path_factory.mktemp("cluster")
-    with running_etcd(base) as etcd:
-        started = []
-        try:
-            for name in ("n1", "n2", "n3"):
-                started.append(cluster_node(base, name, etcd).start())
-            yield started
-        finally:
-            for node in started:
-                node.close()
+    started = []
+    try:
+        for name in ("n1", "n2", "n3"):
+            started.append(cluster_node(base, name, etcd).start())
+        yield started
+    finally:
+        for node in started:
+            node.close()
 
 
 def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(
@@ -193,8 +198,7 @@ def test_a_broken_node_link_is_opened_again(nodes: list[BrokerProcess]) -> None:
 
 
 def test_cluster_status_shows_another_nodes_memory_alarm(
-        nodes: list[BrokerProcess], tmp_path_factory: pytest.TempPathFactory) -> None:
-    etcd = nodes[0].args[nodes[0].args.index("--cluster-etcd") + 1]
+        etcd: Etcd, nodes: list[BrokerProcess], tmp_path_factory: pytest.TempPathFactory) -> None:
     low = cluster_node(tmp_path_factory.mktemp("alarm"), "n4", etcd,
                        "--vm-memory-high-watermark", "1000")  # bytes: in alarm at once
     low.start()

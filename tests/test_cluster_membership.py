@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.cluster import ctl
-from tests.support.etcd import ETCD, running_etcd
+from tests.support.etcd import ETCD, Etcd, running_etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
@@ -27,20 +27,20 @@ WAIT = 15.0
 
 
 @pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_etcd(tmp_path_factory.mktemp("etcd")) as url:
-        yield url
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def nodes(etcd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
     base = tmp_path_factory.mktemp("cluster")
     started = []
     try:
         for i in (1, 2, 3):
             node = BrokerProcess(base / f"n{i}", base / f"n{i}.log", management=free_port(),
                                  log_level="info",
-                                 args=("--node-name", f"n{i}", "--cluster-etcd", etcd,
+                                 args=("--node-name", f"n{i}", *etcd.args,
                                        "--cluster-port", "0"))
             node.start()
             started.append(node)
@@ -107,11 +107,11 @@ def test_a_stopped_node_is_not_running_and_rejoins_when_it_resumes(
     wait_for(nodes[2], everyone)  # it noticed its lease was gone and registered again
 
 
-def test_a_second_node_of_the_same_name_is_refused(etcd: str, nodes: list[BrokerProcess],
+def test_a_second_node_of_the_same_name_is_refused(etcd: Etcd, nodes: list[BrokerProcess],
                                                      tmp_path: Path) -> None:
     twin = subprocess.run(
         [sys.executable, "-m", "amqp_server", "--port", "0", "--data-dir", str(tmp_path),
-         "--no-management", "--no-prometheus", "--node-name", "n1", "--cluster-etcd", etcd,
+         "--no-management", "--no-prometheus", "--node-name", "n1", *etcd.args,
          "--cluster-port", "0"],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert twin.returncode == 1

@@ -10,8 +10,9 @@ member, listed ``running: false`` (as RabbitMQ lists a stopped cluster member), 
 ``forget_cluster_node`` removes it. A stopped node that resumes registers again. Leadership and membership
 are etcd's (no consensus here); metadata and replication are the next steps.
 
-The client is ``aetcd`` (asyncio, etcd's gRPC API). Without ``--cluster-etcd`` none of this
-runs and etcd is not needed.
+The client is ``aetcd`` (asyncio, etcd's gRPC API), opened by
+:mod:`amqp_server.cluster.etcd_client` (TLS, etcd's user/password auth). Without
+``--cluster-etcd`` none of this runs and etcd is not needed.
 
 Source: etcd leases (https://etcd.io/docs/v3.4/learning/api/#lease-api); RabbitMQ's
 ``rabbitmqctl cluster_status`` and ``GET /api/nodes`` for what is shown.
@@ -26,6 +27,8 @@ import os
 import time
 from typing import Any
 from urllib.parse import urlsplit
+
+from broker.config import EtcdOptions
 
 log = logging.getLogger("amqpq.cluster")
 
@@ -46,23 +49,35 @@ class ClusterError(Exception):
     """etcd cannot be reached or refused the node (the server exits with this message)."""
 
 
-def parse_etcd_url(url: str) -> tuple[str, int]:
-    """(host, port) of ``http://HOST:PORT``.
+def parse_etcd_url(url: str) -> tuple[str, int, bool]:
+    """(host, port, TLS) of ``http://HOST:PORT`` or ``https://HOST:PORT`` (port 2379 when
+    left out).
 
     Raises:
-        ValueError: not an ``http://host:port`` URL.
+        ValueError: another scheme, no host, a path, or credentials in the URL (they would
+            be logged: ``--cluster-etcd-user`` and ``--cluster-etcd-password-file`` instead).
     """
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "") or not parts.hostname:
-        raise ValueError(f"--cluster-etcd must be http://HOST:PORT, got {url!r}")
-    return parts.hostname, parts.port or 2379
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("--cluster-etcd must not carry credentials: use "
+                         "--cluster-etcd-user and --cluster-etcd-password-file")
+    try:
+        port = parts.port or 2379
+    except ValueError:
+        port = 0
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port \
+            or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"--cluster-etcd must be http://HOST:PORT or https://HOST:PORT, "
+                         f"got {url!r}")
+    return parts.hostname, port, parts.scheme == "https"
 
 
 class Membership:
     """This node's registration and the cluster's node list.
 
     Args:
-        etcd_url: ``http://127.0.0.1:2379``.
+        etcd: how to reach etcd: URL (``https://127.0.0.1:2379``), TLS files, user and
+            password file (the ``--cluster-etcd*`` options).
         node: this node's name (``--node-name``).
         info: what other nodes learn of this one (ports), JSON-serialisable.
         cluster: key prefix (one etcd can hold several clusters).
@@ -72,10 +87,11 @@ class Membership:
         known: every node name seen since start, in order of first sight.
     """
 
-    def __init__(self, etcd_url: str, node: str, info: dict[str, Any],
+    def __init__(self, etcd: EtcdOptions, node: str, info: dict[str, Any],
                  cluster: str = "default") -> None:
-        self.host, self.port = parse_etcd_url(etcd_url)
-        self.url = etcd_url
+        self.host, self.port, _ = parse_etcd_url(etcd.url or "")
+        self.etcd = etcd
+        self.url = etcd.url
         self.node = node
         self.info = {"name": node, "pid": os.getpid(), "started": time.time(), **info}
         self.root = f"/amqpq/{cluster}/".encode()
@@ -92,7 +108,8 @@ class Membership:
 
     @property
     def client(self) -> Any:
-        """The ``aetcd.Client`` (after :meth:`connect`)."""
+        """The ``aetcd.Client`` (after :meth:`connect`): an
+        :class:`~amqp_server.cluster.etcd_client.EtcdClient`, every etcd call of the node."""
         return self._client
 
     async def start(self) -> None:
@@ -111,21 +128,28 @@ class Membership:
         registration of its last run, whose death the cluster must record).
 
         Raises:
-            ClusterError: etcd unreachable or ``aetcd`` not installed.
+            ClusterError: etcd unreachable, refused the TLS handshake or the user's password;
+                a TLS or password file unusable; ``aetcd`` not installed.
         """
         try:
             import aetcd
+
+            from amqp_server.cluster.etcd_client import AuthenticationFailed, open_client
         except ImportError:
             raise ClusterError("--cluster-etcd needs the aetcd package "
                                "(pip install 'amqpq[cluster]')") from None
-        self._client = aetcd.Client(host=self.host, port=self.port, connect_wait_timeout=3,
-                                    timeout=5)
+        self._client = open_client(self.etcd)
         try:
             self.index = await self._allocate_index()
             await self._wait_name_free()
             old = await self._client.get(self.members_prefix + self.node.encode())
             if old is not None:
                 self.previous_lease = int(load_info(old.value).get("lease") or 0)
+        except AuthenticationFailed as exc:
+            await self.stop()
+            raise ClusterError(f"etcd at {self.url} refused user {self.etcd.user}: {exc} "
+                               f"(--cluster-etcd-password-file "
+                               f"{self.etcd.password_file})") from None
         except aetcd.exceptions.ClientError as exc:
             await self.stop()
             raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None

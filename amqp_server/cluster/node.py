@@ -16,6 +16,7 @@ register under a lease (:meth:`Membership.register`): the others link to this no
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -112,7 +113,8 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
     Raises:
         ClusterError: etcd unreachable, the secret file unreadable, the cluster port taken.
     """
-    membership = Membership(config.cluster_etcd or "", config.node_name or node_name(), {
+    etcd = dataclasses.replace(config.etcd, url=config.cluster_etcd)
+    membership = Membership(etcd, config.node_name or node_name(), {
         "amqp_port": config.port, "cluster_port": config.cluster_port, "host": config.host})
     await membership.connect()
     secret = await cluster_secret(membership, config.cluster_secret_file)

@@ -53,11 +53,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, Any]:
     """The :class:`~broker.config.BrokerConfig` fields of the cluster options (exits with
     one line, via ``p.error``, on a bad or inconsistent set)."""
+    tls_files = a.cluster_etcd_cacert or a.cluster_etcd_cert or a.cluster_etcd_key
     if a.cluster_etcd:
         try:
-            parse_etcd_url(a.cluster_etcd)
+            _, _, secure = parse_etcd_url(a.cluster_etcd)
         except ValueError as exc:
             p.error(str(exc))
+        if tls_files and not secure:
+            p.error("--cluster-etcd-cacert, --cluster-etcd-cert and --cluster-etcd-key need "
+                    "an https:// --cluster-etcd")
+    elif tls_files or a.cluster_etcd_user or a.cluster_etcd_password_file:
+        p.error("the --cluster-etcd-* options need --cluster-etcd")
     if not 0 <= a.cluster_port <= 65535:
         p.error(f"--cluster-port must be 0..65535, got {a.cluster_port}")
     tls = ClusterTLSConfig(a.cluster_tls_cert, a.cluster_tls_key, a.cluster_tls_cacert)

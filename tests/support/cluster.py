@@ -11,21 +11,24 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 
 from tests.support.broker_process import BrokerProcess, free_port
 
+if TYPE_CHECKING:
+    from tests.support.etcd import Etcd
+
 WAIT = 15.0  # seconds any cluster-wide change may take to be seen
 
 
-def cluster_node(base: Path, name: str, etcd: str, *extra: str) -> BrokerProcess:
-    """Node ``name`` (not started): data in ``base/name``, management API on a free port."""
+def cluster_node(base: Path, name: str, etcd: Etcd, *extra: str) -> BrokerProcess:
+    """Node ``name`` (not started) of the cluster in ``etcd`` (its TLS and auth options):
+    data in ``base/name``, management API on a free port."""
     return BrokerProcess(base / name, base / f"{name}.log", management=free_port(),
                          log_level="info",
-                         args=("--node-name", name, "--cluster-etcd", etcd,
-                               "--cluster-port", "0", *extra))
+                         args=("--node-name", name, *etcd.args, "--cluster-port", "0", *extra))
 
 
 def api(node: BrokerProcess, path: str, method: str = "GET", body: Any = None) -> Any:
