@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster.membership import ClusterError, Membership
 from amqp_server.cluster.metadata import EtcdHub
-from amqp_server.cluster.node_links import NodeLinks
+from amqp_server.cluster.node_links import NodeLinks, tls_contexts
 from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
@@ -130,10 +130,11 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
 
     hub = EtcdHub(membership, on_records, on_address)
     host = config.cluster_host or config.host or "127.0.0.1"
+    tls = tls_contexts(config.cluster_tls) if config.cluster_tls.enabled else None
     runtime = NodeRuntime(
         broker, membership.index, membership.index + 1, None,
         lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
-                                          membership.index, rec, lost, full))
+                                          membership.index, rec, lost, full, tls))
     runtime.membership, runtime.hub = membership, hub
     runtime.quorum = QuorumManager(runtime, hub, Path(config.data_dir) / "quorum")
     await runtime.quorum.load_states()

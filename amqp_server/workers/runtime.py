@@ -80,6 +80,9 @@ log = logging.getLogger("amqpq.workers")
 ORPHAN_WAIT = 5.0  # seconds a record for a queue not declared here yet is kept
 LINK_TIMEOUT = 5.0  # seconds to open the link to another worker
 LINK_ATTEMPTS = 5
+#: control records only the hub (peer -1: the supervisor, or a cluster node's etcd) sends; any
+#: other record comes from a peer only. One from the wrong source is dropped (logged).
+HUB_KINDS = frozenset({"apply", "synced", "peer_up"})
 
 
 class OwnerStub:
@@ -355,6 +358,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
     # ---- records in ----------------------------------------------------------------------
 
     def _on_records(self, peer: int, records: list[tuple[int, bytes]]) -> None:
+        if peer < 0 and any(kind != CONTROL for kind, _ in records):  # the hub's are control
+            self._wrong_source(peer, "binary")
+            records = [r for r in records if r[0] == CONTROL]
         for kind, body in records:
             try:
                 if kind == PUBLISH:
@@ -384,6 +390,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
 
     def _on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
         kind = rec[0]
+        if (kind in HUB_KINDS) != (peer < 0):
+            self._wrong_source(peer, kind)
+            return
         if kind == "apply":
             self._on_apply(rec[1], rec[2], rec[3])
         elif kind == "synced":
@@ -427,6 +436,16 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 if isinstance(q, RemoteQueue):
                     q.stats = stats
                     q.unacked_count = stats[1]
+
+    def _wrong_source(self, peer: int, kind: object) -> None:
+        """A record dropped because ``peer`` may not send its kind: logged once per link."""
+        link = self.links.receiving
+        if link is None or not link.warned:
+            if link is not None:
+                link.warned = True
+            log.warning("%r record from %s ignored: only %s send it (once per link)",
+                        str(kind)[:40], f"peer {peer}" if peer >= 0 else "the hub",
+                        "the hub (etcd, the supervisor) may" if peer >= 0 else "peers")
 
     def _keep(self, task: asyncio.Future[None]) -> asyncio.Future[None]:
         """Hold a reference to ``task`` until it is done (asyncio keeps only weak ones)."""
