@@ -289,3 +289,16 @@ def test_policies_with_known_rabbitmq_keys_import() -> None:
     import_definitions(broker, {"policies": [
         {"vhost": "/", "name": "p", "pattern": "^q$", "definition": definition}]})
     assert broker.vhosts["/"].declare_queue("q").settings.max_length == 2
+
+
+def test_deleting_a_vhost_drops_its_runtime_parameters() -> None:
+    broker = Broker(BrokerConfig())
+    import_definitions(broker, {"vhosts": [{"name": "gone"}], "parameters": [
+        {"vhost": "gone", "component": "federation-upstream", "name": "up",
+         "value": {"uri": "amqp://elsewhere"}},
+        {"vhost": "/", "component": "federation-upstream", "name": "kept",
+         "value": {"uri": "amqp://elsewhere"}}]})
+    assert broker.delete_vhost("gone")
+    assert [p["name"] for p in export_definitions(broker)["parameters"]] == ["kept"]
+    broker.add_vhost("gone")  # a new vhost of that name starts without them
+    import_definitions(Broker(BrokerConfig()), export_definitions(broker))

@@ -57,5 +57,7 @@ class DefinitionExtras:
             meta.tags = list(tags)
 
     def forget_vhost(self, vhost: str) -> None:
-        """``vhost`` was deleted: drop its metadata (a new vhost of that name starts empty)."""
+        """``vhost`` was deleted: drop its metadata and runtime parameters (a new vhost of
+        that name starts empty, as RabbitMQ's ``rabbit_vhost:delete`` clears them)."""
         self.vhost_metadata.pop(vhost, None)
+        self.parameters = [p for p in self.parameters if p.get("vhost") != vhost]
