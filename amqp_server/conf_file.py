@@ -494,6 +494,9 @@ _EXACT: dict[str, Callable[[_Reader, str], None]] = {
     "ssl_options.cacertfile": _option("ssl_cacert", lambda v: _existing_file(v)),
     "ssl_options.verify": _option("ssl_verify_peer", _verify),
     "ssl_options.fail_if_no_peer_cert": _option("ssl_fail_if_no_peer_cert", _bool),
+    "cluster_tls.certfile": _option("cluster_tls_cert", _existing_file),  # amqpq's keys
+    "cluster_tls.keyfile": _option("cluster_tls_key", _existing_file),
+    "cluster_tls.cacertfile": _option("cluster_tls_cacert", _existing_file),
     "default_user": _setting("default_user", _text),
     "default_pass": _setting("default_pass", _text),
     "default_vhost": _setting("default_vhost", _text),

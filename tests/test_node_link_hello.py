@@ -4,11 +4,13 @@ record reader's limits before a hello (amqp_server/workers/link_codec.py), sans-
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from amqp_server.cluster.link_hello import Acceptor, Dialler, HelloError, link_mac
+from amqp_server.server import parse_args
 from amqp_server.workers.link_codec import MAX_RECORD, LinkError, Outbox, RecordReader
 from amqp_server.workers.links import HELLO_MAX, WorkerHello
 
@@ -137,3 +139,18 @@ def test_a_big_record_in_small_reads_comes_back_whole() -> None:
     assert [len(b) for _, b in got] == [len(data) - 18, 8] and got[0][1].endswith(body)
     assert all(type(b) is bytes for _, b in got)
     assert MAX_RECORD == 1 << 30
+
+
+def test_the_node_link_tls_keys_of_a_config_file(tmp_path: Path) -> None:
+    for name in ("node.pem", "node.key", "ca.pem"):
+        (tmp_path / name).write_text("-")
+    conf = tmp_path / "amqpq.conf"
+    conf.write_text(f"cluster_tls.certfile = {tmp_path}/node.pem\n"
+                    f"cluster_tls.keyfile = {tmp_path}/node.key\n"
+                    f"cluster_tls.cacertfile = {tmp_path}/ca.pem\n")
+    tls = parse_args(["--config", str(conf)]).cluster_tls
+    assert (tls.certfile, tls.keyfile, tls.cacertfile) == (
+        f"{tmp_path}/node.pem", f"{tmp_path}/node.key", f"{tmp_path}/ca.pem")
+    conf.write_text(f"cluster_tls.certfile = {tmp_path}/node.pem\n")
+    with pytest.raises(SystemExit):  # the options' own check: the key and CA go with it
+        parse_args(["--config", str(conf)])

@@ -246,6 +246,7 @@ def test_nodes_link_over_mutual_tls_and_refuse_others(tmp_path: Path) -> None:
             c1, c2 = connect(nodes[0]), connect(nodes[1])
             c1.channel().queue_declare("tls.q", durable=True)  # lives on n1
             pub = c2.channel()
+            pub.queue_declare("tls.q", passive=True)  # n2 caught up with etcd
             pub.confirm_delivery()
             for i in range(50):  # n2 -> n1 over TLS, confirmed
                 pub.basic_publish("", "tls.q", f"m{i}".encode(),
