@@ -77,13 +77,14 @@ ui-deps:
 	@test -x /usr/bin/chromium || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; } \
 	  || echo "warning: could not install chromium (apt-get failed): the web UI browser tests will be skipped"
 
-# Debian's etcd for the cluster tests (tests/test_cluster_membership.py start their own etcd on
-# free ports). Never fails the build: without apt (or root/sudo) the cluster tests skip.
+# Debian's etcd for the cluster tests (they start their own etcd on free ports, with TLS and
+# auth: tests/support/etcd.py) and etcdctl for setting up users and roles (docs/cluster.md;
+# the tests do not need it). Never fails the build: without apt (or root/sudo) they skip.
 .PHONY: etcd-deps
 etcd-deps: SUDO = $(if $(filter 0,$(shell id -u)),,sudo -n)
 etcd-deps:
-	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server; } \
-	  || echo "warning: could not install etcd-server (apt-get failed): the cluster tests will be skipped"
+	@{ command -v etcd && command -v etcdctl; } >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server etcd-client; } \
+	  || echo "warning: could not install etcd-server and etcd-client (apt-get failed): the cluster tests will be skipped"
 
 # benchmark suite, amqpq vs the reference RabbitMQ (on demand only; not part of `make test`):
 #   make bench BENCH_ARGS="--quick"      BENCH_ARGS="--only 1,3,7 --reps 5 --no-rabbitmq"
