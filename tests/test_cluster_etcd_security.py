@@ -4,7 +4,8 @@ and etcd's auth (``tests.support.etcd``), two nodes sharing a ``--cluster-secret
 * Without the credentials (plain http, no client certificate, a CA that did not sign etcd's
   certificate, no user, a wrong password) nothing under ``/amqpq/`` can be read or written.
 * With ``--cluster-secret-file`` the secret is in no key of etcd.
-* A wrong, missing or empty password file stops the node with one line (no password in it).
+* A wrong, missing or empty password file stops the node with one line (no password in it);
+  so do a CA, certificate or key that is not PEM or a key that is not the certificate's.
 * The node authenticates again when etcd forgot its token (``--auth-token-ttl 2``: the node
   stopped 3 s; etcd restarted), and keeps applying records.
 * By design, the ``amqpq`` user can write records every node applies (an administrator made
@@ -33,7 +34,7 @@ import pytest
 from tests.support.broker_process import REPO_ROOT, BrokerProcess
 from tests.support.certs import make_ca
 from tests.support.cluster import api, cluster_node, connect, wait_until
-from tests.support.etcd import ETCD, Etcd, running_etcd, write_secret
+from tests.support.etcd import ETCD, Etcd, certificates, running_etcd, write_secret
 
 aetcd = pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
@@ -201,6 +202,27 @@ def test_bad_etcd_options_are_one_line(args: tuple[str, ...], message: str,
     assert out.returncode != 0
     assert message in out.stderr.strip().splitlines()[-1]
     assert "pw@" not in out.stderr
+
+
+@pytest.mark.parametrize(("files", "reason"), [
+    (("not-pem", "client.pem", "client.key"), "NO_CERTIFICATE_OR_CRL_FOUND"),
+    (("ca.pem", "client.pem", "server.key"), "KEY_VALUES_MISMATCH"),
+    (("ca.pem", "not-pem", "client.key"), "not a PEM certificate or key"),
+])
+def test_a_bad_tls_file_is_one_line_and_exit_1(files: tuple[str, str, str], reason: str,
+                                               tmp_path: Path) -> None:
+    (tmp_path / "not-pem").write_text("not a certificate\n")
+    ca, cert, key = (tmp_path / f if f == "not-pem" else certificates() / f for f in files)
+    out = subprocess.run(
+        [sys.executable, "-m", "amqp_server", "--port", "0", "--data-dir", str(tmp_path / "d"),
+         "--no-management", "--no-prometheus", "--cluster-etcd", "https://127.0.0.1:1",
+         "--cluster-etcd-cacert", str(ca), "--cluster-etcd-cert", str(cert),
+         "--cluster-etcd-key", str(key)],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("amqpq-server: cannot use --cluster-etcd-") and reason in last, \
+        out.stderr
 
 
 def declared_everywhere(nodes: list[BrokerProcess], through: BrokerProcess, name: str) -> None:

@@ -48,7 +48,8 @@ WATCH = "/etcdserverpb.Watch/Watch"
 
 
 class AuthenticationFailed(aetcd.exceptions.ClientError):
-    """etcd refused the user name and password (``--cluster-etcd-password-file``)."""
+    """etcd refused the user name and password (``--cluster-etcd-password-file``), or has
+    no auth enabled."""
 
 
 class WatchRefused(aetcd.exceptions.ClientError):
@@ -56,7 +57,7 @@ class WatchRefused(aetcd.exceptions.ClientError):
 
 
 def read_password(path: Path) -> str:
-    """The first line of ``--cluster-etcd-password-file`` (without its line break).
+    """The first line of ``--cluster-etcd-password-file``, without surrounding white space.
 
     Raises:
         ClusterError: the file is missing, unreadable or its first line empty (the message
@@ -88,18 +89,21 @@ def _tls_files(options: EtcdOptions) -> tuple[bytes | None, bytes | None, bytes 
     context = ssl.create_default_context()
     checks: list[tuple[str, Any]] = []
     if options.cacert:
-        checks.append(("--cluster-etcd-cacert",
+        checks.append((f"--cluster-etcd-cacert {options.cacert}",
                        lambda: context.load_verify_locations(cafile=options.cacert)))
     if options.cert:
-        checks.append(("--cluster-etcd-cert/--cluster-etcd-key",
+        checks.append((f"--cluster-etcd-cert {options.cert} and --cluster-etcd-key "
+                       f"{options.key}",
                        lambda: context.load_cert_chain(options.cert or "", options.key)))
-    for option, check in checks:
+    for what, check in checks:
         try:
             check()
-        except (OSError, ssl.SSLError) as exc:
-            reason = (exc.reason if isinstance(exc, ssl.SSLError) else exc.strerror) \
-                or str(exc)
-            raise ClusterError(f"cannot use {option} for etcd: {reason}") from None
+        except OSError as exc:  # ssl.SSLError too
+            if isinstance(exc, ssl.SSLError):
+                reason = exc.reason or "not a PEM certificate or key"
+            else:
+                reason = exc.strerror or str(exc)
+            raise ClusterError(f"cannot use {what} for etcd: {reason}") from None
     return (_read(options.cacert), _read(options.key), _read(options.cert))
 
 
@@ -126,8 +130,8 @@ class _Auth:
         stale at once).
 
         Raises:
-            AuthenticationFailed: wrong user or password; grpc.aio.AioRpcError: etcd
-                unreachable.
+            AuthenticationFailed: wrong user or password, or etcd's auth not enabled;
+                grpc.aio.AioRpcError: etcd unreachable.
         """
         async with self._lock:
             if self.token is not None and self.token != stale:
@@ -137,7 +141,10 @@ class _Auth:
                     rpc.AuthenticateRequest(name=self.user, password=self._password),
                     timeout=self._timeout)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                # a wrong user or password; auth not enabled in etcd (a node given a user
+                # expects it: it does not go on with an etcd anyone may write)
+                if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                                  grpc.StatusCode.FAILED_PRECONDITION):
                     raise AuthenticationFailed(exc.details()) from None
                 raise
             if why:
