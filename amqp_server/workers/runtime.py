@@ -284,7 +284,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
             except AMQPError:
                 pass  # the asking worker reports it; the state is the same everywhere
             except Exception:
-                log.exception("topology record %r failed", op[:3])
+                log.exception("topology record %r failed", op[:1] if op[0] == "access" else op[:3])
             self._drain_orphans()
             return
         ch, then = pending
@@ -297,7 +297,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         except Exception as exc:
             error = exc
             if not isinstance(exc, AMQPError):
-                log.exception("topology record %r failed", op[:3])
+                log.exception("topology record %r failed", op[:1] if op[0] == "access" else op[:3])
         self._drain_orphans()
 
         def answer() -> None:
