@@ -263,6 +263,10 @@ def test_nodes_go_on_after_etcd_restarted(etcd: Etcd, nodes: list[BrokerProcess]
     declared_everywhere(nodes, nodes[0], "after-restart-1")
     declared_everywhere(nodes, nodes[1], "after-restart-2")
     assert [n["running"] for n in api(nodes[0], "/api/nodes")] == [True, True]
+    password = etcd.password_file.read_text().strip()
+    for node in nodes:  # after authenticating again and again: no password, no secret
+        text = node.log_path.read_text()
+        assert password not in text and SECRET not in text
 
 
 def test_the_amqpq_user_can_write_records_every_node_applies(

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.broker_process import free_port
-from tests.support.certs import make_ca, make_leaf
+from tests.support.certs import OPENSSL, make_ca, make_leaf
 
-ETCD = shutil.which("etcd")
+ETCD = shutil.which("etcd") if OPENSSL else None  # (its certificates need openssl)
 USER = "amqpq"  # amqpq's etcd user and role (readwrite on /amqpq/)
 PREFIX = b"/amqpq/"
 CLIENT_CN = "amqpq-test-node"  # not a user: a certificate alone authenticates as nobody
