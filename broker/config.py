@@ -22,12 +22,17 @@ class ManagementOptions:
         port: TCP port; None: 15672, or 0 (a free one) when the AMQP port is 0.
         definitions: a definitions JSON file imported at every start (None: none).
         host: listen address (rabbitmq.conf ``management.tcp.ip``; None: the AMQP ones).
+        certfile, keyfile: serve HTTPS with this certificate and key (PEM) instead of HTTP
+            (``--management-ssl-cert/-key``, rabbitmq.conf ``management.ssl.certfile/
+            keyfile``; None: plain HTTP).
     """
 
     enabled: bool = False
     port: int | None = None
     definitions: Path | None = None
     host: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ Source: https://www.rabbitmq.com/docs/management#http-api.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpq.management")
 
 DEFAULT_PORT = 15672
+DEFAULT_TLS_PORT = 15671  # RabbitMQ's management.ssl.port
 
 
 @web.middleware
@@ -101,13 +103,15 @@ def build_app(broker: Broker, amqp_host: str = "127.0.0.1", amqp_port: int = 567
 
 async def start_management(broker: Broker, host: str | Sequence[str],
                            port: int = DEFAULT_PORT, amqp_port: int | None = None,
-                           optional: Sequence[str] = ()) -> web.AppRunner:
+                           optional: Sequence[str] = (),
+                           ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
     """Serve the management API on ``port`` of every address in ``host`` in the running loop.
 
     Args:
         host: one address or several (the AMQP listener's); port 0 picks a free port on
             the first and binds the others to it.
         optional: addresses whose failure is logged and skipped (defaulted ::1).
+        ssl_context: serve HTTPS with it (None: HTTP).
 
     Raises:
         ListenError (an OSError): an address cannot be bound.
@@ -115,10 +119,11 @@ async def start_management(broker: Broker, host: str | Sequence[str],
     hosts = [host] if isinstance(host, str) else list(host)
     app = build_app(broker, hosts[0],
                     amqp_port if amqp_port is not None else broker.config.port)
-    runner = await serve_app(app, hosts, port, optional)
+    runner = await serve_app(app, hosts, port, optional, ssl_context)
     bound = runner_port(runner)
     app[STATE_KEY].http_port = bound
-    log.info("management API listening on %s port %d", ", ".join(hosts), bound)
+    log.info("management API listening on %s port %d (%s)", ", ".join(hosts), bound,
+             "https" if ssl_context is not None else "http")
     return runner
 
 

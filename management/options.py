@@ -3,12 +3,15 @@
 ``--management-port`` (default 15672, RabbitMQ's; when ``--port 0`` is given without it, 0
 too, so a broker started on free ports does not take RabbitMQ's), ``--no-management``, and
 ``--definitions FILE`` (a definitions document imported at every start, like RabbitMQ's
-``load_definitions``). The HTTP listener binds the AMQP host. An explicitly requested port
+``load_definitions``), ``--management-ssl-cert/-key`` (HTTPS instead of HTTP on the same
+listener, whose default port is then 15671, RabbitMQ's ``management.ssl.port``). The HTTP
+listener binds the AMQP host. An explicitly requested port
 that is taken stops the start (``OSError``); the default one being taken only logs an error,
 so that a broker still runs beside a RabbitMQ that holds 15672. The parsed options are
 ``BrokerConfig.management`` (:class:`~broker.config.ManagementOptions`).
 
 Source: https://www.rabbitmq.com/docs/management#configuration,
+https://www.rabbitmq.com/docs/management#single-listener-https,
 https://www.rabbitmq.com/docs/definitions#import-on-boot.
 """
 
@@ -17,13 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from broker.config import ManagementOptions
-from management.app import DEFAULT_PORT, start_management
+from management.app import DEFAULT_PORT, DEFAULT_TLS_PORT, start_management
 from management.serve import start_listener
 from vhosts.definitions import DefinitionsError, import_definitions
 
@@ -38,7 +42,8 @@ __all__ = ["ManagementOptions", "add_arguments", "from_args", "load_definitions"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--management-port``, ``--no-management``, ``--definitions`` to ``parser``."""
+    """Add ``--management-port``, ``--no-management``, ``--definitions``,
+    ``--management-ssl-cert/-key`` to ``parser``."""
     parser.add_argument("--management-port", type=int, default=None,
                         help=f"management HTTP API port (default {DEFAULT_PORT}; 0 with "
                         "--port 0)")
@@ -46,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not serve the management HTTP API")
     parser.add_argument("--definitions", default=None, metavar="FILE",
                         help="RabbitMQ definitions JSON file to import at start")
+    parser.add_argument("--management-ssl-cert", default=None, metavar="FILE",
+                        help=f"serve the management API over HTTPS with this certificate "
+                        f"(PEM; default port then {DEFAULT_TLS_PORT})")
+    parser.add_argument("--management-ssl-key", default=None, metavar="FILE",
+                        help="the key of --management-ssl-cert (PEM)")
 
 
 def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
@@ -58,7 +68,28 @@ def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
     definitions = Path(args.definitions) if args.definitions else None
     if definitions is not None and not definitions.is_file():
         parser.error(f"--definitions: no such file: {definitions}")
-    return ManagementOptions(not args.no_management, port, definitions)
+    cert, key = args.management_ssl_cert, args.management_ssl_key
+    if bool(cert) != bool(key):
+        parser.error("--management-ssl-cert and --management-ssl-key go together")
+    for option, path in (("--management-ssl-cert", cert), ("--management-ssl-key", key)):
+        if path and not Path(path).is_file():
+            parser.error(f"{option}: no such file: {path}")
+    return ManagementOptions(not args.no_management, port, definitions,
+                             certfile=cert, keyfile=key)
+
+
+def tls_context(opts: ManagementOptions) -> ssl.SSLContext | None:
+    """The HTTPS listener's context (TLS 1.2 or newer), None for plain HTTP.
+
+    Raises:
+        OSError / ssl.SSLError: the certificate or key cannot be read or do not match.
+    """
+    if opts.certfile is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(opts.certfile, opts.keyfile)
+    return ctx
 
 
 def load_definitions(broker: Broker, config: BrokerConfig) -> None:
@@ -89,7 +120,9 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
         return None
     hosts = (opts.host,) if opts.host else config.listen_hosts
     optional = () if opts.host else config.optional_hosts
+    ctx = tls_context(opts)
     return await start_listener(
         lambda port: start_management(broker, hosts, port, amqp_port=amqp_port,
-                                      optional=optional),
-        opts.port, config.port, DEFAULT_PORT, "management API", log)
+                                      optional=optional, ssl_context=ctx),
+        opts.port, config.port, DEFAULT_PORT if ctx is None else DEFAULT_TLS_PORT,
+        "management API", log)

@@ -8,6 +8,7 @@ Port 0 picks a free port on the first address and binds the others to it; addres
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
@@ -16,9 +17,10 @@ from broker.listeners import bind_all
 
 
 async def serve_app(app: web.Application, hosts: Sequence[str], port: int,
-                    optional: Sequence[str] = ()) -> web.AppRunner:
+                    optional: Sequence[str] = (),
+                    ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
     """Serve ``app`` on ``port`` of every address in ``hosts`` in the running loop; the port
-    bound is :func:`runner_port`.
+    bound is :func:`runner_port`; HTTPS when ``ssl_context`` is given.
 
     Raises:
         ListenError (an OSError): an address cannot be bound (nothing is left listening).
@@ -27,7 +29,7 @@ async def serve_app(app: web.Application, hosts: Sequence[str], port: int,
     await runner.setup()
 
     async def bind(one: str, port: int) -> int:
-        site = web.TCPSite(runner, one, port, reuse_address=True)
+        site = web.TCPSite(runner, one, port, reuse_address=True, ssl_context=ssl_context)
         await site.start()
         return runner_port(runner)
 

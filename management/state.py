@@ -45,6 +45,12 @@ class ManagementState:
     started_at: float = field(default_factory=time.time)
     rates: Rates = field(default_factory=Rates)
 
+    @property
+    def http_protocol(self) -> str:
+        """``https`` when the management listener serves TLS, else ``http`` (the listener's
+        protocol name in ``/api/overview`` and the health checks, as RabbitMQ names them)."""
+        return "https" if self.broker.config.management.certfile else "http"
+
 
 STATE_KEY: web.AppKey[ManagementState] = web.AppKey("amqpq_management", ManagementState)
 

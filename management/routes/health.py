@@ -87,7 +87,7 @@ def _failed(body: dict[str, Any]) -> web.Response:
 
 def _listeners(st: ManagementState) -> list[tuple[str, int]]:
     """(protocol, port) of every listener of this node: http, amqp, then amqp/ssl."""
-    found = [("http", st.http_port), ("amqp", st.amqp_port)]
+    found = [(st.http_protocol, st.http_port), ("amqp", st.amqp_port)]
     tls = st.broker.config.tls
     if tls.enabled:
         found.append(("amqp/ssl", tls.port))

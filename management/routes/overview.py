@@ -86,7 +86,7 @@ async def overview(request: web.Request) -> web.Response:
         "listeners": [
             {"node": st.node, "protocol": "amqp", "ip_address": st.amqp_host,
              "port": st.amqp_port, "socket_opts": {}},
-            {"node": st.node, "protocol": "http", "ip_address": st.amqp_host,
+            {"node": st.node, "protocol": st.http_protocol, "ip_address": st.amqp_host,
              "port": st.http_port, "socket_opts": {}}],
         "contexts": [{"node": st.node, "description": "amqpq management", "path": "/",
                       "port": str(st.http_port), "ssl_opts": []}],
