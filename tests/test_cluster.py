@@ -134,6 +134,10 @@ def test_cluster_status_lists_quorum_queues_with_leader_and_replicas(
     assert sorted(row[3].split(",")) == sorted(row[4].split(",")) == ["n1", "n2", "n3"]
     led = api(nodes[1], "/api/queues/%2F/status.qq")  # the leader knows each follower's lag
     assert set(led["replica_lag"]) == {"n1", "n3"}
+    for node in nodes:  # replica logs are private to the broker's user, as all its files
+        assert list((node.data_dir / "quorum").glob("*.log")), node.data_dir
+        for path in [node.data_dir, *node.data_dir.rglob("*")]:
+            assert not path.stat().st_mode & 0o077, f"{path} {path.stat().st_mode:o}"
 
 
 def test_members_are_added_and_removed_and_the_messages_follow(
