@@ -12,8 +12,9 @@ rabbit.schema``, takes them). The result, :class:`ConfFile`, has
   option the user gives overrides the file and one left out does not;
 * ``hosts``: the listeners' addresses (``--host`` overrides them);
 * ``settings``: the rest (no command-line option), applied by :meth:`ConfFile.apply`;
-* ``warnings``: keys RabbitMQ knows that change nothing in a one-node amqpq (clustering,
-  acceptor counts, statistics intervals...; :data:`IGNORED`) or are log layout details
+* ``warnings``: keys RabbitMQ knows that change nothing in amqpq (RabbitMQ's own clustering
+  and peer discovery: amqpq clusters through ``--cluster-etcd``; acceptor counts,
+  statistics intervals...; :data:`IGNORED`) or are log layout details
   (:data:`IGNORED_LOG`), logged at start.
 
 A key RabbitMQ knows that amqpq does not implement, where ignoring it would change what a

@@ -10,7 +10,7 @@ type's routing table and forwards every binding and routing call to it, so a del
 Holding a message until it is due is not done here: the vhost's publish pipeline sees the
 exchange's ``delayed`` attribute (:mod:`vhosts.delayed`), reads the message's ``x-delay``
 header with :func:`delay_ms` and, for a delay > 0, hands the message to the exchange's
-delayed store (:mod:`queue_store.delayed_store`). When it falls due the message is published
+delayed store (:mod:`vhosts.delayed`, on disk in :mod:`queue_store.delayed_log`). When it falls due the message is published
 to the same exchange again with ``x-delay`` set to minus the delay (as the plugin does, so it
 is not delayed twice and a consumer can tell it was delayed); this router then routes it
 through the bindings as they are at that time.

@@ -11,8 +11,8 @@ reached ``max_segment_bytes`` is closed and a new one started. Chunk layout::
     u8 'C' | u8 version | u32 epoch | u64 first offset | u32 count | u64 timestamp ms
     | u32 data length | u32 crc of the data | data = count x (u32 length | record)
 
-The **epoch** is Kafka's leader epoch (0 for a single node; replication uses it to cut a
-follower's divergent tail). **Index**: per segment, the first offset, file position and
+The **epoch** is Kafka's leader epoch (always 0: streams are not replicated yet; a
+replicated stream would use it to cut a follower's divergent tail). **Index**: per segment, the first offset, file position and
 timestamp of each chunk, in RAM (24 bytes a chunk), rebuilt at start from the chunk headers
 (one read per chunk, no record read); lookups by offset or timestamp are binary searches.
 **Retention** removes whole segments, oldest first, never the current one: while the log is
@@ -23,8 +23,8 @@ the CRC of the last chunk of the last segment and cuts a torn or damaged tail (a
 only tear the end); earlier chunks are trusted until read (a read that fails its CRC is
 logged and the chunk skipped).
 
-:meth:`truncate` drops every record at or after an offset (torn tails; later, a follower's
-divergence). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
+:meth:`truncate` drops every record at or after an offset (torn tails; nothing calls it
+for replication yet). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
 RabbitMQ streams (https://www.rabbitmq.com/docs/streams).
 """
 

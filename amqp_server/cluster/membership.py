@@ -1,14 +1,15 @@
 """Cluster membership in etcd (``amqpq-server --node-name N --cluster-etcd URL``).
 
-First step of clustering ([5/8]): nodes find each other. Each node writes
+How nodes find each other. Each node writes
 ``/amqpq/<cluster>/nodes/<node name>`` (its AMQP and cluster ports, pid, start time; JSON)
 under an etcd *lease* of :data:`LEASE_TTL` seconds that it refreshes every second, and
 ``/amqpq/<cluster>/members/<node name>`` with no lease: the cluster's members. A node that
 dies (kill -9, partition, SIGSTOP) stops refreshing, etcd drops its ``nodes`` key when the
 lease expires, and every node sees it gone at its next read (once a second); it stays a
 member, listed ``running: false`` (as RabbitMQ lists a stopped cluster member), until
-``forget_cluster_node`` removes it. A stopped node that resumes registers again. Leadership and membership
-are etcd's (no consensus here); metadata and replication are the next steps.
+``forget_cluster_node`` removes it. A stopped node that resumes registers again. Leadership and
+membership are etcd's (no consensus here); the metadata log is :mod:`amqp_server.cluster.metadata`,
+replication :mod:`amqp_server.cluster.quorum`.
 
 The client is ``aetcd`` (asyncio, etcd's gRPC API), opened by
 :mod:`amqp_server.cluster.etcd_client` (TLS, etcd's user/password auth). Without

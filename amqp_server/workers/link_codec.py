@@ -1,7 +1,8 @@
 """The inter-worker link's wire format (sans-IO): records in, bytes out, and back.
 
-A link carries records between two worker processes of one broker (Unix sockets here; TCP
-between nodes later). Every record is ``length:u32 kind:u8 body`` (big-endian; ``length``
+A link carries records between two worker processes of one broker (Unix sockets,
+:mod:`amqp_server.workers.links`) or two cluster nodes (TCP, optionally TLS,
+:mod:`amqp_server.cluster.node_links`). Every record is ``length:u32 kind:u8 body`` (big-endian; ``length``
 counts ``kind`` and ``body``). A sender appends records to an :class:`Outbox` during one
 event-loop turn and writes ``Outbox.take()`` once (one syscall per turn and peer, however
 many messages); a receiver feeds whatever bytes arrived to a :class:`RecordReader` and gets
