@@ -35,14 +35,32 @@ class Timers:
         wakeup: called with the new earliest deadline (seconds on ``clock``) when one is
             added that is earlier than all others (the asyncio edge arms ``loop.call_at``
             with it); None: nobody is woken, the owner calls :meth:`run_due` itself.
+        wall: wall-clock time source in seconds since the epoch, read once here: wall
+            time is ``clock`` plus the offset between them at construction (Erlang's
+            default ``no_time_warp`` mode does the same), so a fake ``clock`` moves the
+            wall clock too; what outlives the process (persisted message expiry, stream
+            timestamps, delayed-message due times, x-death times) is in wall-clock ms.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 wakeup: Callable[[float], None] | None = None) -> None:
+                 wakeup: Callable[[float], None] | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.wakeup = wakeup
+        #: wall-clock seconds minus ``clock`` seconds (fixed at construction)
+        self.wall_offset = wall() - clock()
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._counter = itertools.count()
+
+    def wall_ms(self, at: float | None = None) -> int:
+        """Wall-clock ms since the epoch (int) of the instant ``at`` (seconds on ``clock``;
+        None: now)."""
+        return int(((self.clock() if at is None else at) + self.wall_offset) * 1000)
+
+    def from_wall_ms(self, ms: float) -> float:
+        """The instant (seconds on ``clock``) of wall-clock ``ms`` since the epoch: the
+        inverse of :meth:`wall_ms`."""
+        return ms / 1000.0 - self.wall_offset
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
         """Run ``callback`` after ``delay`` seconds (at the next :meth:`run_due` past it)."""

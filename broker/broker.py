@@ -53,7 +53,7 @@ class Broker:
                  env: BrokerEnvironment | None = None) -> None:
         self.config = config or BrokerConfig()
         self.env = env or BrokerEnvironment()
-        self.timers = Timers(self.env.clock, self.env.wakeup)
+        self.timers = Timers(self.env.clock, self.env.wakeup, self.env.wall)
         self.durability = Durability(self.env.run_blocking)
         self.durability.on_synced = self.flush_confirms
         self.storage_enabled = self.env.storage

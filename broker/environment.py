@@ -46,6 +46,10 @@ class BrokerEnvironment:
         clock: monotonic time in seconds; every deadline of the broker's
             :class:`~amqp_common.timers.Timers` (queue TTL, ``x-expires``, consumer timeout)
             is on it.
+        wall: wall-clock seconds since the epoch, read once when the broker is built to
+            place ``clock`` on the wall (``Timers.wall_ms``: persisted message expiry,
+            stream timestamps, delayed-message due times, x-death times follow ``clock``
+            from then on); tests pass their fake clock here too.
         wakeup: called with a new earliest timer deadline (seconds on ``clock``) so the edge
             can arm one loop timer for it and call ``broker.timers.run_due()``; None: nobody
             is woken (tests call ``run_due`` themselves).
@@ -58,6 +62,7 @@ class BrokerEnvironment:
     """
 
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     wakeup: Callable[[float], None] | None = None
     run_blocking: SyncRunner = run_inline
     storage: bool = False

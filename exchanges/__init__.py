@@ -6,7 +6,7 @@ Source: AMQP 0-9-1 spec 3.1.3 (the four standard exchange types) and RabbitMQ's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from amqp_common.errors import CommandInvalid
@@ -35,11 +35,12 @@ EXCHANGE_TYPES: dict[str, type] = {
 _TAKES_ARGUMENTS = (ConsistentHashExchange, DeduplicationExchange)
 
 
-def make_exchange_type(type_name: str,
-                       arguments: Mapping[str, Any] | None = None) -> ExchangeType:
+def make_exchange_type(type_name: str, arguments: Mapping[str, Any] | None = None,
+                       clock: Callable[[], float] | None = None) -> ExchangeType:
     """A fresh, empty routing table for ``type_name`` (configured by the exchange's
     ``arguments`` where the type takes some: ``x-consistent-hash``'s ``hash-header``,
-    ``x-message-deduplication``'s ``x-cache-size``).
+    ``x-message-deduplication``'s ``x-cache-size``). ``clock``: monotonic seconds, the
+    broker's, for ``x-message-deduplication``'s cache TTLs (None: ``time.monotonic``).
 
     Raises:
         CommandInvalid (503): ``"unknown exchange type 'foo'"`` for any other name, as
@@ -52,6 +53,8 @@ def make_exchange_type(type_name: str,
         raise CommandInvalid(f"unknown exchange type '{type_name}'")
     if cls is DelayedMessageExchange:  # wraps the x-delayed-type table
         return DelayedMessageExchange(arguments, make_exchange_type)  # type: ignore[return-value]
+    if cls is DeduplicationExchange and clock is not None:
+        return DeduplicationExchange(arguments, clock)
     instance: ExchangeType = cls(arguments) if cls in _TAKES_ARGUMENTS else cls()
     return instance
 

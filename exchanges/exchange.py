@@ -6,6 +6,7 @@ https://www.rabbitmq.com/docs/exchanges.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from amqp_common.errors import AccessRefused, rs
@@ -20,6 +21,8 @@ class Exchange:
         name, type_name: exchange name and type (``direct``, ``fanout``, ``topic``,
             ``headers``, ``x-consistent-hash``).
         durable, auto_delete, internal, arguments: Exchange.Declare fields.
+        clock: the broker's monotonic clock (seconds) for ``x-message-deduplication``'s
+            cache TTLs; None: ``time.monotonic``.
 
     Raises:
         CommandInvalid (503): unknown exchange type.
@@ -34,6 +37,7 @@ class Exchange:
         auto_delete: bool = False,
         internal: bool = False,
         arguments: dict[str, Any] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
         self.type_name = type_name
@@ -41,7 +45,7 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or {}
-        self.router = make_exchange_type(type_name, self.arguments)
+        self.router = make_exchange_type(type_name, self.arguments, clock)
         self.bindings: dict[Any, Binding] = {}
         self.published = 0  # messages published to this exchange (stats)
         self.unroutable = 0  # of which reached no queue (publish_out = the rest)

@@ -45,7 +45,7 @@ def _routing_keys(message: Message) -> list[str]:
 
 def dead_letter_message(
     message: Message, reason: str, queue: str, dlx: str, dlrk: str | None,
-    now: datetime.datetime | None = None,
+    now: datetime.datetime | int | None = None,
 ) -> tuple[Message, list[str]]:
     """The copy of ``message`` to publish to exchange ``dlx`` and the routing keys to route it
     with (``[dlrk]`` when set, else the original routing key and CC headers).
@@ -56,9 +56,13 @@ def dead_letter_message(
     Args:
         reason: ``"rejected"``, ``"expired"`` or ``"maxlen"``.
         queue: the name of the queue the message died in.
+        now: the death's ``time``: a datetime, or wall-clock ms since the epoch (the
+            vhost's timers); None: the machine's clock now. Whole seconds, UTC.
     """
     fields = split_properties(message.properties_raw)
     headers = message.headers or {}
+    if isinstance(now, int):
+        now = datetime.datetime.fromtimestamp(now // 1000, datetime.UTC)
     now = now or datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     keys = [dlrk] if dlrk is not None else _routing_keys(message)
     deaths = [dict(d) for d in headers.get("x-death") or [] if isinstance(d, dict)]

@@ -33,7 +33,6 @@ https://www.rabbitmq.com/docs/queues, /docs/ttl, /docs/maxlength, /docs/consumer
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
@@ -219,7 +218,8 @@ class Queue:
         if index is not None and (message.persistent or self.quorum):  # quorum: every one
             storage = self.storage
             qm.indexed = True
-            expiry_wall = int(time.time() * 1000 + ttl) if ttl is not None else 0
+            expiry_wall = (self.vhost.timers.wall_ms(expires_at)  # type: ignore[union-attr]
+                           if expires_at is not None else 0)
             if len(message.body) < storage.embed_below:  # type: ignore[union-attr]
                 index.publish_embedded(qm.seq, encode_payload(message), expiry_wall, priority)
             else:
@@ -547,7 +547,7 @@ class Queue:
                 return None
         expires_at = None
         if e.expiry_ms:
-            expires_at = self._now() + (e.expiry_ms - time.time() * 1000) / 1000.0
+            expires_at = self.vhost.timers.from_wall_ms(e.expiry_ms)  # type: ignore[union-attr]
         qm = QueuedMessage(e.seq, message, e.delivered, expires_at,  # type: ignore[arg-type]
                            e.priority)
         qm.msg_id = e.msg_id

@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +112,11 @@ def check_stream_consume(queue: Queue, no_ack: bool, prefetch: int, global_prefe
     _filters(arguments, what)
 
 
-def _start_offset(spec: Any, log: StreamLog | None, what: str) -> int:
-    """The offset ``x-stream-offset`` names (``log`` None: only check it)."""
+def _start_offset(spec: Any, log: StreamLog | None, what: str, now_ms: int = 0) -> int:
+    """The offset ``x-stream-offset`` names (``log`` None: only check it; ``now_ms``: wall
+    clock ms, the reference of an interval such as ``"1h"``)."""
     if isinstance(spec, bytes):
         spec = spec.decode("utf-8", "replace")
-    now_ms = int(time.time() * 1000)
     if isinstance(spec, bool):
         raise PreconditionFailed(f"invalid x-stream-offset {spec!r} for {what}")
     if isinstance(spec, int):
@@ -163,6 +163,10 @@ def _record(message: Message) -> bytes:
     return len(fv).to_bytes(2, "big") + fv + encode_payload(message)
 
 
+def _machine_wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class StreamQueue(Queue):
     """A stream queue (see the module docstring); takes :class:`~queue_store.queue.Queue`'s
     arguments. Its log lives under the vhost's ``streams/`` folder (a temporary folder
@@ -184,12 +188,15 @@ class StreamQueue(Queue):
         self._readers: dict[Consumer, _Reader] = {}
         self._tail: deque[tuple[int, int, bytes]] = deque(maxlen=TAIL_CACHE)
         self._more_pending = False  # a zero-delay dispatch is scheduled
+        #: wall-clock ms now: the vhost's timers (a queue outside any vhost: the machine's)
+        self._wall_ms: Callable[[], int] = (
+            self.vhost.timers.wall_ms if self.vhost is not None else _machine_wall_ms)
 
     # ---- publishing ----------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:
         """Append ``message``; confirmed after the fsync (``ACCEPTED_UNSYNCED``)."""
-        now_ms = int(time.time() * 1000)
+        now_ms = self._wall_ms()
         record = _record(message)
         offset = self.log.append(record, now_ms)
         self._tail.append((offset, now_ms, record))
@@ -208,7 +215,8 @@ class StreamQueue(Queue):
         what = rs("queue", self.name, self.vhost_name)
         args = consumer.arguments
         self._readers[consumer] = _Reader(
-            _start_offset(args.get("x-stream-offset", "next"), self.log, what),
+            _start_offset(args.get("x-stream-offset", "next"), self.log, what,
+                          self._wall_ms()),
             _filters(args, what), bool(args.get("x-stream-match-unfiltered", False)),
             bool(args.get("x-stream-timestamp-header", False)))
         self._consumer_order.append(consumer)
@@ -373,7 +381,7 @@ class StreamQueue(Queue):
         s = self.settings
         age = parse_max_age(s.max_age) if s.max_age else None
         if s.max_length_bytes is not None or age is not None:
-            self.log.apply_retention(s.max_length_bytes, age, int(time.time() * 1000))
+            self.log.apply_retention(s.max_length_bytes, age, self._wall_ms())
         if self._readers:
             self.dispatch()
 

@@ -8,9 +8,10 @@ Source: https://github.com/noxdafox/rabbitmq-message-deduplication (README,
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
+
+from conftest import FakeClock
 
 from amqp_common.timers import Timers
 from exchanges.binding import Destination
@@ -23,10 +24,13 @@ from vhosts.dedup_persistence import recover_dedup
 from vhosts.vhost import VirtualHost
 
 
-def start(path: Path, **arguments: Any) -> tuple[VirtualHost, Durability]:
-    """A vhost on ``path`` with exchange ``dd`` (fanout to queue ``q``), as after a restart."""
+def start(path: Path, clock: FakeClock | None = None,
+          **arguments: Any) -> tuple[VirtualHost, Durability]:
+    """A vhost on ``path`` with exchange ``dd`` (fanout to queue ``q``), as after a restart
+    (``clock``: its monotonic and wall clock; None: the machine's)."""
     durability = Durability()
-    vh = VirtualHost("/", Timers(), VhostStorage(path, durability))
+    timers = Timers() if clock is None else Timers(clock, wall=clock)
+    vh = VirtualHost("/", timers, VhostStorage(path, durability))
     vh.declare_exchange("dd", "x-message-deduplication", durable=True,
                         arguments={"x-cache-size": 100, **arguments})
     vh.declare_queue("q", durable=True)
@@ -41,13 +45,14 @@ def send(vh: VirtualHost, key: Any, **headers: Any) -> int:
 
 
 def test_disk_cache_survives_a_restart_with_its_ttls(tmp_path: Path) -> None:
-    vh, durability = start(tmp_path, **{"x-cache-persistence": "disk"})
+    clock = FakeClock(1.7e9)
+    vh, durability = start(tmp_path, clock, **{"x-cache-persistence": "disk"})
     for key in ("a", "b", 7, 2.5):
         assert send(vh, key) == ROUTED
     assert send(vh, "short", **{"x-cache-ttl": 1}) == ROUTED  # expires before the restart
     durability.flush_writes()  # what a kill -9 leaves
-    time.sleep(0.01)
-    vh2, _ = start(tmp_path, **{"x-cache-persistence": "disk"})
+    clock.advance(0.01)
+    vh2, _ = start(tmp_path, clock, **{"x-cache-persistence": "disk"})
     assert [send(vh2, k) for k in ("a", "b", 7, 2.5)] == [DUPLICATE] * 4
     assert send(vh2, "short") == ROUTED and send(vh2, "new") == ROUTED
 

@@ -19,7 +19,6 @@ journal.
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 from exchanges.deduplication import DeduplicationExchange
@@ -31,10 +30,6 @@ if TYPE_CHECKING:
     from vhosts.vhost import VirtualHost
 
 DEDUP_DIR = "dedup"
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def attach(vhost: VirtualHost, exchange: Exchange) -> None:
@@ -49,20 +44,22 @@ def attach(vhost: VirtualHost, exchange: Exchange) -> None:
                          router.cache.size or 1)
     durability = storage.durability
     cache = router.cache
+    timers = vhost.timers
 
     def record(key: Any, ttl_ms: int | None) -> None:
-        journal.record(key, 0 if ttl_ms is None else _wall_ms() + ttl_ms)
+        journal.record(key, 0 if ttl_ms is None else timers.wall_ms() + ttl_ms)
         durability.index_dirty(journal)  # type: ignore[arg-type]
         if journal.needs_rewrite and not durability.syncing:
-            journal.rewrite(_live(cache))
+            journal.rewrite(_live(cache, timers.wall_ms()))
 
     router.on_record = record
     exchange.dedup_journal = journal
 
 
-def _live(cache: Any) -> list[tuple[Any, int]]:
-    """The cache's live entries as (key, wall-clock deadline ms or 0)."""
-    now, wall = cache.clock(), _wall_ms()
+def _live(cache: Any, wall: int) -> list[tuple[Any, int]]:
+    """The cache's live entries as (key, wall-clock deadline ms or 0); ``wall``: wall-clock
+    ms now (the vhost's timers)."""
+    now = cache.clock()
     out = []
     for key, deadline in cache.items():
         if deadline is None:
@@ -80,7 +77,7 @@ def recover_dedup(vhost: VirtualHost) -> int:
         return 0
     found = 0
     keep: set[str] = set()
-    now = _wall_ms()
+    now = vhost.timers.wall_ms()
     for x in vhost.exchanges.values():
         journal = getattr(x, "dedup_journal", None)
         if journal is None:
@@ -91,7 +88,7 @@ def recover_dedup(vhost: VirtualHost) -> int:
         for key, deadline in entries:
             cache.insert(key, None if deadline == 0 else max(1, deadline - now))
         found += len(entries)
-        journal.rewrite(_live(cache))
+        journal.rewrite(_live(cache, now))
     folder = storage.directory / DEDUP_DIR
     if folder.is_dir():
         for child in folder.iterdir():

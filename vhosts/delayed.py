@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -80,9 +79,8 @@ class DelayedMessages:
     def __init__(self, vhost: VirtualHost, exchange: Exchange) -> None:
         self.vhost = vhost
         self.exchange = exchange
-        clock = vhost.timers.clock
-        offset = time.time() - clock()  # wall time follows the broker's (maybe fake) clock
-        self.wall_ms: Callable[[], int] = lambda: int((clock() + offset) * 1000)
+        #: wall-clock ms now, on the broker's (maybe fake) clock
+        self.wall_ms: Callable[[], int] = vhost.timers.wall_ms
         storage = vhost.storage
         self.log: DelayedLog | MemoryLog
         if storage is None:

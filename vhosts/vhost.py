@@ -145,7 +145,8 @@ class VirtualHost:
         x = self.exchanges.get(name)
         if x is None:
             check_name("exchange", name)
-            x = Exchange(name, type_name, durable, auto_delete, internal, arguments)
+            x = Exchange(name, type_name, durable, auto_delete, internal, arguments,
+                         self.timers.clock)
             self.exchanges[name] = x
             attach_delayed(self, x)  # x-delayed-message: its held messages
             dedup_persistence.attach(self, x)  # x-cache-persistence: disk
@@ -342,7 +343,7 @@ class VirtualHost:
                         rs("exchange", dlx, self.name))
             return
         out, keys = dead_letter_message(message, reason, queue.name, dlx,
-                                        s.dead_letter_routing_key)
+                                        s.dead_letter_routing_key, self.timers.wall_ms())
         self.publish(x, out, keys, accept=lambda q: not is_cycle(out, q.name))
 
     # ---- policies ------------------------------------------------------------------------
