@@ -54,7 +54,7 @@ from broker.message_stats import ChannelCounters
 from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, Settlement
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
 from queue_store.sender_selected import without_bcc
@@ -91,6 +91,8 @@ class Channel:
         self._tx_unsynced = False
         self._tx_waits: list[tuple[int, int]] = []  # publishes awaiting other workers
         self._workers = connection.broker.workers  # None with one worker
+        # this channel's publishes, for queues that answer later (other workers, replicated)
+        self._publish_context = None if self._workers is None else PublishContext(connection)
         # (first delivery tag, time) samples for the consumer timeout
         self._tag_marks: deque[tuple[int, float]] = deque([(1, connection.clock())])
         self._perm_version = -1
@@ -236,19 +238,15 @@ class Channel:
             self._publish_reply(msg, mandatory)
             return
         self.counters.publish += 1
-        workers = self._workers
-        waits = None
-        if workers is not None:
-            workers.publisher = self.connection  # held back if a link it fills is full
-        if workers is not None and (self.confirms is not None or self.tx is not None):
-            workers.want_results = True  # queues on other workers: answer this publish
-            try:
-                result = self.vhost.publish(x, msg, mandatory=mandatory)
-            finally:
-                workers.want_results = False
-            waits, workers.published = workers.published, []
-        else:
+        context = self._publish_context  # None with one process: nothing would read it
+        if context is None:
             result = self.vhost.publish(x, msg, mandatory=mandatory)
+            waits = None
+        else:  # queues on other workers answer it in confirm or tx mode (want_results)
+            result = self.vhost.publish(x, msg, mandatory=mandatory, context=context)
+            waits = context.waits  # (home, pub_id) of each answer (REMOTE in result)
+            if waits:
+                context.waits = []
         if not result:
             if mandatory:
                 self.counters.returned += 1
@@ -654,6 +652,7 @@ class Channel:
             raise PreconditionFailed("cannot switch from tx to confirm mode")
         if self.confirms is None:
             self.confirms = Confirms()
+            self._want_results()
         if not m.nowait:
             self.send(commands.Confirm.SelectOk())
 
@@ -662,7 +661,13 @@ class Channel:
             raise PreconditionFailed("cannot switch from confirm to tx mode")
         if self.tx is None:
             self.tx = []
+            self._want_results()
         self.send(commands.Tx.SelectOk())
+
+    def _want_results(self) -> None:
+        """Confirm or tx mode (for good): queues on other workers answer every publish."""
+        if self._publish_context is not None:
+            self._publish_context.want_results = True
 
     def _tx_commit(self, m: Any) -> None:
         if self.tx is None:

@@ -42,6 +42,31 @@ ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC
 
 
+class PublishContext:
+    """What one publish waits for beyond its :class:`PublishResult` bits, and who made it:
+    passed explicitly to :meth:`vhosts.vhost.VirtualHost.publish` (and on to
+    :meth:`queue_store.queue.Queue.publish_for`) only when something reads it (a broker with
+    worker processes or a cluster); None everywhere else, so a one-process publish pays for
+    nothing. A channel keeps one and reuses it; a dead letter made during that publish is
+    its own publish (no context): it never joins the publisher's confirm or flow.
+
+    Attributes:
+        publisher: the connection to stop reading when a link this publish filled is full
+            (RabbitMQ's credit_flow); None: nobody to hold back.
+        want_results: the publisher waits for an answer (confirms, a transaction): queues
+            on other workers and replicated queues answer it, and say so in ``waits``.
+        waits: ``(worker, pub_id)`` of each answer to wait for (REMOTE in the result); the
+            caller takes the list after the publish.
+    """
+
+    __slots__ = ("publisher", "want_results", "waits")
+
+    def __init__(self, publisher: object = None, want_results: bool = False) -> None:
+        self.publisher = publisher
+        self.want_results = want_results
+        self.waits: list[tuple[int, int]] = []
+
+
 class Settlement(IntEnum):
     """How an outstanding delivery ends (:meth:`queue_store.queue.Queue.settle`)."""
 

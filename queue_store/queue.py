@@ -46,7 +46,13 @@ from queue_store.counters import QueueCounters
 from queue_store.journal_recovery import JournalRun
 from queue_store.message import FLAG_EXPIRATION, Message
 from queue_store.msg_store import MessageStore, decode_payload, encode_payload
-from queue_store.outcomes import ACCEPTED, ACCEPTED_UNSYNCED, REJECTED, Settlement
+from queue_store.outcomes import (
+    ACCEPTED,
+    ACCEPTED_UNSYNCED,
+    REJECTED,
+    PublishContext,
+    Settlement,
+)
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import IndexEntry, QueueIndex
 from queue_store.storage import VhostStorage
@@ -235,6 +241,12 @@ class Queue:
         if s.limited:
             self._enforce_limits()
         return result
+
+    def publish_for(self, message: Message, context: PublishContext) -> int:
+        """:meth:`publish` for a publisher described by ``context`` (see
+        :class:`~queue_store.outcomes.PublishContext`); only queues that answer later (on
+        another worker, replicated) read it."""
+        return self.publish(message)
 
     def _forget(self, qm: QueuedMessage) -> None:
         """``qm`` left the queue for good (acked, dropped, expired, purged): release its

@@ -31,7 +31,7 @@ from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
 from queue_store.grouped_queue import queue_class
 from queue_store.message import Message
-from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE
+from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE, PublishContext
 from queue_store.queue import Queue
 from queue_store.queue_args import (
     QueueSettings,
@@ -492,7 +492,8 @@ class VirtualHost:
 
     def publish(self, exchange: Exchange | None, message: Message,
                 routing_keys: list[str] | None = None,
-                accept: Callable[[Queue], bool] | None = None, mandatory: bool = False) -> int:
+                accept: Callable[[Queue], bool] | None = None, mandatory: bool = False,
+                context: PublishContext | None = None) -> int:
         """Route ``message`` and enqueue it: the one entry point of every producer (AMQP
         Basic.Publish, the HTTP API's publish, dead lettering).
 
@@ -505,12 +506,16 @@ class VirtualHost:
             accept: a filter on the queues reached (dead lettering's cycle check).
             mandatory: Basic.Publish's flag; read only by an ``x-delayed-message`` exchange,
                 which then returns a message it cannot route now instead of holding it.
+            context: this publish's publisher and the answers it waits for (filled in:
+                ``context.waits``), given only with worker processes or a cluster; a dead
+                letter made meanwhile is a publish of its own, outside it.
 
         Returns:
             :class:`~queue_store.outcomes.PublishResult` bits as a plain int: ``ROUTED``
             when a queue was reached, ``REJECTED`` when one refused it (reject-publish),
-            ``NEEDS_SYNC`` when one wrote it to disk; ``DUPLICATE`` alone when a
-            deduplication exchange dropped it; 0 when unroutable.
+            ``NEEDS_SYNC`` when one wrote it to disk, ``REMOTE`` when an answer is awaited
+            (its key in ``context.waits``); ``DUPLICATE`` alone when a deduplication
+            exchange dropped it; 0 when unroutable.
         """
         try:  # zero cost unless an x-message-deduplication exchange drops a duplicate
             if routing_keys is None:
@@ -543,8 +548,12 @@ class VirtualHost:
                 exchange.unroutable += 1
             return UNROUTABLE
         result = ROUTED
-        for q in queues:
-            result |= q.publish(message)
+        if context is None:
+            for q in queues:
+                result |= q.publish(message)
+        else:
+            for q in queues:
+                result |= q.publish_for(message, context)
         return result
 
     def _route_keys(self, exchange: Exchange | None, keys: list[str], message: Message,

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from queue_store.message import Message
-from queue_store.outcomes import REJECTED, REMOTE, ROUTED
+from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext
 from queue_store.queue import Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -45,15 +45,20 @@ class ReplicatedQueue(Queue):
         return f"<ReplicatedQueue {self.name!r} vhost={self.vhost_name!r} epoch={self.group.epoch}>"
 
     def publish(self, message: Message) -> int:
+        """:meth:`publish_for` a publisher that waits for no answer."""
+        return self.publish_for(message, None)
+
+    def publish_for(self, message: Message, context: PublishContext | None) -> int:
         """Append to the replica log; the message enters the queue once committed.
 
-        Returns ROUTED|REMOTE when the publisher waits for a confirm (the group answers it
-        then), ROUTED otherwise; REJECTED when this node no longer leads the queue."""
+        Returns ROUTED|REMOTE when the publisher waits for a confirm (``context``'s
+        ``want_results``: the group answers the key it adds to ``context.waits`` then),
+        ROUTED otherwise; REJECTED when this node no longer leads the queue."""
         group = self.group
         if not group.leading:
             return REJECTED
         offset, lsn = group.log.enq(message.ex_rk_raw, message.properties_raw, message.body)
-        key = group.runtime.local_pending()
+        key = group.runtime.local_pending(context)
         self.pending.append((lsn, offset, message, key))
         group.changed()
         return ROUTED | REMOTE if key is not None else ROUTED

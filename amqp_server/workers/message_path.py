@@ -2,7 +2,8 @@
 home is another worker, on both sides.
 
 Publishing side: :meth:`MessagePath.forward_publish` (a PUBLISH record; an answer is asked
-for when the publisher is in confirm or transaction mode) and the answers
+for when the publish's :class:`~queue_store.outcomes.PublishContext` wants one: confirm or
+transaction mode) and the answers
 (:meth:`after_results`). Home side: PUBLISH records are published to the queue and answered
 after the fsync when the message was written to disk.
 
@@ -44,7 +45,7 @@ from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import CREDIT_WINDOW, LinkConsumerChannel, RemoteQueue
 from queue_store.consumer import Consumer
 from queue_store.message import Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, ROUTED, Settlement
+from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, ROUTED, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ class MessagePath:
 
     broker: Broker
     links: Links
-    want_results: bool
-    published: list[tuple[int, int]]
     _waits: dict[tuple[int, int], Join]
     _pub: Any
     _cids: Any
@@ -104,7 +103,6 @@ class MessagePath:
     _credit_due: dict[tuple[int, int], int]
     _auto_acks: dict[int, list[int]]
     _pending_cids: set[int]
-    publisher: Any
     _flowed: set[Any]
     _calls: dict[int, tuple[Channel, Callable[[Any], None], int]]
     _call_deadlines: deque[tuple[float, int]]
@@ -121,22 +119,26 @@ class MessagePath:
 
     # ---- publish -------------------------------------------------------------------------
 
-    def forward_publish(self, q: RemoteQueue, message: Message) -> int:
+    def forward_publish(self, q: RemoteQueue, message: Message,
+                        context: PublishContext | None) -> int:
         """Send ``message`` to ``q``'s home; PublishResult bits (REMOTE when an answer will
-        come for a confirm or a transaction, REJECTED when the home is down)."""
+        come for a confirm or a transaction: ``context.want_results``, its key added to
+        ``context.waits``; REJECTED when the home is down). ``context.publisher`` is not
+        read from while the link is full; None (a dead letter, the HTTP API): nobody is."""
         out = self.links.out.get(q.home)
         if out is None:
             return REJECTED
         pub_id = next(self._pub) & 0xFFFFFFFF
-        want = self.want_results
+        want = context is not None and context.want_results
         out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
                            message.body)
         out.schedule()
-        if out.paused and self.publisher is not None:  # the home is behind: stop reading
-            self.publisher.set_flow(True)  # this publisher (RabbitMQ's credit_flow)
-            self._flowed.add(self.publisher)
+        if out.paused and context is not None and context.publisher is not None:
+            publisher = context.publisher  # the home is behind: stop reading this publisher
+            publisher.set_flow(True)  # (RabbitMQ's credit_flow)
+            self._flowed.add(publisher)
         if want:
-            self.published.append((q.home, pub_id))
+            context.waits.append((q.home, pub_id))  # type: ignore[union-attr]
             return ROUTED | REMOTE
         return ROUTED
 
@@ -164,12 +166,9 @@ class MessagePath:
         if q is None:
             return
         if q.quorum and self.quorum is not None:  # replicated: answered once committed
-            self.want_results = want  # (only its own key: nothing else routes from here)
-            try:
-                result = q.publish(message_from(exrk, props, data))
-            finally:
-                self.want_results = False
-            waits, self.published = self.published, []
+            context = PublishContext(None, want)
+            result = q.publish_for(message_from(exrk, props, data), context)
+            waits = context.waits
             if want and waits:
                 self.after_results(waits, lambda: self._result(peer, pub_id, ROUTED),
                                    lambda: self._result(peer, pub_id, REJECTED))

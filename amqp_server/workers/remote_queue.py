@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.link_codec import queue_key
 from queue_store.consumer import Consumer
-from queue_store.outcomes import Settlement
+from queue_store.outcomes import PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ class RemoteQueue(Queue):
         return f"<RemoteQueue {self.name!r} vhost={self.vhost_name!r} home={self.home}>"
 
     def publish(self, message: Any) -> int:
-        return self.runtime.forward_publish(self, message)
+        return self.runtime.forward_publish(self, message, None)
+
+    def publish_for(self, message: Any, context: PublishContext) -> int:
+        return self.runtime.forward_publish(self, message, context)
 
     def add_consumer(self, consumer: Consumer) -> None:
         """Local bookkeeping once the home took the consumer (:meth:`consume_at_home`)."""

@@ -67,7 +67,7 @@ from amqp_server.workers.worker_stats import WorkerStats
 from broker.access_sync import access_document, apply_access
 from queue_store.consumer import Consumer
 from queue_store.grouped_queue import queue_class
-from queue_store.outcomes import REJECTED, ROUTED, Settlement
+from queue_store.outcomes import REJECTED, ROUTED, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import queue_type_of
 
@@ -132,8 +132,6 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self.up: set[int] = set()  # workers with an open link
         # consumer side (this worker's clients, queues elsewhere)
         self._pub = itertools.count(1)
-        self.want_results = False  # set by a confirm/tx channel around its publish
-        self.published: list[tuple[int, int]] = []  # (home, pub_id) of that publish
         self._waits: dict[tuple[int, int], Join] = {}
         self._cids = itertools.count(1)
         self._consumers: dict[int, tuple[Consumer, RemoteQueue]] = {}
@@ -156,7 +154,6 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._tasks: set[asyncio.Future[None]] = set()
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
         self.links_full = False  # a link to a worker is full
-        self.publisher: Any = None  # the connection whose publish is being routed
         self._flowed: set[Any] = set()  # publishers not read until the links drain
         self.peer_summaries: dict[int, tuple[dict[str, Any], float]] = {}
         self._asks: dict[int, asyncio.Future[Any]] = {}
@@ -564,13 +561,14 @@ class WorkerRuntime(MessagePath, WorkerStats):
 
     # ---- results of publishes to queues led here (replicated quorum queues) --------------
 
-    def local_pending(self) -> tuple[int, int] | None:
-        """A key to answer a publish by later (:meth:`local_result`), when its publisher
-        waits for one (confirms, transactions); None otherwise."""
-        if not self.want_results:
+    def local_pending(self, context: PublishContext | None) -> tuple[int, int] | None:
+        """A key to answer a publish by later (:meth:`local_result`), added to
+        ``context.waits``, when its publisher waits for one (confirms, transactions);
+        None otherwise."""
+        if context is None or not context.want_results:
             return None
         key = (self.index, next(self._pub) & 0xFFFFFFFF)
-        self.published.append(key)
+        context.waits.append(key)
         return key
 
     def local_result(self, key: tuple[int, int], result: int) -> None:
