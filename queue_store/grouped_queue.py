@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from queue_store.backing import BackingQueue, QueuedMessage
@@ -102,34 +102,28 @@ class GroupedQueue(Queue):
 
         return make
 
-    # ---- dispatch ------------------------------------------------------------------------
+    # ---- which message next ----------------------------------------------------------------
 
-    def dispatch(self) -> None:
-        """Deliver ready messages by the group rule until consumers or messages run out."""
-        if self._dispatching or self.deleted:
-            return
-        self._dispatching = True
-        try:
-            groups = self.groups
-            now = self._now() if self._has_ttl else 0.0
-            while self._levels and len(groups):
-                consumer = self._next_consumer()
-                if consumer is None:
-                    break
-                found = groups.take_for(consumer)
-                if found is None:
-                    self._serve_holders(now)
-                    break
-                self._deliver(consumer, found[0], found[1], now)
-        finally:
-            self._dispatching = False
-        if self._has_ttl:
-            self._arm_ttl_timer()
+    _counts_gets = False  # Basic.Get counted as deliveries only, as it always was
 
-    def _serve_holders(self, now: float) -> None:
-        """No key is free: give holders that can take more the waiting messages of their
-        keys (with single active consumer, only the active one)."""
+    def _picks(self, now: float) -> Iterator[tuple[Consumer, QueuedMessage]]:
+        """The group rule for :meth:`Queue.dispatch` (which hands each message out):
+        consumers in turn (priorities, round-robin, prefetch, single active consumer) take
+        the head of a key they hold, else of the next free key; when no key is free, the
+        holders that can take more take the waiting messages of their keys (with single
+        active consumer only the active one), then dispatch stops. ``now``: the dispatch's
+        clock reading (seconds; 0.0 without TTL)."""
         groups = self.groups
+        while self._levels and len(groups):
+            consumer = self._next_consumer()
+            if consumer is None:
+                return
+            found = groups.take_for(consumer)
+            if found is None:
+                break
+            yield self._taken(consumer, found, now)
+        else:
+            return
         sac = self.settings.single_active_consumer
         for holder in list(groups.pending):
             if sac and holder is not self._consumer_order[0]:
@@ -138,38 +132,24 @@ class GroupedQueue(Queue):
                 found = groups.take_pending(holder)
                 if found is None:
                     break
-                self._deliver(holder, found[0], found[1], now)
+                yield self._taken(holder, found, now)
 
-    def _deliver(self, consumer: Consumer, g: GroupKey, qm: QueuedMessage, now: float) -> None:
-        groups = self.groups
-        # strictly past: TTL 0 still reaches a consumer that can take it at once
-        if self._has_ttl and qm.expires_at is not None and qm.expires_at < now:
-            groups.put_back(g)
-            if self.vhost is not None:
-                self.vhost.dead_letter(self, qm.message, "expired")
-            self._forget(qm)
-            return
-        self.delivered += 1
-        if self.quorum:
-            self._stamp_delivery_count(qm)
-        if consumer.no_ack:
-            groups.put_back(g)
-            consumer.channel.deliver(consumer, qm, self)
-            self._forget(qm)
-            return
-        groups.hold(g, qm, consumer)
-        consumer.unacked += 1
-        self.unacked_count += 1
-        if qm.indexed:
-            self._log_delivery(qm)
-        consumer.channel.deliver(consumer, qm, self)
+    def _taken(self, consumer: Consumer, found: tuple[GroupKey, QueuedMessage], now: float
+               ) -> tuple[Consumer, QueuedMessage]:
+        """``found`` (key, message) goes to ``consumer``: the key is held for it, or put
+        back when nothing will be outstanding (a no-ack consumer, or the message is
+        strictly past its deadline at ``now``: dispatch dead-letters it)."""
+        g, qm = found
+        if consumer.no_ack or (qm.expires_at is not None and qm.expires_at < now):
+            self.groups.put_back(g)
+        else:
+            self.groups.hold(g, qm, consumer)
+        return consumer, qm
 
-    def get(self, no_ack: bool = False) -> QueuedMessage | None:
-        """Basic.Get: the head message of the next free key (None when no key is free). The
-        key is held until the delivery is settled, as for a consumer."""
-        self.touch()
-        if self._has_ttl:
-            self._expire_head()
+    def _take_for_get(self, no_ack: bool) -> QueuedMessage | None:
+        """Basic.Get: the head message of the next free key (None when no key is free),
+        dead-lettering those found at or past their deadline. The key is held until the
+        delivery is settled, as for a consumer (put back at once with ``no_ack``)."""
         groups = self.groups
         while True:
             found = groups.take_for(GET_HOLDER)
@@ -178,24 +158,13 @@ class GroupedQueue(Queue):
             g, qm = found
             if self._has_ttl and qm.expires_at is not None and qm.expires_at <= self._now():
                 groups.put_back(g)
-                if self.vhost is not None:
-                    self.vhost.dead_letter(self, qm.message, "expired")
-                self._forget(qm)
+                self._drop(qm, "expired")
                 continue
-            break
-        self.delivered += 1
-        if self.quorum:
-            self._stamp_delivery_count(qm)
-        if no_ack:
-            groups.put_back(g)
-            self._forget(qm)
-        else:
-            groups.hold(g, qm, GET_HOLDER)
-            self.unacked_count += 1
-            self._log_delivery(qm)
-        if self._has_ttl:
-            self._expire_head()  # GetOk's message_count must not count expired ones
-        return qm
+            if no_ack:
+                groups.put_back(g)
+            else:
+                groups.hold(g, qm, GET_HOLDER)
+            return qm
 
     # ---- settlement and consumers --------------------------------------------------------
 

@@ -15,6 +15,12 @@ not paused), round-robin among equals; a consumer that cannot take one is skippe
 waited on (RabbitMQ's ``rabbit_queue_consumers``). With ``x-single-active-consumer`` only the
 active consumer gets messages; the next in line takes over when it goes. Whoever frees
 capacity (ack, Basic.Qos, socket drained, new consumer) calls :meth:`Queue.dispatch`.
+:meth:`Queue.dispatch` and :meth:`Queue.get` are the only places a message is handed out
+(expiry, ``x-delivery-count``, no-ack, unacked counts) for every queue kind; a kind with
+another rule for which message goes to which consumer (message groups,
+:mod:`queue_store.grouped_queue`) overrides only that choice (``_picks``,
+``_take_for_get``). Settlement is in :mod:`queue_store.queue_settlement`, recovery at start
+in :mod:`queue_store.queue_recovery`.
 
 Expiry: a message's deadline is the lower of the queue's ``x-message-ttl`` and its own
 ``expiration``; it is expired when it reaches the head of the queue (at dispatch, get, or by a
@@ -32,20 +38,17 @@ https://www.rabbitmq.com/docs/queues, /docs/ttl, /docs/maxlength, /docs/consumer
 
 from __future__ import annotations
 
-import logging
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from amqp_common.errors import ResourceLocked, rs
-from amqp_common.properties import Long, with_header
 from amqp_common.timers import TimerHandle, Timers
 from queue_store.backing import BackingQueue, QueuedMessage, make_backing_queue
 from queue_store.consumer import Consumer
 from queue_store.counters import QueueCounters
-from queue_store.journal_recovery import JournalRun
 from queue_store.message import FLAG_EXPIRATION, Message
-from queue_store.msg_store import MessageStore, decode_payload, encode_payload
+from queue_store.msg_store import encode_payload
 from queue_store.outcomes import (
     ACCEPTED,
     ACCEPTED_UNSYNCED,
@@ -54,22 +57,13 @@ from queue_store.outcomes import (
     Settlement,
 )
 from queue_store.queue_args import QueueSettings, queue_type_of
-from queue_store.queue_index import IndexEntry, QueueIndex
+from queue_store.queue_index import QueueIndex
+from queue_store.queue_recovery import QueueRecovery
+from queue_store.queue_settlement import QueueSettlement
 from queue_store.storage import VhostStorage
-from queue_store.variable_queue import VariableQueue
 
 __all__ = ["ACCEPTED", "ACCEPTED_UNSYNCED", "REJECTED", "Consumer", "Delivery", "Queue",
            "QueueHost", "QueuedMessage", "Settlement"]  # Consumer: from queue_store.consumer
-
-log = logging.getLogger("amqpq.queue")
-
-_ACK, _REQUEUE, _REJECT = Settlement.ACK, Settlement.REQUEUE, Settlement.REJECT
-
-#: Property bytes with ``x-delivery-count`` set, by (properties, count): messages of one
-#: publisher mostly share their properties, and re-encoding them per delivery cost half of a
-#: quorum queue's consuming CPU (py-spy). Cleared when it reaches _STAMPED_MAX entries.
-_STAMPED: dict[tuple[bytes, int], bytes] = {}
-_STAMPED_MAX = 4096
 
 #: An outstanding delivery: (message, its queue, the consumer or None for Basic.Get).
 Delivery = tuple[QueuedMessage, "Queue", "Consumer | None"]
@@ -88,8 +82,9 @@ class QueueHost(Protocol):
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
 
 
-class Queue:
-    """One AMQP queue in a vhost.
+class Queue(QueueSettlement, QueueRecovery):
+    """One AMQP queue in a vhost (settlement: :mod:`queue_store.queue_settlement`, recovery
+    at start: :mod:`queue_store.queue_recovery`).
 
     Args:
         name, vhost_name: the queue's name and its vhost's name (``rs()`` texts, stats).
@@ -287,9 +282,7 @@ class Queue:
         ):
             qm = ready.popleft()
             if qm is not None:
-                if self.vhost is not None:
-                    self.vhost.dead_letter(self, qm.message, "maxlen")
-                self._forget(qm)
+                self._drop(qm, "maxlen")
         self._arm_ttl_timer()
 
     def _expire_head(self) -> None:
@@ -302,10 +295,16 @@ class Queue:
             if head is None or head.expires_at is None or head.expires_at > now:
                 break
             ready.popleft()
-            if self.vhost is not None:
-                self.vhost.dead_letter(self, head.message, "expired")
-            self._forget(head)
+            self._drop(head, "expired")
         self._arm_ttl_timer()
+
+    def _drop(self, qm: QueuedMessage, reason: str) -> None:
+        """``qm``, taken from the ready list, dies: dead-lettered for ``reason``
+        (``"expired"``, ``"maxlen"``, ``"delivery_limit"``) when the queue is in a vhost,
+        then gone (:meth:`_forget`)."""
+        if self.vhost is not None:
+            self.vhost.dead_letter(self, qm.message, reason)
+        self._forget(qm)
 
     def _arm_ttl_timer(self) -> None:
         if not self._has_ttl or self.vhost is None or self.deleted:
@@ -335,8 +334,27 @@ class Queue:
                     return consumer
         return None
 
+    #: which consumer takes which ready message: None, the next consumer by
+    #: :meth:`_next_consumer` takes the head of ``ready`` (inlined in :meth:`dispatch`, the
+    #: hot path); a queue kind with another rule (message groups) sets a generator method
+    #: ``(now) -> Iterator[(consumer, message)]``: ``now`` is the dispatch's clock reading
+    #: (seconds, 0.0 without TTL), each message is taken from ``ready`` and yielded in
+    #: delivery order, and the generator ends when no more can go out. A class attribute:
+    #: an instance has 29 attributes, and CPython 3.11 stops sharing dict keys (every
+    #: attribute read gets slower, +1.7% instructions per delivery) from the 30th.
+    _picks: Callable[[float], Iterator[tuple[Consumer, QueuedMessage]]] | None = None
+
     def dispatch(self) -> None:
-        """Deliver ready messages to consumers that can take them, until either runs out."""
+        """Deliver ready messages to consumers that can take them, until either runs out.
+
+        The one place a message goes to a consumer, whatever the queue kind: one clock
+        reading per call; a message strictly past its deadline is dead-lettered (reason
+        ``expired``) instead (TTL 0 still reaches a consumer that can take it at once); a
+        quorum queue stamps ``x-delivery-count``; a no-ack delivery is gone at once, any
+        other is outstanding (the consumer's ``unacked``, ``unacked_count``, the index's
+        delivery record) until :meth:`settle`. Which consumer takes which message:
+        ``_picks``.
+        """
         if self._dispatching or self.deleted:
             return
         self._dispatching = True
@@ -344,17 +362,21 @@ class Queue:
             ready = self.ready
             has_ttl = self._has_ttl
             now = self._now() if has_ttl else 0.0
+            picks = None if self._picks is None else self._picks(now)
             while len(ready) and self._levels:
-                consumer = self._next_consumer()
-                if consumer is None:
-                    break
-                qm = ready.popleft()
-                assert qm is not None
-                # strictly past: TTL 0 still reaches a consumer that can take it at once
+                if picks is None:
+                    consumer = self._next_consumer()
+                    if consumer is None:
+                        break
+                    qm = ready.popleft()
+                    assert qm is not None
+                else:
+                    pick = next(picks, None)
+                    if pick is None:
+                        break
+                    consumer, qm = pick
                 if has_ttl and qm.expires_at is not None and qm.expires_at < now:
-                    if self.vhost is not None:
-                        self.vhost.dead_letter(self, qm.message, "expired")
-                    self._forget(qm)
+                    self._drop(qm, "expired")
                     continue
                 self.delivered += 1
                 if self.quorum:
@@ -373,132 +395,45 @@ class Queue:
         if self._has_ttl:
             self._arm_ttl_timer()
 
-    def get(self, no_ack: bool = False) -> QueuedMessage | None:
-        """Take the head message for Basic.Get (None when empty); counts as use (x-expires).
+    #: Basic.Get is counted in ``counters`` (got, got_no_ack, get_empty); False: as
+    #: deliveries only (message groups, as they always were)
+    _counts_gets = True
 
-        With ``no_ack`` the message is gone at once; otherwise it is an outstanding delivery
-        until :meth:`settle` ends it.
+    def get(self, no_ack: bool = False) -> QueuedMessage | None:
+        """Take a message for Basic.Get (None when there is none: :meth:`_take_for_get`);
+        counts as use (x-expires). The one place a message goes to Basic.Get: a quorum
+        queue stamps ``x-delivery-count``; with ``no_ack`` the message is gone at once;
+        otherwise it is an outstanding delivery until :meth:`settle` ends it.
         """
         self.touch()
         if self._has_ttl:
             self._expire_head()
-        qm = self.ready.popleft()
+        qm = self._take_for_get(no_ack)
+        counts = self.counters if self._counts_gets else None
         if qm is None:
-            self.counters.get_empty += 1
+            if counts is not None:
+                counts.get_empty += 1
+            return None
+        self.delivered += 1
+        if self.quorum:
+            self._stamp_delivery_count(qm)
+        if no_ack:
+            if counts is not None:
+                counts.got_no_ack += 1
+            self._forget(qm)
         else:
-            self.delivered += 1
-            if self.quorum:
-                self._stamp_delivery_count(qm)
-            if no_ack:
-                self.counters.got_no_ack += 1
-                self._forget(qm)
-            else:
-                self.counters.got += 1
-                self.unacked_count += 1
-                self._log_delivery(qm)
-            if self._has_ttl:
-                self._expire_head()  # GetOk's message_count must not count expired ones
+            if counts is not None:
+                counts.got += 1
+            self.unacked_count += 1
+            self._log_delivery(qm)
+        if self._has_ttl:
+            self._expire_head()  # GetOk's message_count must not count expired ones
         return qm
 
-    # ---- settlement ----------------------------------------------------------------------
-
-    def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
-        """End outstanding deliveries of this queue: the one place that changes its
-        delivery counters (``unacked_count``, each consumer's ``unacked``, the single active
-        consumer hand-over), then acks, requeues or rejects them and dispatches.
-
-        Args:
-            deliveries: ``(message, this queue, consumer or None for Basic.Get)`` each, as
-                :meth:`dispatch` and :meth:`get` handed them out.
-            outcome: ACK (gone), REQUEUE (back at its original place, flagged redelivered;
-                a quorum queue counts the return), REJECT (dead-lettered, reason
-                ``rejected``, or dropped).
-        """
-        self.unacked_count -= len(deliveries)
-        if outcome == _REQUEUE:
-            self.counters.requeued += len(deliveries)
-            for _, _, consumer in deliveries:
-                if consumer is not None:
-                    self._consumer_settled(consumer)
-            self._requeue([d[0] for d in deliveries])
-            return
-        if outcome == _ACK:
-            self.counters.acked += len(deliveries)
-            reject = False
-        else:
-            self.counters.rejected += len(deliveries)
-            reject = self.vhost is not None and not self.deleted
-        for qm, _, consumer in deliveries:
-            if consumer is not None:
-                consumer.unacked -= 1
-                if consumer is self._sac_previous:
-                    self._consumer_settled(consumer, 0)
-            if reject:
-                self.vhost.dead_letter(self, qm.message, "rejected")  # type: ignore[union-attr]
-            self._forget(qm)
-        self.dispatch()
-
-    def _consumer_settled(self, consumer: Consumer, count: int = 1) -> None:
-        """One fewer outstanding delivery for ``consumer`` (``count`` 0: already counted);
-        a cancelled single active consumer with none left hands over."""
-        consumer.unacked -= count
-        if consumer is self._sac_previous and consumer.unacked <= 0:
-            self._sac_previous = None
-
-    def _requeue(self, messages: list[QueuedMessage]) -> None:
-        """Put messages back at their original positions, flagged redelivered."""
-        if self.deleted:
-            return
-        back = sorted(messages)
-        if not back:
-            return
-        for qm in back:
-            qm.redelivered = True
-        if self.quorum:
-            back = self._count_returns(back)
-        if back:
-            self.ready.requeue(back)
-        self.dispatch()
-        if self._has_ttl:
-            self._expire_head()
-
-    def _count_returns(self, back: list[QueuedMessage]) -> list[QueuedMessage]:
-        """Quorum queue: one more return each; a message past ``delivery-limit`` is
-        dead-lettered (reason ``delivery_limit``) or dropped instead of requeued."""
-        limit = self.settings.delivery_limit
-        kept = []
-        for qm in back:
-            qm.returns += 1
-            if qm.indexed and self.index is not None:  # the count survives a restart
-                self.index.returned(qm.seq, qm.returns)
-                self.storage.durability.index_dirty(self.index)  # type: ignore[union-attr]
-            if limit is not None and qm.returns > limit:
-                if self.vhost is not None:
-                    self.vhost.dead_letter(self, qm.message, "delivery_limit")
-                self._forget(qm)
-            else:
-                kept.append(qm)
-        return kept
-
-    def _stamp_delivery_count(self, qm: QueuedMessage) -> None:
-        """Quorum queue: the delivery carries ``x-delivery-count`` (earlier returns)."""
-        message = qm.message
-        key = (message.properties_raw, qm.returns)
-        props = _STAMPED.get(key)
-        if props is None:
-            try:
-                props = with_header(message.properties_raw, "x-delivery-count",
-                                    Long(qm.returns))
-            except ValueError:  # not expected: properties were checked at publish
-                return
-            if len(props) <= 1024:  # bounded: 4096 entries of 1 KB at most
-                if len(_STAMPED) >= _STAMPED_MAX:
-                    _STAMPED.clear()
-                _STAMPED[key] = props
-        stamped = Message(message.exchange, message.routing_key, message.ex_rk_raw, props,
-                          message.body)
-        stamped.store_id = message.store_id
-        qm.message = stamped
+    def _take_for_get(self, no_ack: bool) -> QueuedMessage | None:
+        """Basic.Get's message, taken from ``ready``: the head (expired ones at the head are
+        gone already); None when empty. A queue kind with another rule overrides it."""
+        return self.ready.popleft()
 
     def purge(self) -> int:
         """Drop every ready message (not dead-lettered); returns how many (messages)."""
@@ -507,79 +442,6 @@ class Queue:
             self._forget(qm)
             dropped += 1
         return dropped
-
-    def restore(self, entries: Iterable[IndexEntry]) -> None:
-        """Recovery: rebuild the ready list from the queue index's live entries (streamed, in
-        sequence order; store references already retained by the caller), rewriting the
-        index compactly as they go by."""
-        if self.storage is None or self.index is None:
-            return
-        self.index.compact(self._restored(entries, self.storage.store))
-        if self._has_ttl:
-            self._expire_head()
-
-    def recover(self) -> None:
-        """Recovery of a durable queue from its index: the head (q4's budget) is read now,
-        the rest stays in the journal as delta's head, read when needed
-        (:mod:`queue_store.journal_recovery`). Priority and message-group queues, and
-        journals out of sequence order, replay in full (:meth:`restore`)."""
-        storage, index, ready = self.storage, self.index, self.ready
-        if storage is None or index is None:
-            return
-        planned = (storage.summarize_index(self.name, index)
-                   if isinstance(ready, VariableQueue) else None)
-        if planned is None:
-            self.restore(storage.recover_index(self.name))
-            return
-        summary, lost = planned
-        assert isinstance(ready, VariableQueue)
-        self._seq = max(self._seq, summary.max_seq)
-        self._has_ttl = self._has_ttl or summary.has_expiry
-        run = JournalRun(summary, summary.live - len(lost), summary.live_bytes,
-                         self._recovered_message, lost, storage.stored_size)
-        ready.attach_run(run)
-        if self._has_ttl:
-            self._expire_head()
-
-    def _recovered_message(self, e: IndexEntry, bodies: bool = True) -> QueuedMessage | None:
-        """The ready message of a recovered index entry (``bodies`` False: its entry only,
-        ``message`` None); None when it cannot be read (logged, store reference released)."""
-        store = self.storage.store  # type: ignore[union-attr]
-        message = None
-        if bodies:
-            try:
-                if e.payload is not None:
-                    message = decode_payload(e.payload)
-                else:
-                    message = store.read(e.msg_id)
-            except (KeyError, OSError, ValueError) as exc:
-                log.error("%s: message %d lost: %s", self.name, e.msg_id or e.seq, exc)
-                if e.payload is None:
-                    store.release(e.msg_id)
-                return None
-        expires_at = None
-        if e.expiry_ms:
-            expires_at = self.vhost.timers.from_wall_ms(e.expiry_ms)  # type: ignore[union-attr]
-        qm = QueuedMessage(e.seq, message, e.delivered, expires_at,  # type: ignore[arg-type]
-                           e.priority)
-        qm.msg_id = e.msg_id
-        qm.indexed = True
-        qm.delivery_logged = e.delivered
-        qm.returns = e.returns
-        return qm
-
-    def _restored(self, entries: Iterable[IndexEntry], store: MessageStore
-                  ) -> Iterator[IndexEntry]:
-        """Append each entry's message to the ready list; yield the ones kept."""
-        for e in entries:
-            qm = self._recovered_message(e)
-            if qm is None:
-                continue
-            if e.expiry_ms:
-                self._has_ttl = True
-            self.ready.append(qm)
-            self._seq = max(self._seq, e.seq)
-            yield e
 
     # ---- consumers -----------------------------------------------------------------------
 

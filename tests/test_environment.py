@@ -4,6 +4,7 @@ failed write)."""
 
 from __future__ import annotations
 
+import datetime
 import errno
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from broker.config import BrokerConfig, ManagementOptions
 from broker.environment import BrokerEnvironment, ResourceProbes
 from broker.persistence import DEFINITIONS_FILE
 from queue_store.durability import run_inline
+from queue_store.outcomes import Settlement
+from tests.queue_features.support import make_message
 from vhosts.definitions import export_definitions, import_definitions
 
 
@@ -133,3 +136,25 @@ def test_management_options_are_a_config_field(tmp_path: Path) -> None:
                          "--definitions", str(defs)])
     assert config.management == ManagementOptions(enabled=True, port=0, definitions=defs)
     assert parse_args(["--no-management"]).management.enabled is False
+
+
+def test_wall_clock_follows_the_injected_clock() -> None:
+    """Wall-clock time (x-death times, persisted expiry, stream timestamps) is the
+    environment's wall clock read once, moved on by its monotonic clock."""
+    now = [1000.0]
+    broker = Broker(BrokerConfig(), BrokerEnvironment(clock=lambda: now[0],
+                                                      wall=lambda: 1.7e9))
+    timers = broker.timers
+    assert timers.wall_ms() == 1_700_000_000_000
+    now[0] += 61.5
+    assert timers.wall_ms() == 1_700_000_061_500
+    assert timers.from_wall_ms(1_700_000_061_500) == pytest.approx(now[0])
+    vhost = broker.vhosts["/"]
+    dead = vhost.declare_queue("dead")
+    q = vhost.declare_queue("q", arguments={"x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": "dead"})
+    q.publish(make_message("q"))
+    qm = q.get()
+    q.settle([(qm, q, None)], Settlement.REJECT)
+    death = dead.get(no_ack=True).message.headers["x-death"][0]
+    assert death["time"] == datetime.datetime.fromtimestamp(1_700_000_061, datetime.UTC)
