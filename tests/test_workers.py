@@ -17,17 +17,24 @@ import signal
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError
 
 from tests.support.broker_process import BrokerProcess, free_port
-
-WAIT = 10.0
+from tests.support.workers import (
+    WAIT,
+    api,
+    connect_on,
+    connected_pair,
+    qname,
+    queue_info,
+    worker_of,
+    worker_pid,
+    worker_pids,
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,57 +49,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         proc.close()
 
 
-def api(broker: BrokerProcess, path: str) -> object:
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.management_port}{path}")
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
-def queue_info(broker: BrokerProcess, name: str) -> dict:
-    info = api(broker, f"/api/queues/%2F/{name}")
-    assert isinstance(info, dict)
-    return info
-
-
-def worker_of(broker: BrokerProcess, conn: pika.BlockingConnection) -> int:
-    """The worker ``conn`` is on: where an exclusive queue it declares lives."""
-    ch = conn.channel()
-    name = ch.queue_declare("", exclusive=True).method.queue
-    deadline = time.monotonic() + WAIT
-    while True:
-        try:
-            return int(queue_info(broker, name)["worker"])
-        except urllib.error.HTTPError:  # not on worker 0's list yet
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-        finally:
-            pass
-
-
-def connect_on(broker: BrokerProcess, worker: int) -> pika.BlockingConnection:
-    """A connection that landed on ``worker`` (others opened on the way are closed)."""
-    for _ in range(100):
-        conn = pika.BlockingConnection(pika.URLParameters(broker.url))
-        if worker_of(broker, conn) == worker:
-            return conn
-        conn.close()
-    raise AssertionError(f"no connection landed on worker {worker} in 100 tries")
-
-
 @pytest.fixture()
 def pair(broker: BrokerProcess) -> Iterator[tuple[pika.BlockingConnection,
                                                   pika.BlockingConnection]]:
-    a, b = connect_on(broker, 0), connect_on(broker, 1)
-    yield a, b
-    for conn in (a, b):
-        if conn.is_open:
-            conn.close()
-
-
-def qname() -> str:
-    return f"wq-{uuid.uuid4().hex[:8]}"
+    yield from connected_pair(broker)
 
 
 def test_connections_land_on_both_workers(broker: BrokerProcess) -> None:
@@ -260,29 +220,6 @@ def test_delete_on_one_worker_cancels_consumers_on_the_other(pair: tuple) -> Non
     assert cancelled
 
 
-def _worker_pids(supervisor_pid: int) -> list[int]:
-    """The supervisor's children (from every /proc/PID/stat: a child spawned from another
-    thread is not in the main thread's ``children`` list)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == supervisor_pid:
-                pids.append(int(d.name))
-    return pids
-
-
-def _worker_pid(broker: BrokerProcess, index: int) -> int:
-    for pid in _worker_pids(broker.pid):
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"--worker-index" in cmd and cmd[cmd.index(b"--worker-index") + 1] == b"%d" % index:
-            return pid
-    raise AssertionError(f"worker {index} not found")
-
-
 def test_kill_9_of_a_worker_keeps_the_broker_serving_and_loses_nothing_confirmed(
         broker: BrokerProcess) -> None:
     b = connect_on(broker, 1)
@@ -292,9 +229,9 @@ def test_kill_9_of_a_worker_keeps_the_broker_serving_and_loses_nothing_confirmed
     cb.confirm_delivery()
     for i in range(200):
         cb.basic_publish("", q, b"p%d" % i, pika.BasicProperties(delivery_mode=2))
-    assert len(_worker_pids(broker.pid)) == 2
+    assert len(worker_pids(broker.pid)) == 2
     a = connect_on(broker, 0)
-    os.kill(_worker_pid(broker, 1), signal.SIGKILL)
+    os.kill(worker_pid(broker, 1), signal.SIGKILL)
     deadline = time.monotonic() + WAIT
     while b.is_open and time.monotonic() < deadline:
         try:
@@ -472,7 +409,7 @@ def test_kill_9_of_a_queue_home_under_confirmed_publishing_loses_nothing_confirm
         except NackError:
             nacked += 1
         if len(confirmed) == 300 and killed_at is None:
-            os.kill(_worker_pid(broker, 1), signal.SIGKILL)
+            os.kill(worker_pid(broker, 1), signal.SIGKILL)
             killed_at = i
         if killed_at is not None and nacked and confirmed[-1] > killed_at + 300:
             break  # nacked while down, confirmed again since the restart

@@ -28,7 +28,7 @@ import pytest
 from pika.exceptions import NackError
 
 from tests.support.broker_process import BrokerProcess, free_port
-from tests.test_workers import WAIT, _worker_pid, connect_on, qname
+from tests.support.workers import WAIT, connected_pair, qname, worker_pid
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +46,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture()
 def pair(broker: BrokerProcess) -> Iterator[tuple[pika.BlockingConnection,
                                                   pika.BlockingConnection]]:
-    a, b = connect_on(broker, 0), connect_on(broker, 1)
-    yield a, b
-    for conn in (a, b):
-        if conn.is_open:
-            conn.close()
+    yield from connected_pair(broker)
 
 
 def _dlx(dlq: str) -> dict[str, object]:
@@ -155,7 +151,7 @@ def test_timer_dead_letters_hold_back_no_stale_publisher(broker: BrokerProcess,
     log_from = len(broker.log_text())
     body = b"x" * (1 << 20)
     n = 24  # 24 MB of dead letters: over the 8 MB a link buffers before it is full
-    worker1 = _worker_pid(broker, 1)
+    worker1 = worker_pid(broker, 1)
     os.kill(worker1, signal.SIGSTOP)
     try:
         for _ in range(n):
