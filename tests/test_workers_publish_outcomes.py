@@ -27,20 +27,11 @@ import pika
 import pytest
 from pika.exceptions import NackError
 
-from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.broker_process import BrokerProcess, broker_fixture, free_port
 from tests.support.workers import WAIT, connected_pair, qname, worker_pid
 
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("outcomes")
-    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(),
-                         log_level="info", args=("--workers", "2"))
-    try:
-        proc.start()
-        yield proc
-    finally:
-        proc.close()
+broker = broker_fixture(scope="module", management=free_port(), log_level="info",
+                        args=("--workers", "2"))
 
 
 @pytest.fixture()
