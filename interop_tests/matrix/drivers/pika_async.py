@@ -199,7 +199,10 @@ class _PikaAsyncDriver(Driver):
         except Exception:
             pass
         if self.thread is not None and self.thread.is_alive():
-            self._schedule(self._stop_loop)
+            try:
+                self._schedule(self._stop_loop)
+            except RuntimeError:  # the loop stopped and closed meanwhile (refused connect)
+                pass
             self.thread.join(5)
 
     # -- methods -------------------------------------------------------------------------------
