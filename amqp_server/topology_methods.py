@@ -21,6 +21,7 @@ from pamqp import commands
 from amqp_common import framing
 from amqp_server.workers import ops
 from broker import direct_reply_to
+from broker import topology_records as tr
 from vhosts.names import check_server_named_allowed, server_generated_name
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def exchange_declare(ch: Channel, m: Any) -> None:
 
         ops.caught_up(ch, m.exchange not in ch.vhost.exchanges, passive)
         return
-    ops.run(ch, ("xdecl", ch.vhost.name, m.exchange, m.exchange_type, m.durable,
-                 m.auto_delete, m.internal, m.arguments or {}),
+    ops.run(ch, tr.ExchangeDeclare(ch.vhost.name, m.exchange, m.exchange_type, m.durable,
+                                   m.auto_delete, m.internal, m.arguments or {}),
             lambda _: _answer(ch, m, commands.Exchange.DeclareOk))
 
 
@@ -70,7 +71,7 @@ def exchange_delete(ch: Channel, m: Any) -> None:
         AccessRefused (403), PreconditionFailed (406): from the check and the vhost.
     """
     ch.check_permission("configure", "exchange", m.exchange)
-    ops.run(ch, ("xdel", ch.vhost.name, m.exchange, m.if_unused),
+    ops.run(ch, tr.ExchangeDelete(ch.vhost.name, m.exchange, m.if_unused),
             lambda _: _answer(ch, m, commands.Exchange.DeleteOk))
 
 
@@ -79,8 +80,8 @@ def exchange_bind(ch: Channel, m: Any) -> None:
     ch.check_permission("write", "exchange", m.destination)
     ch.check_permission("read", "exchange", m.source)
     bind = isinstance(m, commands.Exchange.Bind)
-    ops.run(ch, ("bind" if bind else "unbind", ch.vhost.name, "exchange", m.destination,
-                 m.source, m.routing_key, m.arguments, None),
+    ops.run(ch, (tr.Bind if bind else tr.Unbind)(ch.vhost.name, "exchange", m.destination,
+                                                 m.source, m.routing_key, m.arguments, None),
             lambda _: _answer(ch, m, commands.Exchange.BindOk if bind
                               else commands.Exchange.UnbindOk))
 
@@ -121,8 +122,8 @@ def queue_declare(ch: Channel, m: Any) -> None:
     is_new = name not in ch.vhost.queues
     workers = conn.broker.workers
     home = workers.index if workers is not None else 0
-    ops.run(ch, ("qdecl", ch.vhost.name, name, m.durable, m.exclusive, m.auto_delete,
-                 m.arguments or {}, ops.owner_ref(ch), server_named, home),
+    ops.run(ch, tr.QueueDeclare(ch.vhost.name, name, m.durable, m.exclusive, m.auto_delete,
+                                m.arguments or {}, ops.owner_ref(ch), server_named, home),
             lambda q: _declared(ch, m, q, is_new))
 
 
@@ -166,8 +167,8 @@ def queue_bind(ch: Channel, m: Any) -> None:
         elif not m.nowait:
             ch.send(commands.Queue.BindOk())
 
-    ops.run(ch, ("bind" if bind else "unbind", ch.vhost.name, "queue", name, m.exchange, rk,
-                 m.arguments, ops.owner_ref(ch)), answer)
+    ops.run(ch, (tr.Bind if bind else tr.Unbind)(ch.vhost.name, "queue", name, m.exchange, rk,
+                                                 m.arguments, ops.owner_ref(ch)), answer)
 
 
 def queue_purge(ch: Channel, m: Any) -> None:
@@ -195,6 +196,6 @@ def queue_delete(ch: Channel, m: Any) -> None:
             empty.
     """
     ch.check_permission("configure", "queue", ch.queue_name(m.queue))
-    ops.run(ch, ("qdel", ch.vhost.name, ch.queue_name(m.queue), m.if_unused, m.if_empty,
-                 ops.owner_ref(ch)),
+    ops.run(ch, tr.QueueDelete(ch.vhost.name, ch.queue_name(m.queue), m.if_unused,
+                               m.if_empty, ops.owner_ref(ch)),
             lambda count: _answer(ch, m, lambda: commands.Queue.DeleteOk(message_count=count)))

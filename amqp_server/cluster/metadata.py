@@ -4,8 +4,9 @@ With ``--cluster-etcd`` a node is to the cluster what a worker is to a ``--worke
 broker (:mod:`amqp_server.workers.runtime`), and etcd plays the supervisor's ordering part:
 
 * A declare, bind, unbind, delete, or a change of users, vhosts, permissions and policies is
-  a record (:mod:`broker.topology_records`) written to etcd as a key of its own under
-  ``/amqpq/<cluster>/log/``. etcd gives every write a *revision*; the records' creation
+  a record (:mod:`broker.topology_records`, in its versioned wire form inside the link's
+  ``("apply", origin, op_id, record, incarnation)`` tuple) written to etcd as a key of its
+  own under ``/amqpq/<cluster>/log/``. etcd gives every write a *revision*; the records' creation
   revisions are the one order every node applies them in.
 * Each node **watches** ``/amqpq/<cluster>/`` from the revision it has read up to, so it
   sees the log's new records, the nodes' registrations (``nodes/<name>``, under a lease) and
@@ -37,6 +38,7 @@ from typing import Any
 from amqp_server.cluster.membership import Membership, load_info
 from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import CONTROL
+from broker.topology_records import WorkerDown, to_wire
 
 log = logging.getLogger("amqpq.cluster")
 
@@ -161,7 +163,7 @@ class EtcdHub:
         """Append ``worker_down`` for registration ``lease`` of node ``name``, once however
         many nodes try (the key is the lease's)."""
         key = self.log_prefix + f"down-{name}-{lease:x}".encode()
-        value = link_values.encode(("apply", -1, 0, ("worker_down", index), ""))
+        value = link_values.encode(("apply", -1, 0, to_wire(WorkerDown(index)), ""))
         tx = self.client.transactions
         await self.client.transaction(compare=[tx.create(key) == 0],
                                       success=[tx.put(key, value)], failure=[])

@@ -20,7 +20,16 @@ from broker.topology_records import Op, OwnerOf, apply_op
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
 
-__all__ = ["Op", "OwnerOf", "apply_op", "caught_up", "owner_ref", "run"]
+__all__ = ["Op", "OwnerOf", "OwnerStub", "apply_op", "caught_up", "owner_ref", "run"]
+
+
+class OwnerStub:
+    """An exclusive queue's owner connection on another worker (identity only)."""
+
+    __slots__ = ("worker", "serial")
+
+    def __init__(self, worker: int, serial: int) -> None:
+        self.worker, self.serial = worker, serial
 
 
 def owner_ref(ch: Channel) -> tuple[int, int]:

@@ -62,8 +62,10 @@ from amqp_server.workers.link_codec import (
 )
 from amqp_server.workers.links import Links
 from amqp_server.workers.message_path import Join, MessagePath, message_from
+from amqp_server.workers.ops import OwnerStub
 from amqp_server.workers.remote_queue import RemoteQueue
 from amqp_server.workers.worker_stats import WorkerStats
+from broker import topology_records as tr
 from broker.access_sync import access_document, apply_access
 from queue_store.consumer import Consumer
 from queue_store.grouped_queue import queue_class
@@ -83,15 +85,6 @@ LINK_ATTEMPTS = 5
 #: control records only the hub (peer -1: the supervisor, or a cluster node's etcd) sends; any
 #: other record comes from a peer only. One from the wrong source is dropped (logged).
 HUB_KINDS = frozenset({"apply", "synced", "peer_up"})
-
-
-class OwnerStub:
-    """An exclusive queue's owner connection on another worker (identity only)."""
-
-    __slots__ = ("worker", "serial")
-
-    def __init__(self, worker: int, serial: int) -> None:
-        self.worker, self.serial = worker, serial
 
 
 class WorkerRuntime(MessagePath, WorkerStats):
@@ -205,7 +198,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         if self.quorum is not None and q.quorum:
             self.quorum.queue_removed(q)
         if not self._applying and not q.remote:
-            self.links.send_hub(("submit", 0, ("qforget", q.vhost_name, q.name)))
+            self.links.send_hub(("submit", 0, tr.to_wire(tr.QueueForget(q.vhost_name, q.name))))
 
     # ---- topology ------------------------------------------------------------------------
 
@@ -215,7 +208,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         op_id = next(self._ops)
         self._pending_ops[op_id] = (ch, then)
         ch.connection.suspend()
-        self.links.send_hub(("submit", op_id, op))
+        self.links.send_hub(("submit", op_id, tr.to_wire(op)))
 
     def _stub(self, ref: Any) -> object | None:
         if ref is None:
@@ -228,14 +221,14 @@ class WorkerRuntime(MessagePath, WorkerStats):
     def _apply(self, op: ops.Op, owner_of: ops.OwnerOf) -> Any:
         self._applied += 1
         self._applying = True
-        self._home_now = op[9] if op[0] == "qdecl" else None
+        self._home_now = op.home if isinstance(op, tr.QueueDeclare) else None
         try:
-            if op[0] == "worker_down":
-                return self._worker_down(op[1])
-            if op[0] == "access":
-                return apply_access(self.broker, op[1])
-            if op[1] not in self.broker.vhosts:
-                raise NotFound(f"no vhost '{op[1]}'")
+            if isinstance(op, tr.WorkerDown):
+                return self._worker_down(op.worker)
+            if isinstance(op, tr.AccessChange):
+                return apply_access(self.broker, op.document)
+            if op.vhost not in self.broker.vhosts:
+                raise NotFound(f"no vhost '{op.vhost}'")
             return ops.apply_op(self.broker, op, owner_of)
         finally:
             self._applying = False
@@ -252,18 +245,20 @@ class WorkerRuntime(MessagePath, WorkerStats):
         op_id = next(self._ops)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending_ops[op_id] = future
-        self.links.send_hub(("submit", op_id, op))
+        self.links.send_hub(("submit", op_id, tr.to_wire(op)))
         return future
 
     def share_access(self, with_topology: bool) -> None:
         """Users, vhosts, permissions, policies... changed here (the HTTP API): the other
         workers take the same (:mod:`broker.access_sync`)."""
-        self.links.send_hub(("submit", 0, ("access", access_document(self.broker,
-                                                                     with_topology))))
+        doc = access_document(self.broker, with_topology)
+        self.links.send_hub(("submit", 0, tr.to_wire(tr.AccessChange(doc))))
 
-    def _on_apply(self, origin: int, op_id: int, op: ops.Op) -> None:
+    def _on_apply(self, origin: int, op_id: int, wire: Any) -> None:
         if origin == self.index and op_id == 0:
             return  # told to the others about a change made here
+        if (op := tr.from_wire(wire)) is None:
+            return  # an unknown kind or a newer version: logged once, skipped
         pending = self._pending_ops.pop(op_id, None) if origin == self.index else None
         if isinstance(pending, asyncio.Future):
             try:
@@ -281,7 +276,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
             except AMQPError:
                 pass  # the asking worker reports it; the state is the same everywhere
             except Exception:
-                log.exception("topology record %r failed", op[:1] if op[0] == "access" else op[:3])
+                log.exception("topology record %s failed", tr.summary(op))
             self._drain_orphans()
             return
         ch, then = pending
@@ -294,7 +289,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         except Exception as exc:
             error = exc
             if not isinstance(exc, AMQPError):
-                log.exception("topology record %r failed", op[:1] if op[0] == "access" else op[:3])
+                log.exception("topology record %s failed", tr.summary(op))
         self._drain_orphans()
 
         def answer() -> None:

@@ -41,6 +41,7 @@ from amqp_server.workers.link_codec import CONTROL, Outbox, RecordReader, read_c
 from amqp_server.workers.links import hub_path
 from broker.config import BrokerConfig
 from broker.listeners import format_host
+from broker.topology_records import WorkerDown, to_wire
 
 log = logging.getLogger("amqpq.supervisor")
 
@@ -237,10 +238,12 @@ class Supervisor:
             self.restarts += 1
             self.ready.discard(index)
             self.conns.pop(index, None)
-            self._append(-1, 0, ("worker_down", index))
+            self._append(-1, 0, to_wire(WorkerDown(index)))
             await asyncio.sleep(RESTART_DELAY)
 
-    def _append(self, origin: int, op_id: int, op: tuple[Any, ...]) -> None:
+    def _append(self, origin: int, op_id: int, op: Any) -> None:
+        """``op``: a record's wire form (:func:`broker.topology_records.to_wire`), passed on
+        as it is (the supervisor never reads it)."""
         self.log.append(op)
         record = ("apply", origin, op_id, op)
         for conn in self.conns.values():

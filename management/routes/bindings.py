@@ -16,6 +16,7 @@ from urllib.parse import quote, unquote
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker import topology_records as tr
 from broker.topology_records import change_topology
 from exchanges.binding import Binding, Destination, DestinationKind
 from management.auth import accessible_vhosts, check_permission
@@ -98,8 +99,8 @@ async def create_binding(request: web.Request) -> web.Response:
     arguments = dict(table(body, "arguments"))
     _check_bind(request, vhost, source, dest)
     try:
-        await change_topology(state(request).broker, (
-            "bind", vhost.name, dest.kind, dest.name, source, routing_key, arguments, None))
+        await change_topology(state(request).broker, tr.Bind(
+            vhost.name, dest.kind, dest.name, source, routing_key, arguments, None))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     key = properties_key(routing_key, arguments)
@@ -127,8 +128,8 @@ async def delete_binding(request: web.Request) -> web.Response:
     vhost, b = _find(request)
     _check_bind(request, vhost, b.source, b.destination)
     try:
-        await change_topology(state(request).broker, (
-            "unbind", vhost.name, b.destination.kind, b.destination.name, b.source,
+        await change_topology(state(request).broker, tr.Unbind(
+            vhost.name, b.destination.kind, b.destination.name, b.source,
             b.routing_key, b.arguments, None))
     except AMQPError as exc:
         raise from_amqp(exc) from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker import topology_records as tr
 from broker.topology_records import change_topology
 from management.auth import accessible_vhosts, check_permission, principal
 from management.errors import from_amqp, not_authorised, not_found
@@ -82,8 +83,8 @@ async def put_exchange(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "exchange", name)
     was_new = name not in vhost.exchanges
     try:
-        await change_topology(state(request).broker, (
-            "xdecl", vhost.name, name, text(body, "type", "direct"), flag(body, "durable"),
+        await change_topology(state(request).broker, tr.ExchangeDeclare(
+            vhost.name, name, text(body, "type", "direct"), flag(body, "durable"),
             flag(body, "auto_delete"), flag(body, "internal"), dict(table(body, "arguments"))))
     except AMQPError as exc:
         raise from_amqp(exc) from None
@@ -102,8 +103,8 @@ async def delete_exchange(request: web.Request) -> web.Response:
         raise not_found()
     check_permission(request, vhost.name, "configure", "exchange", name)
     try:
-        await change_topology(state(request).broker,
-                              ("xdel", vhost.name, name, query_flag(request, "if-unused")))
+        await change_topology(state(request).broker, tr.ExchangeDelete(
+            vhost.name, name, query_flag(request, "if-unused")))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return no_content()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from broker import topology_records as tr
 from broker.topology_records import change_topology
 from management.auth import accessible_vhosts, check_permission
 from management.errors import ApiError, from_amqp, not_found
@@ -91,8 +92,8 @@ async def put_queue(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "queue", name)
     was_new = name not in vhost.queues
     try:
-        await change_topology(state(request).broker, (
-            "qdecl", vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
+        await change_topology(state(request).broker, tr.QueueDeclare(
+            vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
             dict(table(body, "arguments")), None, False, _home(request)))
     except AMQPError as exc:
         raise from_amqp(exc) from None
@@ -114,8 +115,8 @@ async def delete_queue(request: web.Request) -> web.Response:
     check_permission(request, vhost.name, "configure", "queue", q.name)
     _unlocked(q)
     try:
-        await change_topology(state(request).broker, (
-            "qdel", vhost.name, q.name, query_flag(request, "if-unused"),
+        await change_topology(state(request).broker, tr.QueueDelete(
+            vhost.name, q.name, query_flag(request, "if-unused"),
             query_flag(request, "if-empty"), None))
     except AMQPError as exc:
         raise from_amqp(exc) from None
