@@ -156,7 +156,7 @@ def test_a_hub_record_from_a_peer_is_ignored_and_logged_once(node: Node) -> None
     assert not closed(sock, 0.3)  # the link itself is a peer's: it stays
     sock.close()
     assert "mallory" not in users(node)
-    assert node.log().count("record from peer 7 ignored") == 1  # once per link
+    assert node.log().count("record from peer 7 ignored") == 1  # once per peer
     conn = connect(node.proc)  # the node is fine
     conn.channel().queue_declare("after-mallory")
     conn.close()

@@ -66,7 +66,6 @@ class LinkStream(asyncio.Protocol):
         self.peer = -1  # the index of the worker at the other end, once it said hello
         self.hello: Any = None  # the hello in progress (an acceptor, or the dialler's wait)
         self.timer: asyncio.TimerHandle | None = None  # closes a link slow to say hello
-        self.warned = False  # a record from the wrong source was logged for this link
         self.label = "worker link"  # for log lines
         self._scheduled = False
         self.paused = False  # the socket's write buffer is full
@@ -159,7 +158,6 @@ class Links:
         self._pending: set[LinkStream] = set()  # inbound links still in their hello
         self._full_logged = False  # MAX_PENDING reached was logged (until below it again)
         self.hello_timeout = HELLO_TIMEOUT
-        self.receiving: LinkStream | None = None  # the link whose records are being handled
         self.label = "worker link"  # for log lines
 
     async def start(self) -> None:
@@ -286,11 +284,7 @@ class Links:
             if not rest:
                 return
             records = rest
-        self.receiving = stream
-        try:
-            self.on_records(stream.peer, records)
-        finally:
-            self.receiving = None
+        self.on_records(stream.peer, records)
 
     def _inbound_lost(self, stream: LinkStream) -> None:
         self._inbound.discard(stream)

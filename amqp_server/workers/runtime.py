@@ -118,6 +118,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._home_now: int | None = None  # home of the queue being declared
         self._applying = False
         self._applied = 0  # topology records applied (log)
+        self._wrong_sources: set[int] = set()  # peers a misplaced record was logged for
         self._ops = itertools.count(1)
         # op_id -> (channel, continuation) of a client's method, or the HTTP API's future
         self._pending_ops: dict[int, Any] = {}
@@ -430,12 +431,10 @@ class WorkerRuntime(MessagePath, WorkerStats):
                     q.unacked_count = stats[1]
 
     def _wrong_source(self, peer: int, kind: object) -> None:
-        """A record dropped because ``peer`` may not send its kind: logged once per link."""
-        link = self.links.receiving
-        if link is None or not link.warned:
-            if link is not None:
-                link.warned = True
-            log.warning("%r record from %s ignored: only %s send it (once per link)",
+        """A record dropped because ``peer`` may not send its kind: logged once per peer."""
+        if peer not in self._wrong_sources:
+            self._wrong_sources.add(peer)
+            log.warning("%r record from %s ignored: only %s send it (once per peer)",
                         str(kind)[:40], f"peer {peer}" if peer >= 0 else "the hub",
                         "the hub (etcd, the supervisor) may" if peer >= 0 else "peers")
 
