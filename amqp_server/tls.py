@@ -14,10 +14,12 @@ Source: https://www.rabbitmq.com/docs/ssl, https://www.rabbitmq.com/docs/access-
 from __future__ import annotations
 
 import argparse
-import ssl
 from typing import Any
 
 from broker.config import TLSConfig
+from broker.tls_context import make_context
+
+__all__ = ["add_arguments", "from_args", "make_context", "peer_common_name"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,24 +46,6 @@ def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TLSC
     if not 0 <= cfg.port <= 65535:
         parser.error(f"--ssl-port must be 0..65535, got {cfg.port}")
     return cfg
-
-
-def make_context(cfg: TLSConfig) -> ssl.SSLContext:
-    """The server-side SSLContext.
-
-    Raises:
-        OSError / ssl.SSLError: unreadable or mismatched certificate, key or CA file.
-    """
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cfg.certfile or "", cfg.keyfile)
-    if cfg.cacertfile:
-        ctx.load_verify_locations(cfg.cacertfile)
-    if cfg.fail_if_no_peer_cert:
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    elif cfg.verify_peer:
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
 
 
 def peer_common_name(transport: Any) -> str | None:

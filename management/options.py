@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from broker.config import ManagementOptions
+from broker.config import ManagementOptions, TLSConfig
+from broker.tls_context import make_context
 from management.app import DEFAULT_PORT, DEFAULT_TLS_PORT, start_management
 from management.serve import start_listener
 from vhosts.definitions import DefinitionsError, import_definitions
@@ -79,17 +80,15 @@ def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def tls_context(opts: ManagementOptions) -> ssl.SSLContext | None:
-    """The HTTPS listener's context (TLS 1.2 or newer), None for plain HTTP.
+    """The HTTPS listener's context (:func:`broker.tls_context.make_context`: TLS 1.2 or
+    newer, no client certificates), None for plain HTTP.
 
     Raises:
         OSError / ssl.SSLError: the certificate or key cannot be read or do not match.
     """
     if opts.certfile is None:
         return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(opts.certfile, opts.keyfile)
-    return ctx
+    return make_context(TLSConfig(certfile=opts.certfile, keyfile=opts.keyfile))
 
 
 def load_definitions(broker: Broker, config: BrokerConfig) -> None:
