@@ -56,8 +56,10 @@ class WatchRefused(aetcd.exceptions.ClientError):
     """etcd refused to create a watch (its reason: permission denied, invalid token)."""
 
 
-def read_password(path: Path) -> str:
-    """The first line of ``--cluster-etcd-password-file``, without surrounding white space.
+def read_secret_file(path: Path, option: str = "--cluster-etcd-password-file") -> str:
+    """The first line of a file holding a secret (``option`` names it in messages: the etcd
+    password file, ``--cluster-secret-file``), without surrounding white space; a file other
+    users may read is logged as a warning.
 
     Raises:
         ClusterError: the file is missing, unreadable or its first line empty (the message
@@ -68,14 +70,12 @@ def read_password(path: Path) -> str:
         mode = path.stat().st_mode
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not text"
-        raise ClusterError(f"cannot read --cluster-etcd-password-file {path}: {reason}") \
-            from None
+        raise ClusterError(f"cannot read {option} {path}: {reason}") from None
     lines = text.splitlines()
     if not lines or not lines[0].strip():
-        raise ClusterError(f"--cluster-etcd-password-file {path} is empty")
+        raise ClusterError(f"{option} {path} is empty")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("--cluster-etcd-password-file %s can be read by other users "
-                    "(chmod 600 it)", path)
+        log.warning("%s %s can be read by other users (chmod 600 it)", option, path)
     return lines[0].strip()
 
 
@@ -229,7 +229,7 @@ class EtcdClient(aetcd.Client):
 
     Args:
         options: the ``--cluster-etcd*`` options (URL checked by :func:`parse_etcd_url`).
-        password: the user's password (:func:`read_password`); None without a user.
+        password: the user's password (:func:`read_secret_file`); None without a user.
         timeout: seconds for each call.
 
     Raises:
@@ -294,5 +294,5 @@ def open_client(options: EtcdOptions) -> EtcdClient:
     Raises:
         ClusterError: the password file or a TLS file cannot be used.
     """
-    password = read_password(Path(options.password_file)) if options.password_file else None
+    password = read_secret_file(Path(options.password_file)) if options.password_file else None
     return EtcdClient(options, password)
