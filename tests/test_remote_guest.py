@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import urllib.request
 from collections.abc import Iterator
 
 import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
-from tests.support.cluster import wait_until
+from tests.support.cluster import api, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,19 +108,10 @@ def broker(netns: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bro
     d = tmp_path_factory.mktemp("remote-guest")
     with BrokerProcess(d / "data", d / "broker.log", hosts=("127.0.0.1", BROKER_IP),
                        management=free_port(), log_level="info") as b:
-        _api(b, "/api/users/remote", {"password": "secret", "tags": ""})
-        _api(b, "/api/permissions/%2F/remote", {"configure": ".*", "write": ".*", "read": ".*"})
+        api(b, "/api/users/remote", "PUT", {"password": "secret", "tags": ""})
+        api(b, "/api/permissions/%2F/remote", "PUT",
+            {"configure": ".*", "write": ".*", "read": ".*"})
         yield b
-
-
-def _api(b: BrokerProcess, path: str, body: dict[str, str]) -> None:
-    import base64
-    import json
-    req = urllib.request.Request(f"http://127.0.0.1:{b.management_port}{path}",
-                                 data=json.dumps(body).encode(), method="PUT")
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    req.add_header("content-type", "application/json")
-    urllib.request.urlopen(req, timeout=10).close()
 
 
 def _client(netns: str, b: BrokerProcess, user: str, password: str, queue: str,
