@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import aetcd
 import grpc
 from aetcd import rpc, watcher
 
-from amqp_server.cluster.membership import ClusterError, parse_etcd_url
+from amqp_server.cluster.membership import ClusterError, parse_etcd_url, read_secret_file
 from broker.config import EtcdOptions
 
 log = logging.getLogger("amqpq.cluster")
@@ -54,29 +53,6 @@ class AuthenticationFailed(aetcd.exceptions.ClientError):
 
 class WatchRefused(aetcd.exceptions.ClientError):
     """etcd refused to create a watch (its reason: permission denied, invalid token)."""
-
-
-def read_secret_file(path: Path, option: str = "--cluster-etcd-password-file") -> str:
-    """The first line of a file holding a secret (``option`` names it in messages: the etcd
-    password file, ``--cluster-secret-file``), without surrounding white space; a file other
-    users may read is logged as a warning.
-
-    Raises:
-        ClusterError: the file is missing, unreadable or its first line empty (the message
-            names the file, never its content).
-    """
-    try:
-        text = path.read_text()
-        mode = path.stat().st_mode
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not text"
-        raise ClusterError(f"cannot read {option} {path}: {reason}") from None
-    lines = text.splitlines()
-    if not lines or not lines[0].strip():
-        raise ClusterError(f"{option} {path} is empty")
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("%s %s can be read by other users (chmod 600 it)", option, path)
-    return lines[0].strip()
 
 
 def _tls_files(options: EtcdOptions) -> tuple[bytes | None, bytes | None, bytes | None]:

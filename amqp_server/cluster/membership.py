@@ -25,7 +25,9 @@ import asyncio
 import json
 import logging
 import os
+import stat
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,6 +50,29 @@ def load_info(value: bytes) -> dict[str, Any]:
 
 class ClusterError(Exception):
     """etcd cannot be reached or refused the node (the server exits with this message)."""
+
+
+def read_secret_file(path: Path, option: str = "--cluster-etcd-password-file") -> str:
+    """The first line of a file holding a secret (``option`` names it in messages: the etcd
+    password file, ``--cluster-secret-file``), without surrounding white space; a file other
+    users may read is logged as a warning.
+
+    Raises:
+        ClusterError: the file is missing, unreadable or its first line empty (the message
+            names the file, never its content).
+    """
+    try:
+        text = path.read_text()
+        mode = path.stat().st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not text"
+        raise ClusterError(f"cannot read {option} {path}: {reason}") from None
+    lines = text.splitlines()
+    if not lines or not lines[0].strip():
+        raise ClusterError(f"{option} {path} is empty")
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("%s %s can be read by other users (chmod 600 it)", option, path)
+    return lines[0].strip()
 
 
 def parse_etcd_url(url: str) -> tuple[str, int, bool]:

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.cluster.etcd_client import read_secret_file
-from amqp_server.cluster.membership import ClusterError, Membership
+from amqp_server.cluster.membership import ClusterError, Membership, read_secret_file
 from amqp_server.cluster.metadata import EtcdHub
 from amqp_server.cluster.node_links import NodeLinks, tls_contexts
 from amqp_server.cluster.quorum import QuorumManager
