@@ -132,6 +132,18 @@ class Channel:
             commands.Tx.Rollback: self._tx_rollback,
         }
 
+    # ---- waiting for a queue elsewhere (queue_store.queue_kind.Requester) -------------------
+
+    def await_answer(self) -> None:
+        """The connection reads no frame until :meth:`answered` (what the client sent after
+        this method must see its effect)."""
+        self.connection.suspend()
+
+    def answered(self, run: Callable[[], None]) -> None:
+        """Run ``run`` as the rest of this channel's method: its errors close the channel
+        or connection as if raised while reading it; then the held frames are read."""
+        self.connection.resume(self.number, run)
+
     # ---- output --------------------------------------------------------------------------
 
     def send(self, method: Any) -> None:
@@ -473,7 +485,7 @@ class Channel:
             return
         self.check_permission("read", "queue", self.queue_name(m.queue))
         q = self.vhost.queue(self.queue_name(m.queue), self.connection)
-        if q.quorum and self.global_prefetch:  # RabbitMQ 3.x: a connection error
+        if not q.global_qos and self.global_prefetch:  # RabbitMQ 3.x: a connection error
             raise NotImplemented_(
                 f"{rs('queue', q.name, q.vhost_name)} does not support global qos")
         if q.consumer_count and (m.exclusive or q.has_exclusive_consumer()):
@@ -487,11 +499,8 @@ class Channel:
             tag, framing.encode_shortstr(tag), self, q, m.no_ack, m.exclusive,
             self.prefetch_count, priority, arguments,
         )
-        if q.remote:  # its home decides (exclusivity), then ConsumeOk
-            q.consume_at_home(self, consumer,  # type: ignore[attr-defined]
-                              lambda: self._consume_ok(m, consumer))
-            return
-        self._consume_ok(m, consumer)
+        # a queue on another worker or node: its home decides exclusivity first
+        q.request_consume(self, consumer, lambda: self._consume_ok(m, consumer))
 
     def _consume_ok(self, m: Any, consumer: Consumer) -> None:
         """The consumer is in: ConsumeOk unless nowait, then its first deliveries."""
@@ -518,24 +527,7 @@ class Channel:
     def _basic_get(self, m: Any) -> None:
         self.check_permission("read", "queue", self.queue_name(m.queue))
         q = self.vhost.queue(self.queue_name(m.queue), self.connection)
-        if q.remote:  # its home takes the message; this channel hands it out
-            q.call_home(self, ("get", m.no_ack),  # type: ignore[attr-defined]
-                        lambda answer: self._remote_get_ok(q, m.no_ack, answer))
-            return
-        qm = q.get(m.no_ack)
-        self._get_ok(q, m.no_ack, qm, q.message_count if qm is not None else 0)
-
-    def _remote_get_ok(self, q: Queue, no_ack: bool, answer: Any) -> None:
-        """The home's answer to a Basic.Get: None (empty) or the message with its
-        delivery number there and the queue's remaining count."""
-        if answer is None:
-            self._get_ok(q, no_ack, None, 0)
-            return
-        did, redelivered, exrk, props, body, count = answer
-        n = exrk[0]
-        msg = Message(exrk[1:1 + n].decode("utf-8", "surrogateescape"),
-                      exrk[2 + n:].decode("utf-8", "surrogateescape"), exrk, props, body)
-        self._get_ok(q, no_ack, QueuedMessage(did, msg, redelivered), count)
+        q.request_get(self, m.no_ack, lambda qm, left: self._get_ok(q, m.no_ack, qm, left))
 
     def _get_ok(self, q: Queue, no_ack: bool, qm: QueuedMessage | None, count: int) -> None:
         """Basic.GetOk with ``qm`` (``count`` messages left), or Basic.GetEmpty."""

@@ -135,13 +135,9 @@ def _declared(ch: Channel, m: Any, q: Any, is_new: bool) -> None:
     ch.last_queue = q.name
     if m.nowait:
         return
-    if q.remote:  # its counts are at its home
-        q.call_home(ch, ("counts",), lambda counts: conn.send_frame(
-            framing.declare_ok_frame(ch.number, q.name, counts[0], counts[1])))
-        return
     # hand-packed: pamqp refuses queue names outside a narrow character set
-    conn.send_frame(framing.declare_ok_frame(ch.number, q.name, q.message_count,
-                                             q.consumer_count))
+    q.request_counts(ch, lambda messages, consumers: conn.send_frame(
+        framing.declare_ok_frame(ch.number, q.name, messages, consumers)))
 
 
 def check_bind(ch: Channel, queue: str, exchange: str, routing_key: str) -> None:
@@ -181,10 +177,7 @@ def queue_purge(ch: Channel, m: Any) -> None:
         if not m.nowait:
             ch.send(commands.Queue.PurgeOk(message_count=count))
 
-    if q.remote:  # on another worker: its home purges and counts
-        q.call_home(ch, ("purge",), answer)  # type: ignore[attr-defined]
-    else:
-        answer(q.purge())
+    q.request_purge(ch, answer)
 
 
 def queue_delete(ch: Channel, m: Any) -> None:

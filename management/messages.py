@@ -26,6 +26,7 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_common.errors import AMQPError, PreconditionFailed
+from management import queue_requests
 from management.bodies import check_table
 from management.errors import ApiError, bad_request, key_missing
 from queue_store.message import Message
@@ -216,18 +217,19 @@ def _message_json(qm: QueuedMessage, remaining: int, encoding: str,
     }
 
 
-def get_messages(q: Queue, count: int, ackmode: str, encoding: str,
-                 truncate: int | None) -> list[dict[str, Any]]:
-    """Take up to ``count`` messages from ``q`` as Basic.Get would, then settle them by
-    ``ackmode`` (requeued ones go back to their places, flagged redelivered)."""
+async def get_messages(q: Queue, count: int, ackmode: str, encoding: str,
+                       truncate: int | None) -> list[dict[str, Any]]:
+    """Take up to ``count`` messages from ``q`` as Basic.Get would (from its home when it
+    lives on another worker or node), then settle them by ``ackmode`` (requeued ones go back
+    to their places, flagged redelivered). Raises AMQPError (the home's 404)."""
     no_ack = ackmode == "ack_requeue_false"
     taken: list[Delivery] = []
     out: list[dict[str, Any]] = []
     for _ in range(max(count, 0)):
-        qm = q.get(no_ack)
+        qm, left = await queue_requests.get(q, no_ack)
         if qm is None:
             break
-        out.append(_message_json(qm, q.message_count, encoding, truncate))
+        out.append(_message_json(qm, left, encoding, truncate))
         if not no_ack:
             taken.append((qm, q, None))
     if taken:

@@ -58,6 +58,7 @@ from queue_store.outcomes import (
 )
 from queue_store.queue_args import QueueSettings, queue_type_of
 from queue_store.queue_index import QueueIndex
+from queue_store.queue_kind import Requester
 from queue_store.queue_recovery import QueueRecovery
 from queue_store.queue_settlement import QueueSettlement
 from queue_store.storage import VhostStorage
@@ -98,7 +99,6 @@ class Queue(QueueSettlement, QueueRecovery):
     """
 
     uses_index = True  # a durable queue keeps a queue index (stream queues have a log)
-    remote = False  # True: a stand-in for a queue whose home is another worker
 
     def __init__(self, name: str, vhost_name: str, durable: bool = False,
                  exclusive: bool = False, auto_delete: bool = False,
@@ -114,6 +114,7 @@ class Queue(QueueSettlement, QueueRecovery):
         self.arguments = arguments or {}
         self.kind = queue_type_of(self.arguments)  # "classic" or "quorum"
         self.quorum = self.kind == "quorum"
+        self.global_qos = not self.quorum  # RabbitMQ 3.x: quorum queues refuse global qos
         self.vhost = vhost
         self.settings = settings or QueueSettings()
         self.storage = vhost.storage if vhost is not None else None
@@ -429,6 +430,28 @@ class Queue(QueueSettlement, QueueRecovery):
         if self._has_ttl:
             self._expire_head()  # GetOk's message_count must not count expired ones
         return qm
+
+    def request_get(self, requester: Requester, no_ack: bool,
+                    then: Callable[[QueuedMessage | None, int], None]) -> None:
+        """:meth:`get` now: ``then(message or None, ready messages left)``
+        (:class:`~queue_store.queue_kind.QueueKind`; a queue elsewhere answers later)."""
+        qm = self.get(no_ack)
+        then(qm, self.message_count if qm is not None else 0)
+
+    def request_purge(self, requester: Requester, then: Callable[[int], None]) -> None:
+        """:meth:`purge` now: ``then(messages dropped)``."""
+        then(self.purge())
+
+    def request_counts(self, requester: Requester,
+                       then: Callable[[int, int], None]) -> None:
+        """``then(ready messages, consumers)`` now (Queue.DeclareOk)."""
+        then(self.message_count, self.consumer_count)
+
+    def request_consume(self, requester: Requester, consumer: Consumer,
+                        then: Callable[[], None]) -> None:
+        """Accept ``consumer`` now: ``then()`` sends ConsumeOk and calls
+        :meth:`add_consumer` (the channel checked exclusivity against this queue)."""
+        then()
 
     def _take_for_get(self, no_ack: bool) -> QueuedMessage | None:
         """Basic.Get's message, taken from ``ready``: the head (expired ones at the head are

@@ -74,10 +74,10 @@ class NodeRuntime(WorkerRuntime):
     def catch_up(self, ch: Any, then: Callable[[], None]) -> None:
         """Run ``then`` on ``ch``'s connection (which reads nothing meanwhile) once this node
         applied every record etcd held when asked (:meth:`EtcdHub.barrier`)."""
-        ch.connection.suspend()
+        ch.await_answer()
 
         def done(_: Any) -> None:
-            ch.connection.resume(ch.number, then)
+            ch.answered(then)
 
         self._keep(asyncio.ensure_future(self.hub.barrier())).add_done_callback(done)
 

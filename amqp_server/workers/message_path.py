@@ -47,9 +47,9 @@ from queue_store.consumer import Consumer
 from queue_store.message import Message
 from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, ROUTED, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
+from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
-    from amqp_server.channel import Channel
     from broker.broker import Broker
 
 log = logging.getLogger("amqpq.workers")
@@ -104,7 +104,7 @@ class MessagePath:
     _auto_acks: dict[int, list[int]]
     _pending_cids: set[int]
     _flowed: set[Any]
-    _calls: dict[int, tuple[Channel, Callable[[Any], None], int]]
+    _calls: dict[int, tuple[Requester, Callable[[Any], None], int]]
     _call_deadlines: deque[tuple[float, int]]
     _remote_consumers: dict[tuple[int, int], Consumer]
     _unacked: dict[int, dict[int, Delivery]]
@@ -210,7 +210,7 @@ class MessagePath:
 
     # ---- consumers: this worker's clients ------------------------------------------------
 
-    def remote_consume(self, ch: Channel, q: RemoteQueue, consumer: Consumer,
+    def remote_consume(self, ch: Requester, q: RemoteQueue, consumer: Consumer,
                        then: Callable[[], None]) -> None:
         """Subscribe ``consumer`` at ``q``'s home, then ``then()`` (ConsumeOk): the home
         decides exclusivity, as RabbitMQ's queue process does (403 ``in exclusive use``);
@@ -383,14 +383,18 @@ class MessagePath:
 
     # ---- calls (Basic.Get, purge, counts) ------------------------------------------------
 
-    def call_home(self, ch: Channel, q: RemoteQueue, request: tuple[Any, ...],
+    def call_home(self, requester: Requester, q: RemoteQueue, request: tuple[Any, ...],
                   then: Callable[[Any], None]) -> None:
+        """Ask ``q``'s home (``("get", no_ack)``, ``("purge",)``, ``("counts",)``,
+        ``("consume", ...)``); ``requester`` waits until ``then(answer)`` runs on its turn.
+        Raises NotFound (404) when the home is down now; later, 404 inside the
+        continuation when it goes down or does not answer in CALL_TIMEOUT seconds."""
         if q.home not in self.links.out:
             raise NotFound(f"{rs('queue', q.name, q.vhost_name)} is on a worker that is down")
         call_id = next(self._call_ids)
-        self._calls[call_id] = (ch, then, q.home)
+        self._calls[call_id] = (requester, then, q.home)
         self._call_deadlines.append((asyncio.get_running_loop().time() + CALL_TIMEOUT, call_id))
-        ch.connection.suspend()
+        requester.await_answer()
         self._control(q.home, ("call", call_id, q.qkey, request))
 
     def _on_call(self, peer: int, rec: tuple[Any, ...]) -> None:
@@ -435,7 +439,7 @@ class MessagePath:
         pending = self._calls.pop(call_id, None)
         if pending is None:
             return
-        ch, then, _ = pending
+        requester, then, _ = pending
 
         def run() -> None:
             if status == "down":
@@ -449,7 +453,7 @@ class MessagePath:
                 raise NotFound(f"no {rs('queue', name, vname)}")
             then(answer)
 
-        ch.connection.resume(ch.number, run)
+        requester.answered(run)
 
     def _control(self, peer: int, record: tuple[Any, ...]) -> None:
         out = self.links.out.get(peer)

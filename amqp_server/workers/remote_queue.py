@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.link_codec import queue_key
 from queue_store.consumer import Consumer
+from queue_store.message import Message
 from queue_store.outcomes import PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
+from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
     from amqp_server.workers.runtime import WorkerRuntime
@@ -42,7 +44,6 @@ class RemoteQueue(Queue):
     """Queue ``name`` of ``vhost_name`` whose home is worker ``home`` (keyword arguments as
     :class:`~queue_store.queue.Queue`'s; nothing is stored here)."""
 
-    remote = True
     uses_index = False
 
     def __init__(self, runtime: WorkerRuntime, home: int, name: str, vhost_name: str,
@@ -53,6 +54,9 @@ class RemoteQueue(Queue):
         self.home = home
         self.qkey = queue_key(vhost_name, name)
         self.stats = (0, 0, 0)  # (ready, unacked, consumers) at the home, last snapshot
+        # its home can change (a quorum queue's leader): a publish that reaches a node that
+        # no longer leads it is nacked there, never confirmed
+        self.home_moves = self.kind == "quorum"
 
     def __repr__(self) -> str:
         return f"<RemoteQueue {self.name!r} vhost={self.vhost_name!r} home={self.home}>"
@@ -64,13 +68,8 @@ class RemoteQueue(Queue):
         return self.runtime.forward_publish(self, message, context)
 
     def add_consumer(self, consumer: Consumer) -> None:
-        """Local bookkeeping once the home took the consumer (:meth:`consume_at_home`)."""
+        """Local bookkeeping once the home took the consumer (:meth:`request_consume`)."""
         super().add_consumer(consumer)  # dispatch(): deliveries that waited for ConsumeOk
-
-    def consume_at_home(self, ch: Any, consumer: Consumer, then: Callable[[], None]) -> None:
-        """Subscribe at the home (which may refuse: 403 in exclusive use), then ``then()``;
-        ``ch``'s connection reads nothing meanwhile."""
-        self.runtime.remote_consume(ch, self, consumer, then)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self._consumer_order:
@@ -84,15 +83,29 @@ class RemoteQueue(Queue):
         self.runtime.remote_settle(self.home, [qm.seq for qm, _, _ in deliveries], outcome)
 
     def get(self, no_ack: bool = False) -> QueuedMessage | None:
-        raise RuntimeError("a remote queue's Basic.Get goes through call_home")
+        raise RuntimeError("a remote queue's Basic.Get goes through request_get")
 
     def purge(self) -> int:
-        raise RuntimeError("a remote queue's purge goes through call_home")
+        raise RuntimeError("a remote queue's purge goes through request_purge")
 
-    def call_home(self, ch: Any, request: tuple[Any, ...], then: Callable[[Any], None]) -> None:
-        """Ask the home (``("get", no_ack)``, ``("purge",)``, ``("counts",)``) and call
-        ``then(answer)`` on ``ch``'s connection, which reads nothing meanwhile."""
-        self.runtime.call_home(ch, self, request, then)
+    def request_consume(self, requester: Requester, consumer: Consumer,
+                        then: Callable[[], None]) -> None:
+        """Subscribe at the home (which may refuse: 403 in exclusive use), then ``then()``."""
+        self.runtime.remote_consume(requester, self, consumer, then)
+
+    def request_get(self, requester: Requester, no_ack: bool,
+                    then: Callable[[QueuedMessage | None, int], None]) -> None:
+        """The home takes the message (its delivery number there is the
+        :class:`QueuedMessage`'s ``seq``, which :meth:`settle` sends back)."""
+        self.runtime.call_home(requester, self, ("get", no_ack),
+                               lambda answer: then(*_got(answer)))
+
+    def request_purge(self, requester: Requester, then: Callable[[int], None]) -> None:
+        self.runtime.call_home(requester, self, ("purge",), then)
+
+    def request_counts(self, requester: Requester,
+                       then: Callable[[int, int], None]) -> None:
+        self.runtime.call_home(requester, self, ("counts",), lambda counts: then(*counts))
 
     @property
     def message_count(self) -> int:
@@ -107,6 +120,18 @@ class RemoteQueue(Queue):
         for consumer in consumers:
             self.runtime.remote_cancel(self, consumer)
         return consumers
+
+
+def _got(answer: Any) -> tuple[QueuedMessage | None, int]:
+    """A Basic.Get answer from the home: None (empty) or ``(delivery number there,
+    redelivered, exchange+routing key bytes, property bytes, body, messages left)``."""
+    if answer is None:
+        return None, 0
+    did, redelivered, exrk, props, body, count = answer
+    n = exrk[0]
+    msg = Message(exrk[1:1 + n].decode("utf-8", "surrogateescape"),
+                  exrk[2 + n:].decode("utf-8", "surrogateescape"), exrk, props, body)
+    return QueuedMessage(did, msg, redelivered), count
 
 
 class LinkConsumerChannel:

@@ -72,6 +72,7 @@ from queue_store.grouped_queue import queue_class
 from queue_store.outcomes import REJECTED, ROUTED, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import queue_type_of
+from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -134,7 +135,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._credit_due: dict[tuple[int, int], int] = {}
         self._auto_acks: dict[int, list[int]] = {}
         self._pending_cids: set[int] = set()  # consumers whose home has not answered yet  # home -> no-ack deliveries handed out
-        self._calls: dict[int, tuple[Channel, Callable[[Any], None], int]] = {}
+        self._calls: dict[int, tuple[Requester, Callable[[Any], None], int]] = {}
         self._call_ids = itertools.count(1)
         self._call_deadlines: deque[tuple[float, int]] = deque()
         # home side (queues here, clients elsewhere)
@@ -198,7 +199,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         """A queue of this vhost went: a home that removed it by itself tells everyone."""
         if self.quorum is not None and q.quorum:
             self.quorum.queue_removed(q)
-        if not self._applying and not q.remote:
+        if not self._applying and not isinstance(q, RemoteQueue):
             self.links.send_hub(("submit", 0, tr.to_wire(tr.QueueForget(q.vhost_name, q.name))))
 
     # ---- topology ------------------------------------------------------------------------
@@ -208,7 +209,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         :func:`amqp_server.workers.ops.run`)."""
         op_id = next(self._ops)
         self._pending_ops[op_id] = (ch, then)
-        ch.connection.suspend()
+        ch.await_answer()
         self.links.send_hub(("submit", op_id, tr.to_wire(op)))
 
     def _stub(self, ref: Any) -> object | None:
@@ -298,7 +299,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 raise error
             then(result)
 
-        conn.resume(ch.number, answer)
+        ch.answered(answer)
         self.broker.after_batch()
 
     def _worker_down(self, w: int) -> None:
@@ -498,9 +499,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
             now = asyncio.get_running_loop().time()
             self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
             return None
-        if q.remote:  # the sender thinks it lives here: answer as for a queue that is gone
+        if isinstance(q, RemoteQueue):  # the sender thinks it lives here: as if it were gone
             log.warning("worker %d sent a record for %r, which does not live here", peer, q)
-            self._orphan_dropped(peer, kind, body, refuse=q.quorum)
+            self._orphan_dropped(peer, kind, body, refuse=q.home_moves)
             return None
         return q
 
@@ -537,7 +538,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         stats = {}
         for vhost in self.broker.vhosts.values():
             for q in vhost.queues.values():
-                if not q.remote:
+                if not isinstance(q, RemoteQueue):
                     stats[queue_key(q.vhost_name, q.name)] = (
                         q.message_count, q.unacked_count, q.consumer_count)
         summary = self.summary()

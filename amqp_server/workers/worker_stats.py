@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.links import Links
+from amqp_server.workers.remote_queue import RemoteQueue
 from management.serializers import channel_json, connection_json, consumer_json
 from management.state import ManagementState
 
@@ -115,7 +116,8 @@ class WorkerStats:
         """This worker's figures for ``/api/workers`` and the broker-wide totals."""
         broker = self.broker
         channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
-        home = [q for v in broker.vhosts.values() for q in v.queues.values() if not q.remote]
+        home = [q for v in broker.vhosts.values() for q in v.queues.values()
+                if not isinstance(q, RemoteQueue)]
         alarms = broker.alarms
         by_vhost: dict[str, int] = {}
         by_user: dict[str, int] = {}

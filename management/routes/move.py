@@ -26,6 +26,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
+from management import queue_requests
 from management.auth import check_permission
 from management.errors import ApiError, bad_request, from_amqp, not_found
 from management.messages import require_keys
@@ -44,14 +45,16 @@ def _unlocked(q: Queue) -> None:
         raise from_amqp(exc) from None
 
 
-def move_messages(source: Queue, destination: Queue, limit: int) -> int:
+async def move_messages(source: Queue, destination: Queue, limit: int) -> int:
     """Move up to ``limit`` ready messages from ``source`` to ``destination``; returns how
     many moved. Each one is acked on the source only after the destination took it; one
     the destination refuses goes back to the source (flagged redelivered) and ends the move.
-    """
+    A source on another worker or node gives its messages from its home; a destination
+    there takes them as a publish does (its refusal arrives later: not seen here). Raises
+    AMQPError (the source's home is down: 404)."""
     moved = 0
     while moved < limit:
-        qm = source.get(no_ack=False)
+        qm, _ = await queue_requests.get(source, False)
         if qm is None:
             break
         old = qm.message
@@ -87,5 +90,8 @@ async def move(request: web.Request) -> web.Response:
     limit = body.get("count", source.message_count)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
         raise bad_request(["not_int", "count"])
-    moved = move_messages(source, destination, limit)
+    try:
+        moved = await move_messages(source, destination, limit)
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
     return ok({"moved": moved, "remaining": source.message_count})

@@ -108,7 +108,7 @@ async def aliveness(request: web.Request) -> web.Response:
     publish(vhost, "", {"properties": {}, "routing_key": "aliveness-test",
                         "payload": "test_message", "payload_encoding": "string"},
             principal(request).name)
-    got = get_messages(q, 1, "ack_requeue_false", "auto", None)
+    got = await get_messages(q, 1, "ack_requeue_false", "auto", None)
     if not got or got[0]["payload"] != "test_message":
         return web.json_response({"status": "failed", "reason": "message lost"}, status=500)
     return ok({"status": "ok"})

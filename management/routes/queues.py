@@ -15,6 +15,7 @@ from aiohttp import web
 from amqp_common.errors import AMQPError
 from broker import topology_records as tr
 from broker.topology_records import change_topology
+from management import queue_requests
 from management.auth import accessible_vhosts, check_permission
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
@@ -130,7 +131,10 @@ async def purge_queue(request: web.Request) -> web.Response:
     q = _queue(request, vhost)
     check_permission(request, vhost.name, "read", "queue", q.name)
     _unlocked(q)
-    q.purge()
+    try:
+        await queue_requests.purge(q)  # at its home when it lives on another worker or node
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
     return no_content()
 
 
@@ -148,7 +152,10 @@ async def get_from_queue(request: web.Request) -> web.Response:
         raise ApiError(404, "not_found", f"NOT_FOUND - no queue '{name}' in vhost "
                                          f"'{vhost.name}'")
     _unlocked(q)
-    return ok(get_messages(q, count, ackmode, encoding, truncate))
+    try:
+        return ok(await get_messages(q, count, ackmode, encoding, truncate))
+    except AMQPError as exc:
+        raise from_amqp(exc) from None
 
 
 @routes.get("/api/queues/{vhost}/{name}/bindings")
