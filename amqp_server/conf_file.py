@@ -1,12 +1,17 @@
-"""``amqpq-server --config FILE``: RabbitMQ's ``rabbitmq.conf`` keys, in its sysctl format.
+"""``amqpq-server --config FILE``: RabbitMQ's ``rabbitmq.conf`` keys (and amqpq's own
+``cluster_tls.*``), in its sysctl format.
 
 The format is cuttlefish's, as RabbitMQ reads it: one ``key = value`` a line, ``#`` starts a
 comment anywhere (a value cannot contain ``#``, as in RabbitMQ), blank lines are skipped,
 surrounding spaces are dropped. A key given twice is an error (naming both lines).
 
-Every key amqpq supports maps onto :class:`~broker.config.BrokerConfig` (the list is
-:data:`SUPPORTED`, values and units as RabbitMQ's schema, ``deps/rabbit/priv/schema/
-rabbit.schema``, takes them). The result, :class:`ConfFile`, has
+Every key amqpq supports maps onto a command-line option or a
+:class:`~broker.config.BrokerConfig` setting (the exact keys are :data:`SUPPORTED`; besides
+them ``listeners.tcp.NAME``, ``listeners.ssl.NAME``, ``loopback_users.NAME`` and
+``log.CATEGORY.level``), values and units as RabbitMQ's schema (``deps/rabbit/priv/schema/
+rabbit.schema``) takes them; ``cluster_tls.certfile``, ``.keyfile`` and ``.cacertfile`` are
+amqpq's (``--cluster-tls-*``: RabbitMQ configures inter-node TLS elsewhere). The result,
+:class:`ConfFile`, has
 
 * ``options``: argparse destinations -> values, made the parser's defaults, so a command-line
   option the user gives overrides the file and one left out does not;
@@ -15,7 +20,8 @@ rabbit.schema``, takes them). The result, :class:`ConfFile`, has
 * ``warnings``: keys RabbitMQ knows that change nothing in amqpq (RabbitMQ's own clustering
   and peer discovery: amqpq clusters through ``--cluster-etcd``; acceptor counts,
   statistics intervals...; :data:`IGNORED`) or are log layout details
-  (:data:`IGNORED_LOG`), logged at start.
+  (:data:`IGNORED_LOG`), and ``ssl_options.*`` given without a ``listeners.ssl.*`` key (no
+  TLS listener then); logged at start.
 
 A key RabbitMQ knows that amqpq does not implement, where ignoring it would change what a
 user gets (auth backends, TLS versions, plugins' settings...), is an error, as is an unknown

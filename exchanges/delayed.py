@@ -7,13 +7,15 @@ argument (direct, fanout, topic, headers, or another built-in type): this class 
 type's routing table and forwards every binding and routing call to it, so a delayed exchange
 *is* that type as far as bindings go.
 
-Holding a message until it is due is not done here: the vhost's publish pipeline sees the
-exchange's ``delayed`` attribute (:mod:`vhosts.delayed`), reads the message's ``x-delay``
-header with :func:`delay_ms` and, for a delay > 0, hands the message to the exchange's
-delayed store (:mod:`vhosts.delayed`, on disk in :mod:`queue_store.delayed_log`). When it falls due the message is published
-to the same exchange again with ``x-delay`` set to minus the delay (as the plugin does, so it
-is not delayed twice and a consumer can tell it was delayed); this router then routes it
-through the bindings as they are at that time.
+Holding a message until it is due is not done here: the vhost's publish pipeline
+(:meth:`vhosts.vhost.VirtualHost.publish`) sees the exchange's ``delayed`` holder, reads the
+message's ``x-delay`` with :func:`delay_ms` (through :func:`vhosts.delayed.message_delay`)
+and, for a delay > 0, hands the message to that holder (:mod:`vhosts.delayed`; on disk in
+:mod:`queue_store.delayed_log`, ordered in RAM by :mod:`queue_store.delay_index`). When it
+falls due the holder publishes it to the same exchange again, with ``x-delay`` set to minus
+the delay (as the plugin does: a consumer can tell it was delayed) and the pipeline's delay
+check skipped while it releases; this router then routes it through the bindings as they
+are at that time.
 
 ``x-delay`` as the plugin reads it (``rabbit_delayed_message_utils:get_delay/1``): an integer
 of any AMQP width; a string of digits; a float or decimal, truncated. Anything else, a

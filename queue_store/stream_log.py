@@ -18,13 +18,14 @@ timestamp of each chunk, in RAM (24 bytes a chunk), rebuilt at start from the ch
 **Retention** removes whole segments, oldest first, never the current one: while the log is
 over ``max_bytes``, or when a segment's newest chunk is older than ``max_age_ms``.
 **Durability**: the log is a :class:`~queue_store.disk_writes.SegmentSync` in the broker's
-group commit (publisher confirms after the fsync covering the chunk). **Recovery** checks
-the CRC of the last chunk of the last segment and cuts a torn or damaged tail (a crash can
-only tear the end); earlier chunks are trusted until read (a read that fails its CRC is
+group commit (publisher confirms after the fsync covering the chunk). **Recovery** reads
+every chunk header, checks the CRC of the last chunk of the last segment, and cuts a
+segment's tail from the first header that is not a whole chunk (a crash can only tear the
+end; the cut is logged); earlier chunks are trusted until read (a read that fails its CRC is
 logged and the chunk skipped).
 
-:meth:`truncate` drops every record at or after an offset (torn tails; nothing calls it
-for replication yet). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
+:meth:`truncate` drops every record at or after an offset; only the tests call it (recovery
+cuts a torn tail itself, and streams are not replicated). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
 RabbitMQ streams (https://www.rabbitmq.com/docs/streams).
 """
 

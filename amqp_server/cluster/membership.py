@@ -1,19 +1,27 @@
 """Cluster membership in etcd (``amqpq-server --node-name N --cluster-etcd URL``).
 
-How nodes find each other. Each node writes
-``/amqpq/<cluster>/nodes/<node name>`` (its AMQP and cluster ports, pid, start time; JSON)
-under an etcd *lease* of :data:`LEASE_TTL` seconds that it refreshes every second, and
-``/amqpq/<cluster>/members/<node name>`` with no lease: the cluster's members. A node that
-dies (kill -9, partition, SIGSTOP) stops refreshing, etcd drops its ``nodes`` key when the
-lease expires, and every node sees it gone at its next read (once a second); it stays a
-member, listed ``running: false`` (as RabbitMQ lists a stopped cluster member), until
-``forget_cluster_node`` removes it. A stopped node that resumes registers again. Leadership and
-membership are etcd's (no consensus here); the metadata log is :mod:`amqp_server.cluster.metadata`,
+How nodes find each other. At start a node gets its *index* (the number that names it on
+the node links: allocated once per name by an etcd transaction and kept in
+``/amqpq/<cluster>/index/<node name>``), waits until a registration of its name left by a run
+killed moments ago has expired (one still there after :data:`LEASE_TTL` seconds is a running
+node: refused), then writes ``/amqpq/<cluster>/nodes/<node name>`` (name, AMQP and cluster
+ports, pid, start time, index, lease id; JSON) under an etcd *lease* of :data:`LEASE_TTL`
+seconds that it refreshes every second, and ``/amqpq/<cluster>/members/<node name>`` (the
+same value) with no lease: the cluster's members. A node that dies (kill -9, partition,
+SIGSTOP) stops refreshing, etcd drops its ``nodes`` key when the lease expires, and this
+module's node list loses it at its next read (once a second); it stays a member, listed
+``running: false`` (as RabbitMQ lists a stopped cluster member), until
+``forget_cluster_node`` removes it. A stopped node that resumes after its lease expired
+registers again. Leadership and membership are etcd's (no consensus here); the topology log,
+and the ordered record of a node's death, are :mod:`amqp_server.cluster.metadata`,
 replication :mod:`amqp_server.cluster.quorum`.
 
 The client is ``aetcd`` (asyncio, etcd's gRPC API), opened by
-:mod:`amqp_server.cluster.etcd_client` (TLS, etcd's user/password auth). Without
-``--cluster-etcd`` none of this runs and etcd is not needed.
+:mod:`amqp_server.cluster.etcd_client` (TLS, etcd's user/password auth) and imported only when
+a node connects, so this module imports without the ``cluster`` extra. It also holds
+:func:`parse_etcd_url` (``--cluster-etcd``) and :func:`read_secret_file` (the etcd password
+file and ``--cluster-secret-file``). Without ``--cluster-etcd`` none of this runs and etcd is
+not needed.
 
 Source: etcd leases (https://etcd.io/docs/v3.4/learning/api/#lease-api); RabbitMQ's
 ``rabbitmqctl cluster_status`` and ``GET /api/nodes`` for what is shown.

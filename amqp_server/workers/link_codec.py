@@ -1,12 +1,14 @@
-"""The inter-worker link's wire format (sans-IO): records in, bytes out, and back.
+"""The wire format of the worker links and the node links (sans-IO): records in, bytes out,
+and back.
 
-A link carries records between two worker processes of one broker (Unix sockets,
-:mod:`amqp_server.workers.links`) or two cluster nodes (TCP, optionally TLS,
-:mod:`amqp_server.cluster.node_links`). Every record is ``length:u32 kind:u8 body`` (big-endian; ``length``
-counts ``kind`` and ``body``). A sender appends records to an :class:`Outbox` during one
+A link carries records between two worker processes of one broker, or a worker and its
+supervisor (Unix sockets, :mod:`amqp_server.workers.links`), or two cluster nodes (TCP,
+optionally TLS, :mod:`amqp_server.cluster.node_links`). Every record is
+``length:u32 kind:u8 body`` (big-endian; ``length`` counts ``kind`` and ``body``). A sender appends records to an :class:`Outbox` during one
 event-loop turn and writes ``Outbox.take()`` once (one syscall per turn and peer, however
 many messages); a receiver feeds whatever bytes arrived to a :class:`RecordReader` and gets
-whole records back.
+whole records back (a link's first records, its hello, may be held to 4 KiB each:
+``guarded``).
 
 The hot records are packed by hand so that a message's AMQP property bytes and body cross
 the link as they came from the client, never decoded or re-encoded:
@@ -23,8 +25,9 @@ RESULTS    count:u32, then ``count`` (pub_id:u32 result:u8) (PublishResult bits)
 REPL       qkey_len:u16 epoch:u32 first_lsn:u64 snapshot:u8, then qkey and the replica log's
            bytes (:mod:`queue_store.replica_log`): a quorum queue leader's operations from
            ``first_lsn`` on, or (``snapshot`` 1) its whole log (cluster nodes only).
-CONTROL    a tuple (consume, cancel, get, purge, stats...) as tagged JSON
-           (:mod:`amqp_server.workers.link_values`): rare records, never per message;
+CONTROL    a tuple (the hello, consume, cancel, calls such as get and purge and their
+           answers, topology records, stats, a quorum follower's ``qack``...) as tagged
+           JSON (:mod:`amqp_server.workers.link_values`): rare records, never per message;
            reading one runs no code of the sender's choosing.
 =========  ===============================================================================
 
