@@ -36,7 +36,7 @@ from typing import Any
 from amqp_common.dedup_cache import DedupCache, message_dedup_key
 from queue_store.backing import QueuedMessage
 from queue_store.message import Message
-from queue_store.outcomes import ACCEPTED, REJECTED
+from queue_store.outcomes import ACCEPTED, REJECTED, PublishContext
 from queue_store.queue import Queue
 from queue_store.queue_args import QueueSettings
 
@@ -79,6 +79,31 @@ class DeduplicatingQueue(Queue):
         if result & REJECTED:  # x-overflow reject-publish: it is not in the queue
             self.dedup.remove(key)
         return result
+
+    def publish_for(self, message: Message, context: PublishContext) -> int:
+        """:meth:`publish` for a publisher described by ``context``: the same check, then
+        the next kind's ``publish_for`` (a replicated queue answers the publisher once its
+        replicas have the message, :mod:`amqp_server.cluster.quorum_queue`)."""
+        key = message_dedup_key(message)
+        if key is None:
+            return super().publish_for(message, context)
+        if not self.dedup.insert(key):
+            self.duplicates += 1
+            return ACCEPTED
+        result = super().publish_for(message, context)
+        if result & REJECTED:
+            self.dedup.remove(key)
+        return result
+
+    def _refused(self, message: Message) -> None:
+        key = message_dedup_key(message)
+        if key is not None:
+            self.dedup.remove(key)
+
+    def _holding(self, message: Message) -> None:
+        key = message_dedup_key(message)
+        if key is not None:
+            self.dedup.insert(key)
 
     def _forget(self, qm: QueuedMessage) -> None:
         key = message_dedup_key(qm.message)

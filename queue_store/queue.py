@@ -241,8 +241,18 @@ class Queue(QueueSettlement, QueueRecovery):
     def publish_for(self, message: Message, context: PublishContext) -> int:
         """:meth:`publish` for a publisher described by ``context`` (see
         :class:`~queue_store.outcomes.PublishContext`); only queues that answer later (on
-        another worker, replicated) read it."""
-        return self.publish(message)
+        another worker, replicated) read it. This class's own :meth:`publish`, whatever a
+        subclass layers over ``publish``: a kind that checks a message first (deduplication)
+        overrides both entry points, and must not check it twice."""
+        return Queue.publish(self, message)
+
+    def _refused(self, message: Message) -> None:
+        """A message a kind admitted was refused when it came to enter (a replicated queue
+        commits it into a full ``reject-publish`` queue): a kind that recorded it forgets."""
+
+    def _holding(self, message: Message) -> None:
+        """The queue holds ``message`` without a publish (a new leader's queue built from
+        its replica): a kind that records what it holds records it."""
 
     def _forget(self, qm: QueuedMessage) -> None:
         """``qm`` left the queue for good (acked, dropped, expired, purged): release its

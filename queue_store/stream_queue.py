@@ -51,7 +51,7 @@ from queue_store.consumer import Consumer
 from queue_store.durability import run_inline
 from queue_store.message import Message
 from queue_store.msg_store import decode_payload, encode_payload
-from queue_store.outcomes import ACCEPTED_UNSYNCED, Settlement
+from queue_store.outcomes import ACCEPTED_UNSYNCED, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue
 from queue_store.storage import name_id
 from queue_store.stream_log import MAX_SEGMENT_BYTES, StreamLog
@@ -206,6 +206,10 @@ class StreamQueue(Queue):
         if self._readers and not self._dispatching:
             self.dispatch()
         return ACCEPTED_UNSYNCED
+
+    def publish_for(self, message: Message, context: PublishContext) -> int:
+        """:meth:`publish` (a stream answers every publisher after its fsync)."""
+        return self.publish(message)
 
     # ---- consumers -----------------------------------------------------------------------
 

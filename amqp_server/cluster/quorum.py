@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from amqp_server.cluster.quorum_group import QuorumGroup
-from amqp_server.cluster.quorum_queue import ReplicatedQueue
+from amqp_server.cluster.quorum_queue import ReplicatedQueue, replicated_class
 from amqp_server.workers.link_codec import queue_key, split_queue_key
 from amqp_server.workers.remote_queue import RemoteQueue
 from queue_store.queue import Queue
@@ -146,7 +146,7 @@ class QuorumManager:
                 asyncio.get_running_loop().call_soon(group.on_state, *known)
             return q
         group = self.group(qkey)
-        queue = ReplicatedQueue(group, name, vhost_name, **kwargs)
+        queue = replicated_class(kwargs["arguments"])(name, vhost_name, group=group, **kwargs)
         if known:
             group.state, group.raw = known
         group.lead(queue, from_disk=True)
@@ -185,9 +185,10 @@ class QuorumManager:
         old = self.queue_of(group)
         if old is None or not isinstance(old, RemoteQueue):
             return
-        queue = ReplicatedQueue(group, old.name, old.vhost_name, durable=old.durable,
-                                auto_delete=old.auto_delete, arguments=old.arguments,
-                                settings=old.settings, vhost=self._vhost(old.vhost_name))
+        queue = replicated_class(old.arguments)(
+            old.name, old.vhost_name, group=group, durable=old.durable,
+            auto_delete=old.auto_delete, arguments=old.arguments, settings=old.settings,
+            vhost=self._vhost(old.vhost_name))
         for consumer in list(old.consumers):  # not expected: cancelled when the leader died
             old.remove_consumer(consumer)
             consumer.channel.consumer_cancelled_by_broker(consumer)

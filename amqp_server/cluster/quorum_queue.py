@@ -11,6 +11,13 @@ requeue of a quorum queue a ``RET`` (its delivery count), replicated the same wa
 
 The queue keeps no queue index of its own: the replica log is its durability.
 
+Replication is a commit gate under any local queue kind: :func:`replicated_class` puts the
+gate under message groups (``x-group-by``), deduplication (``x-message-deduplication``) or
+both, so those kinds keep their rules on a quorum queue in a cluster. A deduplicating quorum
+queue drops a duplicate before it is replicated (the keys of pending messages count as
+held); a pending message that a full ``reject-publish`` queue refuses at commit gives its key
+back; a new leader's queue learns the keys of the messages its replica holds.
+
 Source: RabbitMQ quorum queues (https://www.rabbitmq.com/docs/quorum-queues: "messages are
 only delivered once confirmed by a quorum"); Kafka's high watermark.
 """
@@ -21,6 +28,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from queue_store.dedup_queue import DeduplicatingQueue
+from queue_store.grouped_queue import GroupedDeduplicatingQueue, GroupedQueue, queue_class
 from queue_store.message import Message
 from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext
 from queue_store.queue import Queue, QueuedMessage
@@ -30,23 +39,27 @@ if TYPE_CHECKING:
 
 
 class ReplicatedQueue(Queue):
-    """Quorum queue ``name`` led here, replicated by ``group`` (other arguments as
-    :class:`~queue_store.queue.Queue`'s)."""
+    """Quorum queue ``name`` led here, replicated by ``group`` (keyword; other arguments
+    as :class:`~queue_store.queue.Queue`'s). The gate sits under the queue kinds:
+    ``publish``/``publish_for`` append to the replica log and :meth:`commit` puts the
+    message in with :meth:`Queue.publish <queue_store.queue.Queue.publish>` itself."""
 
     uses_index = False
 
-    def __init__(self, group: QuorumGroup, name: str, vhost_name: str, **kwargs: Any) -> None:
+    def __init__(self, name: str, vhost_name: str, *, group: QuorumGroup,
+                 **kwargs: Any) -> None:
         super().__init__(name, vhost_name, **kwargs)
         self.group = group
         # (lsn, offset, message, result key or None): appended, not committed yet
         self.pending: deque[tuple[int, int, Message, tuple[int, int] | None]] = deque()
 
     def __repr__(self) -> str:
-        return f"<ReplicatedQueue {self.name!r} vhost={self.vhost_name!r} epoch={self.group.epoch}>"
+        return (f"<{type(self).__name__} {self.name!r} vhost={self.vhost_name!r} "
+                f"epoch={self.group.epoch}>")
 
     def publish(self, message: Message) -> int:
         """:meth:`publish_for` a publisher that waits for no answer."""
-        return self.publish_for(message, None)
+        return self._replicate(message, None)
 
     def publish_for(self, message: Message, context: PublishContext | None) -> int:
         """Append to the replica log; the message enters the queue once committed.
@@ -54,6 +67,9 @@ class ReplicatedQueue(Queue):
         Returns ROUTED|REMOTE when the publisher waits for a confirm (``context``'s
         ``want_results``: the group answers the key it adds to ``context.waits`` then),
         ROUTED otherwise; REJECTED when this node no longer leads the queue."""
+        return self._replicate(message, context)
+
+    def _replicate(self, message: Message, context: PublishContext | None) -> int:
         group = self.group
         if not group.leading:
             return REJECTED
@@ -71,8 +87,9 @@ class ReplicatedQueue(Queue):
         while pending and pending[0][0] <= hw:
             _, offset, message, key = pending.popleft()
             self._seq = offset - 1  # the queue's sequence number is the log's offset
-            result = Queue.publish(self, message)
+            result = Queue.publish(self, message)  # the kinds above checked it already
             if result & REJECTED:
+                self._refused(message)
                 self.group.acks.append(offset)
                 self.group.changed()
             if key is not None:
@@ -95,6 +112,7 @@ class ReplicatedQueue(Queue):
                                message.priority if prioritised else 0)
             qm.returns = returns
             self.ready.append(qm)
+            self._holding(message)
             self._seq = max(self._seq, offset)
 
     def _forget(self, qm: QueuedMessage) -> None:
@@ -110,3 +128,29 @@ class ReplicatedQueue(Queue):
                 self.group.log.ret(qm.seq, qm.returns + 1)
             self.group.changed()
         return super()._count_returns(back)
+
+
+class ReplicatedGroupedQueue(GroupedQueue, ReplicatedQueue):
+    """A quorum queue with message groups (``x-group-by``) led here."""
+
+
+class ReplicatedDeduplicatingQueue(DeduplicatingQueue, ReplicatedQueue):
+    """A deduplicating quorum queue (``x-message-deduplication``) led here."""
+
+
+class ReplicatedGroupedDeduplicatingQueue(GroupedDeduplicatingQueue, ReplicatedQueue):
+    """A quorum queue with message groups and deduplication led here."""
+
+
+_GATED: dict[type[Queue], type[ReplicatedQueue]] = {
+    Queue: ReplicatedQueue, GroupedQueue: ReplicatedGroupedQueue,
+    DeduplicatingQueue: ReplicatedDeduplicatingQueue,
+    GroupedDeduplicatingQueue: ReplicatedGroupedDeduplicatingQueue,
+}
+
+
+def replicated_class(arguments: dict[str, Any]) -> type[ReplicatedQueue]:
+    """The leader's queue class for a quorum queue's validated Queue.Declare
+    ``arguments``: the kind :func:`~queue_store.grouped_queue.queue_class` picks, over the
+    commit gate."""
+    return _GATED[queue_class(arguments)]
