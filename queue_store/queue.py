@@ -118,8 +118,7 @@ class Queue(QueueSettlement, QueueRecovery):
         self.vhost = vhost
         self.settings = settings or QueueSettings()
         self.storage = vhost.storage if vhost is not None else None
-        factory = self.storage.backing_queue_factory(name) if self.storage is not None else None
-        self.ready: BackingQueue = make_backing_queue(self.settings.max_priority, factory)
+        self.ready: BackingQueue = self._ready_queue()
         # consumers by priority level, highest first; round-robin inside a level
         self._levels: list[tuple[int, deque[Consumer]]] = []
         self._consumer_order: list[Consumer] = []  # subscription order (single active consumer)
@@ -141,6 +140,12 @@ class Queue(QueueSettlement, QueueRecovery):
         if durable and self.storage is not None and self.uses_index:
             self.index = self.storage.open_index(name)
         self.touch()
+
+    def _ready_queue(self) -> BackingQueue:
+        """The backing queue of ready messages (paged to the vhost's storage, if any)."""
+        storage = self.storage
+        factory = storage.backing_queue_factory(self.name) if storage is not None else None
+        return make_backing_queue(self.settings.max_priority, factory)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} vhost={self.vhost_name!r} ready={len(self.ready)}>"

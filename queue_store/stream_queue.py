@@ -46,7 +46,7 @@ from typing import Any
 
 from amqp_common.errors import NotImplemented_, PreconditionFailed, rs
 from amqp_common.properties import Long, string_header, with_headers
-from queue_store.backing import MemoryBackingQueue, QueuedMessage
+from queue_store.backing import BackingQueue, MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.durability import run_inline
 from queue_store.message import Message
@@ -176,7 +176,6 @@ class StreamQueue(Queue):
 
     def __init__(self, name: str, vhost_name: str, **kwargs: Any) -> None:
         super().__init__(name, vhost_name, **kwargs)
-        self.ready = MemoryBackingQueue()  # never used: nothing is ready in a stream
         segment = self.arguments.get("x-stream-max-segment-size-bytes")
         if self.storage is not None:
             directory = self.storage.directory / "streams" / name_id(name)
@@ -191,6 +190,9 @@ class StreamQueue(Queue):
         #: wall-clock ms now: the vhost's timers (a queue outside any vhost: the machine's)
         self._wall_ms: Callable[[], int] = (
             self.vhost.timers.wall_ms if self.vhost is not None else _machine_wall_ms)
+
+    def _ready_queue(self) -> BackingQueue:
+        return MemoryBackingQueue()  # stays empty: nothing is ready in a stream (no paging file)
 
     # ---- publishing ----------------------------------------------------------------------
 
