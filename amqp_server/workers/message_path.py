@@ -109,6 +109,7 @@ class MessagePath:
     _remote_consumers: dict[tuple[int, int], Consumer]
     _unacked: dict[int, dict[int, Delivery]]
     _results_due: dict[int, list[tuple[int, int]]]
+    _home_context: PublishContext
     _flush_scheduled: bool
     _early: dict[tuple[int, int], int]
     index: int
@@ -165,20 +166,17 @@ class MessagePath:
         q = self._home_queue(peer, PUBLISH, body, qkey)
         if q is None:
             return
-        if q.quorum and self.quorum is not None:  # replicated: answered once committed
-            context = PublishContext(None, want)
-            result = q.publish_for(message_from(exrk, props, data), context)
-            waits = context.waits
-            if want and waits:
-                self.after_results(waits, lambda: self._result(peer, pub_id, ROUTED),
-                                   lambda: self._result(peer, pub_id, REJECTED))
-            elif want:
-                self._result(peer, pub_id, result)
-            return
-        result = q.publish(message_from(exrk, props, data))
+        message = message_from(exrk, props, data)
         if not want:
+            q.publish(message)
             return
-        if result & NEEDS_SYNC:
+        context = self._home_context  # one, reused: after_results reads waits at once
+        context.waits.clear()
+        result = q.publish_for(message, context)
+        if context.waits:  # a queue that answers later (replicated: once committed)
+            self.after_results(context.waits, lambda: self._result(peer, pub_id, ROUTED),
+                               lambda: self._result(peer, pub_id, REJECTED))
+        elif result & NEEDS_SYNC:
             self.broker.durability.after_sync(
                 lambda: self._result(peer, pub_id, ROUTED),
                 lambda: self._result(peer, pub_id, REJECTED))

@@ -143,6 +143,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._dids = itertools.count(1)
         self._unacked: dict[int, dict[int, Delivery]] = {}
         self._results_due: dict[int, list[tuple[int, int]]] = {}
+        self._home_context = PublishContext(None, True)  # a publish from a peer that waits
         self._orphans: dict[bytes, list[tuple[int, int, bytes, float]]] = {}
         self._flush_scheduled = False
         self._connecting: list[asyncio.Future[None]] = []  # links to open before in step
