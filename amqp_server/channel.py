@@ -5,10 +5,12 @@ Theory of operation
 The connection passes the channel's frames to its :class:`~amqp_server.assembler.CommandAssembler`
 (``Channel.assembler``), which calls the channel back with whole commands only: a decoded
 method (:meth:`Channel.handle_method`), a Basic.Ack (:meth:`Channel.ack`, hand-parsed), or a
-Basic.Publish with its properties and body (:meth:`Channel.publish`). A publish is checked
-here, then routed by the vhost (:meth:`vhosts.vhost.VirtualHost.publish`) and appended to each
-target queue; property bytes are never decoded on the way. The exchange and queue classes'
-methods (declare, bind, purge, delete) are in :mod:`amqp_server.topology_methods`.
+Basic.Publish with its properties and body (:meth:`Channel.publish`). A publish is checked,
+then routed by the vhost (:meth:`vhosts.vhost.VirtualHost.publish`) and appended to each
+target queue; property bytes are never decoded on the way. Publishing, publisher confirms and
+transactions are in :mod:`amqp_server.channel_publishing` (a base class of :class:`Channel`);
+the exchange and queue classes' methods (declare, bind, purge, delete) are in
+:mod:`amqp_server.topology_methods`.
 
 Deliveries get channel-scoped delivery tags 1, 2, 3...; a delivery that needs an ack is kept in
 ``unacked`` (tag -> (queued message, queue, consumer)) until Basic.Ack/Reject/Nack, or until
@@ -47,17 +49,16 @@ from amqp_common.errors import (
     rs,
 )
 from amqp_server import topology_methods
-from amqp_server.assembler import CommandAssembler, PublishFields
+from amqp_server.assembler import CommandAssembler
+from amqp_server.channel_publishing import ChannelPublishing
 from amqp_server.confirms import Confirms
 from broker import direct_reply_to
 from broker.message_stats import ChannelCounters
-from exchanges.exchange import Exchange
 from queue_store.consumer import Consumer
-from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE, PublishContext, Settlement
+from queue_store.message import Message
+from queue_store.outcomes import PublishContext, Settlement
 from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_args import validate_consumer_arguments
-from queue_store.sender_selected import without_bcc
 from queue_store.stream_queue import check_stream_consume
 from vhosts.names import server_generated_name
 from vhosts.permissions import Perm
@@ -72,8 +73,9 @@ SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the small
 Unacked = Delivery  # (message, queue, consumer or None for Basic.Get)
 
 
-class Channel:
-    """Channel ``number`` of ``connection`` (open on creation)."""
+class Channel(ChannelPublishing):
+    """Channel ``number`` of ``connection`` (open on creation; publishing, confirms and
+    transactions: :mod:`amqp_server.channel_publishing`)."""
 
     def __init__(self, connection: Connection, number: int) -> None:
         self.connection = connection
@@ -178,15 +180,6 @@ class Channel:
         conn.broker.permissions.check_topic(conn.user or "", self.vhost.name, perm, exchange,
                                             routing_key)
 
-    @property
-    def _write_ok(self) -> set[str]:
-        """Exchanges this channel may publish to, cached until permissions change."""
-        store = self.connection.broker.permissions
-        if self._perm_version != store.version:
-            self._perm_version = store.version
-            self._write_cache = set()
-        return self._write_cache
-
     def queue_name(self, name: str) -> str:
         """``name``, or the channel's last declared queue for ``""`` (spec 1.7.2.3.2).
 
@@ -198,147 +191,6 @@ class Channel:
         if not self.last_queue:
             raise NotFound("no previously declared queue")
         return self.last_queue
-
-    def publish(self, fields: PublishFields, properties_raw: bytes, body: bytes) -> None:
-        """A whole Basic.Publish command: checked, then routed (or kept for Tx.Commit).
-
-        Raises:
-            NotImplemented_ (540): immediate=true (RabbitMQ 3.x).
-            AccessRefused (403): no write permission, an internal exchange, topic permission.
-            NotFound (404): no such exchange.
-            PreconditionFailed (406): user_id not the connection's user, a bad expiration.
-        """
-        exchange, rk, ex_rk_raw, mandatory, immediate = fields
-        if not self.connection.has_published:
-            self.connection.first_publish()
-        if immediate:
-            raise NotImplemented_("immediate=true")
-        if exchange not in self._write_ok:
-            self.check_permission("write", "exchange", exchange)
-            self._write_ok.add(exchange)
-        if exchange == "":
-            x = None
-        else:
-            x = self.vhost.exchange(exchange)
-            if x.internal:
-                raise x.internal_error(self.vhost.name)
-            if x.type_name == "topic":
-                self.check_topic_permission("write", exchange, rk)
-        msg = Message(exchange, rk, ex_rk_raw, properties_raw, body)
-        if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
-            # https://www.rabbitmq.com/docs/validated-user-id
-            raise PreconditionFailed(f"user_id property set to '{msg.user_id}' but "
-                                     f"authenticated user was '{self.connection.user}'")
-        if msg.flags & (FLAG_EXPIRATION | FLAG_REPLY_TO):
-            if msg.expiration is not None:
-                try:
-                    msg.expiration_ms()
-                except ValueError as exc:
-                    raise PreconditionFailed(
-                        f"invalid expiration '{msg.expiration}': {exc}") from None
-            if msg.reply_to == direct_reply_to.PSEUDO_QUEUE:
-                msg = direct_reply_to.rewrite_reply_to(msg, self.reply_address)
-        if self.tx is not None:
-            self.tx.append(("publish", (x, msg, mandatory)))
-        else:
-            self._route(x, msg, mandatory)
-
-    def _route(self, x: Exchange | None, msg: Message, mandatory: bool) -> None:
-        """Publish through the vhost's one pipeline, then answer the publisher: a mandatory
-        return when unroutable, a confirm (after the fsync for NEEDS_SYNC) or a nack."""
-        if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
-            self._publish_reply(msg, mandatory)
-            return
-        self.counters.publish += 1
-        context = self._publish_context  # None with one process: nothing would read it
-        if context is None:
-            result = self.vhost.publish(x, msg, mandatory=mandatory)
-            waits = None
-        else:  # queues on other workers answer it in confirm or tx mode (want_results)
-            result = self.vhost.publish(x, msg, mandatory=mandatory, context=context)
-            waits = context.waits  # (home, pub_id) of each answer (REMOTE in result)
-            if waits:
-                context.waits = []
-        if not result:
-            if mandatory:
-                self.counters.returned += 1
-                self._return_unroutable(without_bcc(msg))
-            else:
-                self.counters.dropped += 1
-        confirms = self.confirms
-        if confirms is not None:
-            if result & REJECTED:
-                confirms.reject(confirms.next_seq(pending=True))
-            elif result & (NEEDS_SYNC | REMOTE):
-                seq = confirms.next_seq(pending=True)
-                self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq),
-                                 result, waits)
-            else:
-                confirms.next_seq()
-            self.connection.confirms_dirty.add(self)
-        elif self.tx is not None:
-            if result & NEEDS_SYNC:
-                self._tx_unsynced = True
-            if waits:
-                self._tx_waits.extend(waits)
-
-    def _return_unroutable(self, msg: Message) -> None:
-        """Basic.Return 312 NO_ROUTE with the message (mandatory, no queue reached)."""
-        conn = self.connection
-        conn.send_frame(framing.return_frame(self.number, 312, "NO_ROUTE", msg.ex_rk_raw))
-        conn.send_frames(
-            framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max))
-
-    def _after_sync(self, callback: Callable[[], None],
-                    on_error: Callable[[], None] | None = None, result: int = NEEDS_SYNC,
-                    waits: list[tuple[int, int]] | None = None) -> None:
-        """Run ``callback`` once what was written so far is fsynced (``on_error`` instead
-        when that fsync fails) and, with ``waits`` (publishes to queues on other workers),
-        once their homes accepted them (``on_error`` when one refused); then flush
-        confirms. ``result`` without NEEDS_SYNC: nothing local to wait for."""
-        conn = self.connection
-        workers = self._workers
-
-        def settled(action: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                action()
-                if not self.closing:
-                    conn.confirms_dirty.add(self)
-                    if workers is not None:
-                        workers.dirty_connections.add(conn)
-            return run
-
-        ok = settled(callback)
-        err = None if on_error is None else settled(on_error)
-        if waits:
-            local_ok = ok
-
-            def ok() -> None:
-                workers.after_results(waits, local_ok, err or local_ok)
-
-        if result & NEEDS_SYNC:
-            conn.broker.durability.after_sync(ok, err)
-        else:
-            ok()
-
-    def _publish_reply(self, msg: Message, mandatory: bool) -> None:
-        """A reply to a direct reply-to address: straight to that channel's consumer."""
-        self.counters.publish += 1
-        registry = self.connection.broker.reply_to
-        target = registry.lookup(msg.routing_key)
-        worker = registry.worker_of(msg.routing_key) if self._workers is not None else None
-        if target is not None:
-            target.deliver_reply(msg)
-        elif worker is not None and worker != self._workers.index:
-            self._workers.forward_reply(worker, msg)  # that worker's channel, if still there
-        elif mandatory:
-            self.counters.returned += 1
-            self._return_unroutable(msg)
-        else:
-            self.counters.dropped += 1
-        if self.confirms is not None:
-            self.confirms.next_seq()
-            self.connection.confirms_dirty.add(self)
 
     def deliver_reply(self, msg: Message) -> None:
         """Deliver a direct reply-to reply to this channel's reply consumer (no-ack)."""
@@ -391,16 +243,6 @@ class Channel:
         while len(marks) > 1 and marks[1][0] <= oldest:
             marks.popleft()
         return marks[0][0] <= oldest and now - marks[0][1] > timeout
-
-    def flush_confirms(self) -> None:
-        """Send the Basic.Ack/Nack that confirms settled since the last flush (coalesced)."""
-        if self.confirms is None or self.closing:
-            return
-        for tag, multiple, ack in self.confirms.drain():
-            if ack:
-                self.send(commands.Basic.Ack(delivery_tag=tag, multiple=multiple))
-            else:
-                self.send(commands.Basic.Nack(delivery_tag=tag, multiple=multiple, requeue=True))
 
     # ---- delivery (called by queues) -----------------------------------------------------
 
@@ -636,63 +478,6 @@ class Channel:
         self._apply_settle(entries, requeue=True)
         if isinstance(m, commands.Basic.Recover):
             self.send(commands.Basic.RecoverOk())
-
-    # ---- confirms and transactions -------------------------------------------------------
-
-    def _confirm_select(self, m: Any) -> None:
-        if self.tx is not None:
-            raise PreconditionFailed("cannot switch from tx to confirm mode")
-        if self.confirms is None:
-            self.confirms = Confirms()
-            self._want_results()
-        if not m.nowait:
-            self.send(commands.Confirm.SelectOk())
-
-    def _tx_select(self, m: Any) -> None:
-        if self.confirms is not None:
-            raise PreconditionFailed("cannot switch from confirm to tx mode")
-        if self.tx is None:
-            self.tx = []
-            self._want_results()
-        self.send(commands.Tx.SelectOk())
-
-    def _want_results(self) -> None:
-        """Confirm or tx mode (for good): queues on other workers answer every publish."""
-        if self._publish_context is not None:
-            self._publish_context.want_results = True
-
-    def _tx_commit(self, m: Any) -> None:
-        if self.tx is None:
-            raise PreconditionFailed("channel is not transactional")
-        ops, self.tx = self.tx, []
-        # publishes first, then acks/rejects, as RabbitMQ's tx.commit does
-        for kind, arg in ops:
-            if kind == "publish":
-                self._route(*arg)
-        for kind, arg in ops:
-            if kind != "publish":
-                taken, requeue = arg
-                self._apply_settle([entry for _, entry in taken], requeue=requeue)
-        if self._tx_unsynced or self._tx_waits:
-            # persistent publishes: CommitOk only once they are on disk (RabbitMQ), and
-            # publishes to other workers' queues once their homes have them
-            unsynced, self._tx_unsynced = self._tx_unsynced, False
-            waits, self._tx_waits = self._tx_waits, []
-            self._after_sync(lambda: self.send(commands.Tx.CommitOk()), None,
-                             NEEDS_SYNC if unsynced else 0, waits)
-        else:
-            self.send(commands.Tx.CommitOk())
-
-    def _tx_rollback(self, m: Any) -> None:
-        if self.tx is None:
-            raise PreconditionFailed("channel is not transactional")
-        ops, self.tx = self.tx, []
-        # acks/rejects inside the transaction are undone: those deliveries are unacked again
-        restored = [item for kind, arg in ops if kind != "publish" for item in arg[0]]
-        if restored:
-            merged = sorted(list(self.unacked.items()) + restored, key=lambda kv: kv[0])
-            self.unacked = dict(merged)
-        self.send(commands.Tx.RollbackOk())
 
     # ---- teardown ------------------------------------------------------------------------
 
