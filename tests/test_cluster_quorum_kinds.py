@@ -219,6 +219,34 @@ def test_a_grouped_quorum_queue_gives_each_key_to_one_consumer_at_a_time(
             conn.close()
 
 
+def test_a_message_a_full_queue_refuses_at_commit_gives_its_key_back(
+        nodes: list[BrokerProcess]) -> None:
+    """A full ``reject-publish`` deduplicating quorum queue nacks a new key when the message
+    is committed; that key was not taken, so the same message gets in once there is room
+    (it would be dropped as a duplicate of nothing if the key stayed held)."""
+    n1, n2, _ = nodes
+    declare(n1, "dedup.full", {**DEDUP, "x-max-length": 1, "x-overflow": "reject-publish"})
+    pub, cons = connect(n2), connect(n2)
+    try:
+        ch = pub.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "dedup.full", b"a-1", keyed("a"), mandatory=True)
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", "dedup.full", b"b-1", keyed("b"), mandatory=True)
+        ch = pub.channel()  # pika's channel is unusable after a NackError
+        ch.confirm_delivery()
+        cch = cons.channel()
+        got = get_all(cch, "dedup.full", quiet=0.5)
+        assert [body for _, body in got] == [b"a-1"]
+        cch.basic_ack(got[0][0])
+        wait_until(lambda: queue_state(n1, "dedup.full")["messages"] == 0, "a-1 acked")
+        ch.basic_publish("", "dedup.full", b"b-2", keyed("b"), mandatory=True)
+        assert [body for _, body in get_all(cch, "dedup.full", quiet=0.5)] == [b"b-2"]
+    finally:
+        for conn in (pub, cons):
+            conn.close()
+
+
 def test_a_new_leader_still_knows_the_keys_of_the_messages_it_holds(
         nodes: list[BrokerProcess]) -> None:
     """Runs last: it kills the queue's leader node (n1)."""
