@@ -23,6 +23,7 @@ from queue_store.storage import VhostStorage, name_id
 from vhosts.extras import DefinitionExtras
 from vhosts.limits import Limits
 from vhosts.permissions import PermissionStore
+from vhosts.queue_factory import BrokerQueues
 from vhosts.users import UserStore
 from vhosts.vhost import VirtualHost
 
@@ -87,6 +88,9 @@ class Broker:
         # amqp_server.cluster.membership.Membership with --cluster-etcd (typed Any: a layer
         # above); None for a single node
         self.cluster: Any = None
+        # builds every vhost's queues: locally until a worker or cluster runtime is plugged
+        # in (once, before any queue exists: WorkerRuntime's constructor)
+        self.queue_factory = BrokerQueues()
         self.add_vhost(self.config.default_vhost)
         self.users.add(self.config.default_user, self.config.default_pass, ["administrator"])
         self.permissions.set(self.config.default_user, self.config.default_vhost, ".*", ".*",
@@ -108,10 +112,9 @@ class Broker:
                 storage = VhostStorage(directory, self.durability,
                                        self.config.queue_index_embed_msgs_below,
                                        self.ram_budget)
-            vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits)
+            vhost = self.vhosts[name] = VirtualHost(name, self.timers, storage, self.limits,
+                                                    self.queue_factory)
             vhost.changed = self.mark_changed
-            if self.workers is not None:
-                self.workers.attach_vhost(vhost)
             self.mark_changed()
         return vhost
 

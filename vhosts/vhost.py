@@ -11,7 +11,8 @@ same texts, as RabbitMQ's ``rabbit_channel``/``rabbit_exchange``/``rabbit_amqque
 
 Routing (:meth:`VirtualHost.route`) follows exchange-to-exchange bindings with a visited set
 (so cycles end) and an exchange's ``alternate-exchange`` when it routes to nothing; a queue
-reached several ways receives the message once.
+reached several ways receives the message once (the walk beyond the first exchange is
+:mod:`vhosts.routing`'s).
 
 Source: AMQP 0-9-1 spec 1.6-1.7; https://www.rabbitmq.com/docs/vhosts, /docs/e2e, /docs/ae.
 """
@@ -29,7 +30,6 @@ from exchanges.binding import Binding, Destination
 from exchanges.deduplication import DuplicateMessage
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
-from queue_store.grouped_queue import queue_class
 from queue_store.message import Message
 from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE, PublishContext
 from queue_store.queue import Queue
@@ -59,9 +59,10 @@ from vhosts.policies import (
     validate_operator_policy,
     validate_policy,
 )
+from vhosts.queue_factory import LOCAL_QUEUES, QueueFactory
+from vhosts.routing import route_keys, walk
 
 log = logging.getLogger("amqpq.vhost")
-_DROPPED: set[Destination] = set()  # a downstream exchange dropped a duplicate (never mutated)
 
 class VirtualHost:
     """One vhost's topology (exchanges, queues, bindings) and router.
@@ -70,19 +71,21 @@ class VirtualHost:
         name: vhost name, e.g. ``"/"``.
         timers: the broker's timers (queue TTL, x-expires).
         storage: the vhost's message store and queue indexes (None: nothing on disk).
+        limits: the broker's vhost and user limits (default: none).
+        queue_factory: builds its new queues and hears of removed ones (default: every
+            queue built here, as with one process; the broker's forwards to its worker or
+            cluster runtime).
     """
 
     def __init__(self, name: str, timers: Timers | None = None,
-                 storage: VhostStorage | None = None, limits: Limits | None = None) -> None:
+                 storage: VhostStorage | None = None, limits: Limits | None = None,
+                 queue_factory: QueueFactory = LOCAL_QUEUES) -> None:
         self.name = name
         self.timers = timers or Timers()
         self.storage = storage
         self.limits = limits or Limits()  # the broker's vhost/user limits
         self.changed: Callable[[], None] = lambda: None  # topology changed (persist it)
-        # several workers: builds a new queue (a stand-in when its home is another worker)
-        self.make_queue: Callable[..., Queue] | None = None
-        # several workers: the home removed a queue by itself (auto-delete, x-expires, owner)
-        self.on_queue_removed: Callable[[Queue], None] | None = None
+        self.queue_factory = queue_factory
         self.policies: dict[str, Policy] = {}
         self.operator_policies: dict[str, Policy] = {}
         self.exchanges: dict[str, Exchange] = {}
@@ -247,7 +250,7 @@ class VirtualHost:
                                       (auto_delete, "auto-delete")):
                     if refused:
                         raise PreconditionFailed(f"invalid property '{prop}' for {what}")
-            q = (self.make_queue or queue_class(arguments))(
+            q = self.queue_factory.make_queue(
                 name,
                 self.name,
                 durable=durable,
@@ -314,8 +317,7 @@ class VirtualHost:
             source = self.exchanges.get(binding.source)
             if source is not None:
                 self._drop_binding(source, binding)
-        if self.on_queue_removed is not None:
-            self.on_queue_removed(q)
+        self.queue_factory.queue_removed(q)
         return count
 
     # ---- callbacks from queues (QueueHost) -----------------------------------------------
@@ -533,12 +535,12 @@ class VirtualHost:
                     queues = self.route(exchange, rk, message)
                 extra = extra_routing_keys(message)
                 if extra:
-                    queues = self._route_keys(exchange, extra, message, queues, True)
+                    queues = route_keys(self, exchange, extra, message, queues, True)
                     message = without_bcc(message)
             else:
                 if exchange is not None:
                     exchange.published += 1
-                queues = self._route_keys(exchange, routing_keys, message, [])
+                queues = route_keys(self, exchange, routing_keys, message, [])
         except DuplicateMessage:
             return DUPLICATE
         if accept is not None:
@@ -556,28 +558,11 @@ class VirtualHost:
                 result |= q.publish_for(message, context)
         return result
 
-    def _route_keys(self, exchange: Exchange | None, keys: list[str], message: Message,
-                    found: list[Queue], routed: bool = False) -> list[Queue]:
-        """``found`` plus the queues each of ``keys`` reaches, each queue once. Raises
-        DuplicateMessage when the first routing (``routed``: done before) was a duplicate."""
-        by_id = {id(q): q for q in found}
-        for key in keys:
-            try:
-                more = self.route_default(key) if exchange is None \
-                    else self.route(exchange, key, message)
-            except DuplicateMessage:  # again for another key: seen by its first routing
-                if not routed:
-                    raise
-                continue
-            routed = True
-            by_id.update((id(q), q) for q in more)
-        return list(by_id.values())
-
     def route(self, exchange: Exchange, routing_key: str, message: Message) -> list[Queue]:
         """The queues a message published to ``exchange`` reaches, each once.
 
         Follows exchange-to-exchange bindings (each exchange visited once) and alternate
-        exchanges of exchanges that route to nothing. Raises DuplicateMessage when an
+        exchanges of exchanges that route to nothing (:func:`vhosts.routing.walk`). Raises DuplicateMessage when an
         ``x-message-deduplication`` exchange on the way dropped it and no queue was reached.
         """
         router = exchange.router
@@ -593,45 +578,7 @@ class VirtualHost:
                 if q is not None:
                     out.append(q)
             return out
-        found: dict[str, Queue] = {}
-        visited = {exchange.name}
-        pending = [(exchange, dests)]
-        dropped = False
-        while pending:
-            x, dests = pending.pop()
-            if dests is _DROPPED:
-                dropped = True
-                continue
-            if not dests:
-                ae_name = x.alternate_exchange
-                ae = self.exchanges.get(ae_name) if ae_name is not None else None
-                if ae is not None and ae.name not in visited:
-                    visited.add(ae.name)
-                    pending.append((ae, self._route_one(ae, routing_key, message)))
-                continue
-            for d in dests:
-                if d.kind == "queue":
-                    q = queues.get(d.name)
-                    if q is not None:
-                        found[d.name] = q
-                elif d.name not in visited:
-                    nxt = self.exchanges.get(d.name)
-                    if nxt is not None:
-                        visited.add(d.name)
-                        pending.append((nxt, self._route_one(nxt, routing_key, message)))
-        if dropped and not found:
-            raise DuplicateMessage(routing_key)
-        return list(found.values())
-
-    @staticmethod
-    def _route_one(x: Exchange, routing_key: str, message: Message) -> set[Destination]:
-        router = x.router
-        try:
-            if router.needs_message:  # x-consistent-hash: may hash a property
-                return router.route_message(routing_key, message)
-            return router.route(routing_key, message.headers if router.needs_headers else None)
-        except DuplicateMessage:  # an x-message-deduplication exchange behind a binding
-            return _DROPPED
+        return walk(self.exchanges, queues, exchange, dests, routing_key, message)
 
     def route_default(self, routing_key: str) -> list[Queue]:
         """The default exchange: the queue named by the routing key, if any."""

@@ -156,8 +156,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self._ask_ids = itertools.count(1)
         self._json_state = None
         self._local_alarm: tuple[bool, str] = (False, "low on memory")
-        for vhost in broker.vhosts.values():
-            self.attach_vhost(vhost)
+        broker.queue_factory.plug(self)  # every vhost's queues: make_queue, queue_removed
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -170,9 +169,14 @@ class WorkerRuntime(MessagePath, WorkerStats):
         """Tell the supervisor this worker accepts clients."""
         self.links.send_hub(("ready",))
 
-    def attach_vhost(self, vhost: Any) -> None:
-        vhost.make_queue = self._make_queue
-        vhost.on_queue_removed = self._queue_removed
+    # ---- the vhosts' queue factory (vhosts.queue_factory.QueueFactory) -------------------
+
+    def make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
+        """A new queue: built here when this worker is its home, else a stand-in."""
+        return self._make_queue(name, vhost_name, **kwargs)
+
+    def queue_removed(self, q: Queue) -> None:
+        self._queue_removed(q)
 
     def _make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
         home = self._home_now
