@@ -8,7 +8,7 @@ a :class:`~broker.environment.BrokerEnvironment` at construction.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from amqp_common.timers import Timers
 from broker.alarms import Alarms
@@ -16,6 +16,7 @@ from broker.config import BrokerConfig
 from broker.direct_reply_to import ReplyToRegistry
 from broker.environment import BrokerEnvironment
 from broker.message_stats import MessageTotals
+from broker.peers import ClusterMembership, Workers
 from broker.persistence import TopologyStore
 from queue_store.durability import Durability
 from queue_store.ram_budget import RamBudget
@@ -82,12 +83,13 @@ class Broker:
         self.connections: set[Connection] = set()
         self.message_totals = MessageTotals()  # closed channels' counts, churn (stats)
         self.reply_to = ReplyToRegistry()
-        # amqp_server.workers.runtime.WorkerRuntime when this broker is one of several
-        # worker processes (a layer above: typed Any here); None with one worker
-        self.workers: Any = None
-        # amqp_server.cluster.membership.Membership with --cluster-etcd (typed Any: a layer
-        # above); None for a single node
-        self.cluster: Any = None
+        # the runtime when this broker is one of several worker processes or cluster nodes
+        # (amqp_server.workers.runtime, a layer above; what is called on it: broker.peers);
+        # None with one worker
+        self.workers: Workers | None = None
+        # the node's membership with --cluster-etcd (amqp_server.cluster.membership); None
+        # for a single node
+        self.cluster: ClusterMembership | None = None
         # builds every vhost's queues: locally until a worker or cluster runtime is plugged
         # in (once, before any queue exists: WorkerRuntime's constructor)
         self.queue_factory = BrokerQueues()
