@@ -79,7 +79,7 @@ class NodeRuntime(WorkerRuntime):
         def done(_: Any) -> None:
             ch.answered(then)
 
-        self._keep(asyncio.ensure_future(self.hub.barrier())).add_done_callback(done)
+        self.keep_task(asyncio.ensure_future(self.hub.barrier())).add_done_callback(done)
 
     def _peer_lost(self, peer: int) -> None:
         """The TCP link to node ``peer`` closed: publishes waiting for its answer are nacked at
@@ -94,7 +94,7 @@ class NodeRuntime(WorkerRuntime):
     def _relink(self, peer: int) -> None:
         if peer in self.hub.running and peer not in self.links.out:
             log.warning("node link to node %d closed; opening it again", peer)
-            self._keep(asyncio.ensure_future(self._connect(peer)))
+            self.keep_task(asyncio.ensure_future(self._connect(peer)))
 
     def learn_address(self, index: int, host: str, port: int) -> None:
         assert isinstance(self.links, NodeLinks)
@@ -118,7 +118,7 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
 
     def on_records(peer: int, records: Any) -> None:
         assert runtime is not None
-        runtime._on_records(peer, records)
+        runtime.on_records(peer, records)
 
     def on_address(index: int, host: str, port: int) -> None:
         assert runtime is not None

@@ -116,10 +116,10 @@ class QuorumManager:
         self.states[qkey] = (state, value)
         group = self.groups.get(qkey)
         if group is None and self.runtime.index in state.get("members", ()) \
-                and self.runtime._queue(qkey) is not None:
+                and self.runtime.queue_by_key(qkey) is not None:
             group = self.group(qkey)
         if int(state.get("leader", -1)) != self.runtime.index:
-            q = self.runtime._queue(qkey)
+            q = self.runtime.queue_by_key(qkey)
             if isinstance(q, RemoteQueue):
                 q.home = int(state["leader"])
         if group is not None:
@@ -153,7 +153,7 @@ class QuorumManager:
         if known:  # led here before this start: a new epoch, so the followers take a snapshot
             group._change({"epoch": int(known[0]["epoch"]) + 1}, "leader again after a start")
         else:
-            self.runtime._keep(asyncio.ensure_future(self._create(group, kwargs)))
+            self.runtime.keep_task(asyncio.ensure_future(self._create(group, kwargs)))
         return queue
 
     async def _create(self, group: QuorumGroup, kwargs: dict[str, Any]) -> None:
@@ -178,7 +178,7 @@ class QuorumManager:
         return bool(won)
 
     def queue_of(self, group: QuorumGroup) -> Queue | None:
-        return self.runtime._queue(group.qkey)
+        return self.runtime.queue_by_key(group.qkey)
 
     def promote(self, group: QuorumGroup) -> None:
         """Elected: this node's replica becomes the queue (in place of the stand-in)."""
@@ -225,14 +225,15 @@ class QuorumManager:
                 group.elect()
 
     def queue_removed(self, q: Queue) -> None:
-        """A quorum queue was deleted: its replica goes; the leader removes its state."""
+        """A queue was deleted: when it is a quorum queue with a replica here, the replica
+        goes and the leader removes its state (any other queue: nothing)."""
         group = self.groups.pop(queue_key(q.vhost_name, q.name), None)
         if group is None:
             return
         was_leading = group.leading
         group.close(remove=True)
         if was_leading:
-            self.runtime._keep(asyncio.ensure_future(
+            self.runtime.keep_task(asyncio.ensure_future(
                 self.hub.client.delete(self._key(group.qkey))))
 
     def on_repl(self, peer: int, qkey: bytes, epoch: int, first: int, snapshot: bool,
@@ -241,7 +242,7 @@ class QuorumManager:
         if group is None:
             known = self.states.get(qkey)
             if known is None or self.runtime.index not in known[0]["members"] \
-                    or self.runtime._queue(qkey) is None:
+                    or self.runtime.queue_by_key(qkey) is None:
                 return
             group = self.group(qkey)
             group.state, group.raw = known

@@ -189,7 +189,7 @@ class QuorumGroup:
         if self.leading:
             self.try_commit()
         elif error is None and self.synced and self.leader >= 0:
-            self.runtime._control(self.leader, ("qack", self.qkey, self.epoch, self.durable))
+            self.runtime.send_control(self.leader, ("qack", self.qkey, self.epoch, self.durable))
 
     def high_watermark(self) -> int | None:
         """The LSN every in-sync replica has on disk (None: the ISR is below a majority)."""
@@ -214,7 +214,7 @@ class QuorumGroup:
     def on_snapshot_request(self, peer: int, epoch: int) -> None:
         if not self.leading:
             if self.state is not None:
-                self.runtime._control(peer, ("qfenced", self.qkey, int(self.state["epoch"])))
+                self.runtime.send_control(peer, ("qfenced", self.qkey, int(self.state["epoch"])))
             return
         self.flush()  # what the others have, before the snapshot
         self._send(peer, self.log.lsn, True, self.log.snapshot())
@@ -227,7 +227,7 @@ class QuorumGroup:
         if self.state is None or self.leading:
             return
         self.asked = self._now()
-        self.runtime._control(int(self.state["leader"]), ("qsync", self.qkey,
+        self.runtime.send_control(int(self.state["leader"]), ("qsync", self.qkey,
                                                           int(self.state["epoch"])))
 
     def on_repl(self, peer: int, epoch: int, first: int, snapshot: bool, data: bytes) -> None:
@@ -240,7 +240,7 @@ class QuorumGroup:
         if stale:
             log.warning("quorum queue '%s': refused replication from node %d with stale "
                         "epoch %d (current %d)", self.name, peer, epoch, known)
-            self.runtime._control(peer, ("qfenced", self.qkey, known))
+            self.runtime.send_control(peer, ("qfenced", self.qkey, known))
             return
         if self.leading:  # a newer leader: this one was cut off
             self.step_down()
@@ -337,7 +337,7 @@ class QuorumGroup:
             finally:
                 self._changing = False
 
-        self.runtime._keep(asyncio.ensure_future(run()))
+        self.runtime.keep_task(asyncio.ensure_future(run()))
 
     def close(self, remove: bool = False) -> None:
         if self.queue is not None:

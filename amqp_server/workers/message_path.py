@@ -145,7 +145,7 @@ class MessagePath:
 
     def forward_reply(self, worker: int, message: Message) -> None:
         """A direct reply-to reply for a channel on ``worker``."""
-        self._control(worker, ("reply_to", message.routing_key, message.ex_rk_raw,
+        self.send_control(worker, ("reply_to", message.routing_key, message.ex_rk_raw,
                                message.properties_raw, message.body))
 
     def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
@@ -242,7 +242,7 @@ class MessagePath:
             dids = [qm.seq for qm in waiting if qm.seq]
             if dids:
                 self.remote_settle(q.home, dids, Settlement.REQUEUE)
-        self._control(q.home, ("cancel", cid))
+        self.send_control(q.home, ("cancel", cid))
 
     def remote_settle(self, home: int, dids: list[int], outcome: Settlement) -> None:
         out = self.links.out.get(home)
@@ -366,7 +366,7 @@ class MessagePath:
 
     def home_consumer_cancelled(self, channel: LinkConsumerChannel) -> None:
         if self._remote_consumers.pop((channel.peer, channel.cid), None) is not None:
-            self._control(channel.peer, ("cancelled", channel.cid))
+            self.send_control(channel.peer, ("cancelled", channel.cid))
 
     def _on_settle(self, peer: int, body: bytes) -> None:
         outcome, dids = read_settle(body)
@@ -393,7 +393,7 @@ class MessagePath:
         self._calls[call_id] = (requester, then, q.home)
         self._call_deadlines.append((asyncio.get_running_loop().time() + CALL_TIMEOUT, call_id))
         requester.await_answer()
-        self._control(q.home, ("call", call_id, q.qkey, request))
+        self.send_control(q.home, ("call", call_id, q.qkey, request))
 
     def _on_call(self, peer: int, rec: tuple[Any, ...]) -> None:
         _, call_id, qkey, request = rec
@@ -403,14 +403,14 @@ class MessagePath:
         try:
             answer = self._answer_call(peer, q, request)
         except AMQPError as exc:  # raised to the client on the asking worker (its class)
-            self._control(peer, ("reply", call_id, "raise", exc))
+            self.send_control(peer, ("reply", call_id, "raise", exc))
             return
         except Exception as exc:
             log.exception("worker call %r failed", request)
-            self._control(peer, ("reply", call_id, "raise",
+            self.send_control(peer, ("reply", call_id, "raise",
                                  InternalError(f"{type(exc).__name__}: {exc}")))
             return
-        self._control(peer, ("reply", call_id, "ok", answer))
+        self.send_control(peer, ("reply", call_id, "ok", answer))
 
     def _answer_call(self, peer: int, q: Queue, request: tuple[Any, ...]) -> Any:
         what = request[0]
@@ -453,7 +453,9 @@ class MessagePath:
 
         requester.answered(run)
 
-    def _control(self, peer: int, record: tuple[Any, ...]) -> None:
+    def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
+        """Queue control ``record`` (a tuple of link values) for ``peer``; dropped when its
+        link is down (the peer's loss is handled by the peer-lost path)."""
         out = self.links.out.get(peer)
         if out is not None:
             out.outbox.control(record)

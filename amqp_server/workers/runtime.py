@@ -106,10 +106,10 @@ class WorkerRuntime(MessagePath, WorkerStats):
         broker.workers = self
         broker.reply_to.worker = index
         if make_links is not None:
-            self.links = make_links(self._on_records, self._peer_lost, self._links_full)
+            self.links = make_links(self.on_records, self._peer_lost, self._links_full)
         else:
             assert run_dir is not None
-            self.links = Links(run_dir, index, self._on_records, self._peer_lost,
+            self.links = Links(run_dir, index, self.on_records, self._peer_lost,
                                self._links_full)
         self.on_declared_down: Callable[[], None] | None = None  # a cluster node's
         self.quorum: Any = None  # a cluster node's QuorumManager (replicated quorum queues)
@@ -202,7 +202,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
 
     def _queue_removed(self, q: Queue) -> None:
         """A queue of this vhost went: a home that removed it by itself tells everyone."""
-        if self.quorum is not None and q.quorum:
+        if self.quorum is not None:  # its replica group, if it has one, goes too
             self.quorum.queue_removed(q)
         if not self._applying and not isinstance(q, RemoteQueue):
             self.links.send_hub(("submit", 0, tr.to_wire(tr.QueueForget(q.vhost_name, q.name))))
@@ -356,7 +356,8 @@ class WorkerRuntime(MessagePath, WorkerStats):
 
     # ---- records in ----------------------------------------------------------------------
 
-    def _on_records(self, peer: int, records: list[tuple[int, bytes]]) -> None:
+    def on_records(self, peer: int, records: list[tuple[int, bytes]]) -> None:
+        """Records ``(kind, body)`` that arrived from ``peer`` (-1: the hub), in order."""
         if peer < 0 and any(kind != CONTROL for kind, _ in records):  # the hub's are control
             self._wrong_source(peer, "binary")
             records = [r for r in records if r[0] == CONTROL]
@@ -395,10 +396,10 @@ class WorkerRuntime(MessagePath, WorkerStats):
         if kind == "apply":
             self._on_apply(rec[1], rec[2], rec[3])
         elif kind == "synced":
-            self._keep(asyncio.ensure_future(self._finish_sync()))
+            self.keep_task(asyncio.ensure_future(self._finish_sync()))
         elif kind == "peer_up":
             if rec[1] != self.index:
-                task = self._keep(asyncio.get_running_loop().create_task(self._connect(rec[1])))
+                task = self.keep_task(asyncio.get_running_loop().create_task(self._connect(rec[1])))
                 if not self.synced.done():  # at start: in step only once linked
                     self._connecting.append(task)
         elif kind == "cancel":
@@ -431,7 +432,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
             if rec[2].get("local_alarm", [False])[0] or self.broker.alarms_active:
                 self._apply_alarms()
             for qkey, stats in rec[1].items():
-                q = self._queue(qkey)
+                q = self.queue_by_key(qkey)
                 if isinstance(q, RemoteQueue):
                     q.stats = stats
                     q.unacked_count = stats[1]
@@ -444,7 +445,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
                         str(kind)[:40], f"peer {peer}" if peer >= 0 else "the hub",
                         "the hub (etcd, the supervisor) may" if peer >= 0 else "peers")
 
-    def _keep(self, task: asyncio.Future[None]) -> asyncio.Future[None]:
+    def keep_task(self, task: asyncio.Future[None]) -> asyncio.Future[None]:
         """Hold a reference to ``task`` until it is done (asyncio keeps only weak ones)."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -491,7 +492,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
         s = self.links.out.get(peer)
         return s is not None and not s.congested
 
-    def _queue(self, qkey: bytes) -> Queue | None:
+    def queue_by_key(self, qkey: bytes) -> Queue | None:
+        """The queue (or stand-in) of ``qkey`` (:func:`link_codec.queue_key`), None when
+        this process does not know it."""
         vname, name = split_queue_key(qkey)
         vhost = self.broker.vhosts.get(vname)
         return None if vhost is None else vhost.queues.get(name)
@@ -499,7 +502,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
     def _home_queue(self, peer: int, kind: int, body: bytes, qkey: bytes) -> Queue | None:
         """The queue of a record if it lives here; a record for a queue this worker has not
         heard of yet (its declare is still on its way from the supervisor) waits."""
-        q = self._queue(qkey)
+        q = self.queue_by_key(qkey)
         if q is None:
             now = asyncio.get_running_loop().time()
             self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
@@ -515,9 +518,9 @@ class WorkerRuntime(MessagePath, WorkerStats):
             return
         now = asyncio.get_running_loop().time()
         for qkey in list(self._orphans):
-            if self._queue(qkey) is not None:
+            if self.queue_by_key(qkey) is not None:
                 for peer, kind, body, _ in self._orphans.pop(qkey):
-                    self._on_records(peer, [(kind, body)])
+                    self.on_records(peer, [(kind, body)])
             elif all(now - t > ORPHAN_WAIT for *_, t in self._orphans[qkey]):
                 for peer, kind, body, _ in self._orphans.pop(qkey):
                     self._orphan_dropped(peer, kind, body)
@@ -533,7 +536,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         elif kind == CONTROL:
             rec = read_control(body)
             if rec[0] == "call":
-                self._control(peer, ("reply", rec[1], "error", rec[2]))
+                self.send_control(peer, ("reply", rec[1], "error", rec[2]))
 
     # ---- misc ----------------------------------------------------------------------------
 
@@ -548,7 +551,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
                         q.message_count, q.unacked_count, q.consumer_count)
         summary = self.summary()
         for peer in list(self.links.out):
-            self._control(peer, ("stats", stats, summary))
+            self.send_control(peer, ("stats", stats, summary))
         self._drain_orphans()
         if self.quorum is not None:
             self.quorum.tick()

@@ -43,7 +43,7 @@ class WorkerStats:
     _ask_ids: itertools.count[int]
     _json_state: ManagementState | None
 
-    def _control(self, peer: int, record: tuple[Any, ...]) -> None:
+    def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
         raise NotImplementedError  # MessagePath's
 
     # ---- the HTTP API's lists over every worker (worker 0 asks, the others answer) ------
@@ -57,7 +57,7 @@ class WorkerStats:
             ask_id = next(self._ask_ids)
             future: asyncio.Future[Any] = loop.create_future()
             self._asks[ask_id] = future
-            self._control(peer, (record[0], ask_id, *record[2:]))
+            self.send_control(peer, (record[0], ask_id, *record[2:]))
             asked.append((ask_id, future))
         if not asked:
             return []
@@ -105,7 +105,7 @@ class WorkerStats:
             else:
                 answer = [consumer_json(c, st) | {"worker": self.index}
                           for ch in channels for c in ch.consumers.values()]
-        self._control(peer, ("answer", ask_id, answer))
+        self.send_control(peer, ("answer", ask_id, answer))
 
     def on_answer(self, rec: tuple[Any, ...]) -> None:
         future = self._asks.get(rec[1])
