@@ -13,7 +13,7 @@ import pytest
 
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
+from tests.support.cluster import api, cluster_node, connect, ctl, running_cluster, wait_until
 from tests.support.etcd import ETCD, Etcd, running_etcd
 
 pytest.importorskip("aetcd")
@@ -28,15 +28,8 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
 
 @pytest.fixture(scope="module")
 def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    base = tmp_path_factory.mktemp("cluster")
-    started = []
-    try:
-        for name in ("n1", "n2", "n3"):
-            started.append(cluster_node(base, name, etcd).start())
+    with running_cluster(tmp_path_factory.mktemp("cluster"), etcd) as started:
         yield started
-    finally:
-        for node in started:
-            node.close()
 
 
 def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(

@@ -16,7 +16,7 @@ import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.cluster import api, connect, running_cluster, wait_until
 from tests.support.etcd import ETCD, Etcd, running_etcd
 
 pytest.importorskip("aetcd")
@@ -35,15 +35,8 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
 
 @pytest.fixture(scope="module")
 def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    base = tmp_path_factory.mktemp("cluster")
-    started = []
-    try:
-        for name in ("n1", "n2", "n3"):
-            started.append(cluster_node(base, name, etcd).start())
+    with running_cluster(tmp_path_factory.mktemp("cluster"), etcd) as started:
         yield started
-    finally:
-        for node in started:
-            node.close()
 
 
 def queue_state(node: BrokerProcess, name: str) -> dict[str, object]:

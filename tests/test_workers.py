@@ -23,7 +23,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError
 
-from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.broker_process import BrokerProcess
 from tests.support.workers import (
     WAIT,
     api,
@@ -31,6 +31,7 @@ from tests.support.workers import (
     connected_pair,
     qname,
     queue_info,
+    running_workers,
     worker_of,
     worker_pid,
     worker_pids,
@@ -39,14 +40,8 @@ from tests.support.workers import (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("workers")
-    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(), log_level="debug",
-                         args=("--workers", "2"))
-    try:
-        proc.start()
+    with running_workers(tmp_path_factory.mktemp("workers"), log_level="debug") as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 @pytest.fixture()

@@ -17,20 +17,14 @@ from collections.abc import Iterator
 import pika
 import pytest
 
-from tests.support.broker_process import BrokerProcess, free_port
-from tests.support.workers import WAIT, connect_on, qname, queue_info
+from tests.support.broker_process import BrokerProcess
+from tests.support.workers import WAIT, connect_on, qname, queue_info, running_workers
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    base = tmp_path_factory.mktemp("workers-http")
-    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(),
-                         args=("--workers", "2"))
-    try:
-        proc.start()
+    with running_workers(tmp_path_factory.mktemp("workers-http")) as proc:
         yield proc
-    finally:
-        proc.close()
 
 
 def _call(broker: BrokerProcess, method: str, path: str, body: object = None

@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,20 @@ def cluster_node(base: Path, name: str, etcd: Etcd, *extra: str) -> BrokerProces
     return BrokerProcess(base / name, base / f"{name}.log", management=free_port(),
                          log_level="info",
                          args=("--node-name", name, *etcd.args, "--cluster-port", "0", *extra))
+
+
+@contextmanager
+def running_cluster(base: Path, etcd: Etcd, names: tuple[str, ...] = ("n1", "n2", "n3")
+                    ) -> Iterator[list[BrokerProcess]]:
+    """Nodes ``names`` (:func:`cluster_node`) started one after another, closed after."""
+    started: list[BrokerProcess] = []
+    try:
+        for name in names:
+            started.append(cluster_node(base, name, etcd).start())
+        yield started
+    finally:
+        for node in started:
+            node.close()
 
 
 def api(node: BrokerProcess, path: str, method: str = "GET", body: Any = None) -> Any:

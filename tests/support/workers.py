@@ -10,13 +10,28 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pika
 
-from tests.support.broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess, free_port
 
 WAIT = 10.0  # seconds a change may take to reach the other worker
+
+
+@contextmanager
+def running_workers(base: Path, *args: str, log_level: str = "warning"
+                    ) -> Iterator[BrokerProcess]:
+    """A broker with ``--workers 2`` (and ``args``), management API on a free port, data
+    and log under ``base``; closed after."""
+    proc = BrokerProcess(base / "data", base / "broker.log", management=free_port(),
+                         log_level=log_level, args=("--workers", "2", *args))
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.close()
 
 
 def api(broker: BrokerProcess, path: str) -> object:
