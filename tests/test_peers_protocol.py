@@ -18,8 +18,9 @@ from broker.peers import ClusterMembership, Workers
                                             (ClusterMembership, Membership)])
 def test_the_runtime_provides_what_the_protocol_lists(proto: type, cls: type) -> None:
     source = inspect.getsource(cls) + "".join(inspect.getsource(b) for b in cls.__mro__[1:-1])
-    for name in proto.__annotations__:  # attributes: set in a constructor (or declared)
-        assert f"self.{name} " in source or f"    {name}:" in source, (cls, name)
+    for name in proto.__annotations__:  # attributes: set in a constructor, declared, or a property
+        assert f"self.{name} " in source or f"    {name}:" in source or isinstance(
+            getattr(cls, name, None), property), (cls, name)
     for name, member in vars(proto).items():
         if name.startswith("_") or not callable(member):
             continue

@@ -64,7 +64,7 @@ from amqp_server.workers.links import Links
 from amqp_server.workers.message_path import Join, MessagePath, message_from
 from amqp_server.workers.ops import OwnerStub
 from amqp_server.workers.remote_queue import RemoteQueue
-from amqp_server.workers.worker_stats import WorkerStats
+from amqp_server.workers.worker_stats import PeerStats
 from broker import topology_records as tr
 from broker.access_sync import access_document, apply_access
 from queue_store.consumer import Consumer
@@ -88,7 +88,7 @@ LINK_ATTEMPTS = 5
 HUB_KINDS = frozenset({"apply", "synced", "peer_up"})
 
 
-class WorkerRuntime(MessagePath, WorkerStats):
+class WorkerRuntime(MessagePath):
     """The link side of worker ``index`` of ``count`` (see the module docstring).
 
     Args:
@@ -151,11 +151,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
         self.links_full = False  # a link to a worker is full
         self._flowed: set[Any] = set()  # publishers not read until the links drain
-        self.peer_summaries: dict[int, tuple[dict[str, Any], float]] = {}
-        self._asks: dict[int, asyncio.Future[Any]] = {}
-        self._ask_ids = itertools.count(1)
-        self._json_state = None
-        self._local_alarm: tuple[bool, str] = (False, "low on memory")
+        self.stats = PeerStats(broker, index, count, self.links, self.send_control)
         broker.queue_factory.plug(self)  # every vhost's queues: make_queue, queue_removed
 
     # ---- start ---------------------------------------------------------------------------
@@ -168,6 +164,37 @@ class WorkerRuntime(MessagePath, WorkerStats):
     def ready(self) -> None:
         """Tell the supervisor this worker accepts clients."""
         self.links.send_hub(("ready",))
+
+    # ---- broker-wide figures and alarms (PeerStats), for broker/ and management/ ----------
+
+    @property
+    def peer_summaries(self) -> dict[int, tuple[dict[str, Any], float]]:
+        """Index -> (the peer's last summary, loop time it came)."""
+        return self.stats.peer_summaries
+
+    def workers(self) -> list[dict[str, Any]]:
+        """:meth:`PeerStats.workers`."""
+        return self.stats.workers()
+
+    def totals(self) -> dict[str, int]:
+        """:meth:`PeerStats.totals`."""
+        return self.stats.totals()
+
+    def elsewhere(self, key: str, name: str | None = None) -> int:
+        """:meth:`PeerStats.elsewhere`."""
+        return self.stats.elsewhere(key, name)
+
+    def local_alarm(self, active: bool, reason: str) -> None:
+        """:meth:`PeerStats.local_alarm`."""
+        self.stats.local_alarm(active, reason)
+
+    async def gather_json(self, kind: str) -> list[dict[str, Any]]:
+        """:meth:`PeerStats.gather_json`."""
+        return await self.stats.gather_json(kind)
+
+    async def close_elsewhere(self, name: str, text: str) -> bool:
+        """:meth:`PeerStats.close_elsewhere`."""
+        return await self.stats.close_elsewhere(name, text)
 
     # ---- the vhosts' queue factory (vhosts.queue_factory.QueueFactory) -------------------
 
@@ -420,17 +447,15 @@ class WorkerRuntime(MessagePath, WorkerStats):
             if self.quorum is not None:
                 self.quorum.on_control(peer, rec)
         elif kind in ("list", "close"):
-            self.on_ask(peer, rec)
+            self.stats.on_ask(peer, rec)
         elif kind == "answer":
-            self.on_answer(rec)
+            self.stats.on_answer(rec)
         elif kind == "reply_to":
             target = self.broker.reply_to.lookup(rec[1])
             if target is not None:
                 target.deliver_reply(message_from(rec[2], rec[3], rec[4]))
         elif kind == "stats":
-            self.peer_summaries[peer] = (rec[2], asyncio.get_running_loop().time())
-            if rec[2].get("local_alarm", [False])[0] or self.broker.alarms_active:
-                self._apply_alarms()
+            self.stats.on_stats(peer, rec[2])
             for qkey, stats in rec[1].items():
                 q = self.queue_by_key(qkey)
                 if isinstance(q, RemoteQueue):
@@ -549,7 +574,7 @@ class WorkerRuntime(MessagePath, WorkerStats):
                 if not isinstance(q, RemoteQueue):
                     stats[queue_key(q.vhost_name, q.name)] = (
                         q.message_count, q.unacked_count, q.consumer_count)
-        summary = self.summary()
+        summary = self.stats.summary()
         for peer in list(self.links.out):
             self.send_control(peer, ("stats", stats, summary))
         self._drain_orphans()

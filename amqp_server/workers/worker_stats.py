@@ -1,14 +1,15 @@
 """A worker's figures and alarms, shared with the other workers (``--workers N``).
 
-Every second each worker sends the others a summary (:meth:`WorkerStats.summary`: pid,
+Every second each worker sends the others a summary (:meth:`PeerStats.summary`: pid,
 clients, queues and messages, its own alarms, connections per vhost and user). Worker 0,
 which serves the HTTP API, lists them (``/api/workers``) and sums them (overview and
 Prometheus totals); every worker counts the others' connections and channels against the
-connection and channel limits (:meth:`WorkerStats.elsewhere`), so those are broker-wide
+connection and channel limits (:meth:`PeerStats.elsewhere`), so those are broker-wide
 (within a second); and publishers are blocked on every worker while any worker has a memory
 or disk alarm (RabbitMQ blocks publishers on every node while one node has one).
 
-Part of :class:`~amqp_server.workers.runtime.WorkerRuntime`.
+A part of :class:`~amqp_server.workers.runtime.WorkerRuntime` with its own state; the runtime
+hands it the ``stats``, ``list``/``close`` and ``answer`` control records it receives.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.links import Links
@@ -30,21 +32,36 @@ if TYPE_CHECKING:
 ASK_TIMEOUT = 2.0  # seconds worker 0 waits for the others' lists
 
 
-class WorkerStats:
-    """Summaries of every worker; broker-wide totals, limits and alarms."""
+class PeerStats:
+    """Summaries of every worker; broker-wide totals, limits and alarms.
 
-    broker: Broker
-    links: Links
-    index: int
-    count: int
-    peer_summaries: dict[int, tuple[dict[str, Any], float]]
-    _local_alarm: tuple[bool, str]
-    _asks: dict[int, asyncio.Future[Any]]
-    _ask_ids: itertools.count[int]
-    _json_state: ManagementState | None
+    Args:
+        broker: this worker's broker (its connections, queues, alarms).
+        index, count: this worker's index and how many workers (or nodes) there are.
+        links: the links to the other workers (which are up: ``links.out``).
+        send_control: sends a control record to a peer
+            (:meth:`~amqp_server.workers.message_path.MessagePath.send_control`).
+    """
 
-    def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
-        raise NotImplementedError  # MessagePath's
+    def __init__(self, broker: Broker, index: int, count: int, links: Links,
+                 send_control: Callable[[int, tuple[Any, ...]], None]) -> None:
+        self.broker = broker
+        self.index = index
+        self.count = count
+        self.links = links
+        self.send_control = send_control
+        #: index -> (the peer's last summary, loop time it came)
+        self.peer_summaries: dict[int, tuple[dict[str, Any], float]] = {}
+        self._asks: dict[int, asyncio.Future[Any]] = {}
+        self._ask_ids = itertools.count(1)
+        self._json_state: ManagementState | None = None
+        self._local_alarm: tuple[bool, str] = (False, "low on memory")
+
+    def on_stats(self, peer: int, summary: dict[str, Any]) -> None:
+        """Worker ``peer``'s summary (its once-a-second ``stats`` record)."""
+        self.peer_summaries[peer] = (summary, asyncio.get_running_loop().time())
+        if summary.get("local_alarm", [False])[0] or self.broker.alarms_active:
+            self._apply_alarms()
 
     # ---- the HTTP API's lists over every worker (worker 0 asks, the others answer) ------
 
