@@ -19,12 +19,12 @@ from amqp_common import framing
 from amqp_server.workers.link_codec import (
     Outbox,
     RecordReader,
+    message_from,
     queue_key,
     read_deliver,
     read_publish,
     read_settle,
 )
-from amqp_server.workers.runtime import message_from
 
 BODY = b"x" * 200
 PROPS = b"\x10\x00\x02"  # delivery-mode 2 only

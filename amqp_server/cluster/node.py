@@ -87,7 +87,7 @@ class NodeRuntime(WorkerRuntime):
         node is still registered (a broken connection, not a dead node) the link is opened
         again a second later."""
         super()._peer_lost(peer)
-        self._fail_waits(peer)
+        self.client.fail_waits(peer)
         if peer in self.hub.running:
             asyncio.get_running_loop().call_later(RELINK_AFTER, self._relink, peer)
 

@@ -140,7 +140,7 @@ class QuorumManager:
         known = self.states.get(qkey)
         leader = int(known[0]["leader"]) if known else home
         if leader != self.runtime.index:
-            q = RemoteQueue(self.runtime, leader, name, vhost_name, **kwargs)
+            q = RemoteQueue(self.runtime.client, leader, name, vhost_name, **kwargs)
             if known and self.runtime.index in known[0]["members"]:
                 group = self.group(qkey)
                 asyncio.get_running_loop().call_soon(group.on_state, *known)
@@ -199,7 +199,7 @@ class QuorumManager:
     def replace(self, queue: ReplicatedQueue, leader: int | None) -> None:
         """A queue led here no longer is: a stand-in for ``leader`` takes its place; its
         consumers get Basic.Cancel."""
-        remote = RemoteQueue(self.runtime, leader if leader is not None else -1, queue.name,
+        remote = RemoteQueue(self.runtime.client, leader if leader is not None else -1, queue.name,
                              queue.vhost_name, durable=queue.durable,
                              auto_delete=queue.auto_delete, arguments=queue.arguments,
                              settings=queue.settings)

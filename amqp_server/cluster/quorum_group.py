@@ -15,8 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster.quorum_queue import ReplicatedQueue
-from amqp_server.workers.link_codec import queue_key
-from amqp_server.workers.message_path import message_from
+from amqp_server.workers.link_codec import message_from, queue_key
 from queue_store.replica_log import ReplicaLog, ReplicaLogError
 
 if TYPE_CHECKING:

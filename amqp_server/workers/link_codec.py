@@ -46,6 +46,7 @@ import struct
 from typing import Any
 
 from amqp_server.workers import link_values
+from queue_store.message import Message
 
 PUBLISH, DELIVER, SETTLE, CREDIT, RESULTS, REPL, CONTROL = 1, 2, 3, 4, 5, 6, 9
 
@@ -256,3 +257,16 @@ def read_control(body: bytes) -> tuple[Any, ...]:
     if not record:
         raise LinkError("empty control record")
     return record
+
+
+def message_from(exrk: bytes, props: bytes, body: bytes) -> Message:
+    """A :class:`Message` from link bytes (``exrk``: exchange and routing key shortstrs)."""
+    n = exrk[0]
+    exchange = exrk[1:1 + n].decode("utf-8", "surrogateescape")
+    rk = exrk[2 + n:].decode("utf-8", "surrogateescape")
+    return Message(exchange, rk, exrk, props, body)
+
+
+def control_body(rec: tuple[Any, ...]) -> bytes:
+    """A control record's body again (to keep it while its queue is unknown here)."""
+    return link_values.encode(rec)

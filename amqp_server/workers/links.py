@@ -178,6 +178,14 @@ class Links:
         hub.outbox.control(record)
         hub.schedule()
 
+    def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
+        """Queue control ``record`` (a tuple of link values) for ``peer``, written at the end
+        of this turn; dropped when its link is down (the peer-lost path handles its loss)."""
+        out = self.out.get(peer)
+        if out is not None:
+            out.outbox.control(record)
+            out.schedule()
+
     async def connect(self, peer: int) -> None:
         """Open the link to worker ``peer`` (after the supervisor said it is up) and say
         hello on it."""

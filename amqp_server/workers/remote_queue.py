@@ -3,7 +3,7 @@
 On every worker but its home, a queue is a :class:`RemoteQueue`: it is in the vhost's table,
 so routing, permission and exclusivity checks, Basic.Consume and the management API find it
 as any queue; what would change the queue is sent to its home over the link
-(:class:`~amqp_server.workers.runtime.WorkerRuntime` does the sending):
+(:class:`~amqp_server.workers.remote_client.RemoteClient` does the sending):
 
 * ``publish``: the message, its property bytes and body as received (a PUBLISH record);
 * ``add_consumer``/``remove_consumer``: a consume/cancel record; the home runs the consumer
@@ -35,7 +35,8 @@ from queue_store.queue import Delivery, Queue, QueuedMessage
 from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
-    from amqp_server.workers.runtime import WorkerRuntime
+    from amqp_server.workers.queue_home import QueueHome
+    from amqp_server.workers.remote_client import RemoteClient
 
 CREDIT_WINDOW = 500  # deliveries a consumer may have in flight over the link
 
@@ -46,11 +47,11 @@ class RemoteQueue(Queue):
 
     uses_index = False
 
-    def __init__(self, runtime: WorkerRuntime, home: int, name: str, vhost_name: str,
+    def __init__(self, client: RemoteClient, home: int, name: str, vhost_name: str,
                  **kwargs: Any) -> None:
         kwargs["vhost"] = None  # no storage, timers or dead lettering here: the home has them
         super().__init__(name, vhost_name, **kwargs)
-        self.runtime = runtime
+        self.client = client
         self.home = home
         self.qkey = queue_key(vhost_name, name)
         self.stats = (0, 0, 0)  # (ready, unacked, consumers) at the home, last snapshot
@@ -62,10 +63,10 @@ class RemoteQueue(Queue):
         return f"<RemoteQueue {self.name!r} vhost={self.vhost_name!r} home={self.home}>"
 
     def publish(self, message: Any) -> int:
-        return self.runtime.forward_publish(self, message, None)
+        return self.client.forward_publish(self, message, None)
 
     def publish_for(self, message: Any, context: PublishContext) -> int:
-        return self.runtime.forward_publish(self, message, context)
+        return self.client.forward_publish(self, message, context)
 
     def add_consumer(self, consumer: Consumer) -> None:
         """Local bookkeeping once the home took the consumer (:meth:`request_consume`)."""
@@ -74,13 +75,13 @@ class RemoteQueue(Queue):
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self._consumer_order:
             super().remove_consumer(consumer)
-            self.runtime.remote_cancel(self, consumer)
+            self.client.remote_cancel(self, consumer)
 
     def dispatch(self) -> None:
-        self.runtime.drain_waiting(self)
+        self.client.drain_waiting(self)
 
     def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
-        self.runtime.remote_settle(self.home, [qm.seq for qm, _, _ in deliveries], outcome)
+        self.client.remote_settle(self.home, [qm.seq for qm, _, _ in deliveries], outcome)
 
     def get(self, no_ack: bool = False) -> QueuedMessage | None:
         raise RuntimeError("a remote queue's Basic.Get goes through request_get")
@@ -91,21 +92,21 @@ class RemoteQueue(Queue):
     def request_consume(self, requester: Requester, consumer: Consumer,
                         then: Callable[[], None]) -> None:
         """Subscribe at the home (which may refuse: 403 in exclusive use), then ``then()``."""
-        self.runtime.remote_consume(requester, self, consumer, then)
+        self.client.remote_consume(requester, self, consumer, then)
 
     def request_get(self, requester: Requester, no_ack: bool,
                     then: Callable[[QueuedMessage | None, int], None]) -> None:
         """The home takes the message (its delivery number there is the
         :class:`QueuedMessage`'s ``seq``, which :meth:`settle` sends back)."""
-        self.runtime.call_home(requester, self, ("get", no_ack),
+        self.client.call_home(requester, self, ("get", no_ack),
                                lambda answer: then(*_got(answer)))
 
     def request_purge(self, requester: Requester, then: Callable[[int], None]) -> None:
-        self.runtime.call_home(requester, self, ("purge",), then)
+        self.client.call_home(requester, self, ("purge",), then)
 
     def request_counts(self, requester: Requester,
                        then: Callable[[int, int], None]) -> None:
-        self.runtime.call_home(requester, self, ("counts",), lambda counts: then(*counts))
+        self.client.call_home(requester, self, ("counts",), lambda counts: then(*counts))
 
     @property
     def message_count(self) -> int:
@@ -118,7 +119,7 @@ class RemoteQueue(Queue):
     def mark_deleted(self) -> list[Consumer]:
         consumers = super().mark_deleted()
         for consumer in consumers:
-            self.runtime.remote_cancel(self, consumer)
+            self.client.remote_cancel(self, consumer)
         return consumers
 
 
@@ -139,21 +140,21 @@ class LinkConsumerChannel:
     a :class:`~queue_store.consumer.ConsumerChannel` that delivers over the link while it
     has credit."""
 
-    __slots__ = ("runtime", "peer", "cid", "credit", "consumer")
+    __slots__ = ("home_side", "peer", "cid", "credit", "consumer")
 
-    def __init__(self, runtime: WorkerRuntime, peer: int, cid: int, credit: int) -> None:
-        self.runtime = runtime
+    def __init__(self, home_side: QueueHome, peer: int, cid: int, credit: int) -> None:
+        self.home_side = home_side
         self.peer = peer
         self.cid = cid
         self.credit = credit
         self.consumer: Consumer | None = None
 
     def can_deliver(self) -> bool:
-        return self.credit > 0 and self.runtime.link_open(self.peer)
+        return self.credit > 0 and self.home_side.link_open(self.peer)
 
     def deliver(self, consumer: Consumer, qm: QueuedMessage, queue: Queue) -> None:
         self.credit -= 1
-        self.runtime.deliver_remote(self, consumer, qm, queue)
+        self.home_side.deliver_remote(self, consumer, qm, queue)
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
-        self.runtime.home_consumer_cancelled(self)
+        self.home_side.home_consumer_cancelled(self)

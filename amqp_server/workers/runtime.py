@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,26 +52,25 @@ from amqp_server.workers.link_codec import (
     REPL,
     RESULTS,
     SETTLE,
+    message_from,
     queue_key,
     read_control,
-    read_publish,
     read_repl,
-    read_results,
     split_queue_key,
 )
 from amqp_server.workers.links import Links
-from amqp_server.workers.message_path import Join, MessagePath, message_from
 from amqp_server.workers.ops import OwnerStub
+from amqp_server.workers.queue_home import QueueHome
+from amqp_server.workers.remote_client import RemoteClient
 from amqp_server.workers.remote_queue import RemoteQueue
 from amqp_server.workers.worker_stats import PeerStats
 from broker import topology_records as tr
 from broker.access_sync import access_document, apply_access
-from queue_store.consumer import Consumer
 from queue_store.grouped_queue import queue_class
-from queue_store.outcomes import REJECTED, ROUTED, PublishContext, Settlement
-from queue_store.queue import Delivery, Queue, QueuedMessage
+from queue_store.message import Message
+from queue_store.outcomes import PublishContext
+from queue_store.queue import Queue
 from queue_store.queue_args import queue_type_of
-from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -80,7 +78,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.workers")
 
-ORPHAN_WAIT = 5.0  # seconds a record for a queue not declared here yet is kept
 LINK_TIMEOUT = 5.0  # seconds to open the link to another worker
 LINK_ATTEMPTS = 5
 #: control records only the hub (peer -1: the supervisor, or a cluster node's etcd) sends; any
@@ -88,8 +85,12 @@ LINK_ATTEMPTS = 5
 HUB_KINDS = frozenset({"apply", "synced", "peer_up"})
 
 
-class WorkerRuntime(MessagePath):
-    """The link side of worker ``index`` of ``count`` (see the module docstring).
+class WorkerRuntime:
+    """The link side of worker ``index`` of ``count`` (see the module docstring), built
+    from named parts: :class:`RemoteClient` (this worker's clients using queues elsewhere),
+    :class:`QueueHome` (this worker's queues serving clients elsewhere), :class:`PeerStats`
+    (figures and alarms of every worker); it applies the topology in the supervisor's (a
+    cluster: etcd's) order and hands each part the records it receives.
 
     Args:
         broker: this worker's broker (``broker.workers`` is set to this runtime).
@@ -113,7 +114,6 @@ class WorkerRuntime(MessagePath):
                                self._links_full)
         self.on_declared_down: Callable[[], None] | None = None  # a cluster node's
         self.quorum: Any = None  # a cluster node's QuorumManager (replicated quorum queues)
-        self._early: dict[tuple[int, int], int] = {}  # results that came before their wait
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
@@ -125,33 +125,12 @@ class WorkerRuntime(MessagePath):
         self._pending_ops: dict[int, Any] = {}
         self._stubs: dict[tuple[int, int], OwnerStub] = {}
         self.up: set[int] = set()  # workers with an open link
-        # consumer side (this worker's clients, queues elsewhere)
-        self._pub = itertools.count(1)
-        self._waits: dict[tuple[int, int], Join] = {}
-        self._cids = itertools.count(1)
-        self._consumers: dict[int, tuple[Consumer, RemoteQueue]] = {}
-        self._cid_of: dict[int, int] = {}  # id(consumer) -> cid
-        self._waiting: dict[int, deque[QueuedMessage]] = {}
-        self._credit_due: dict[tuple[int, int], int] = {}
-        self._auto_acks: dict[int, list[int]] = {}
-        self._pending_cids: set[int] = set()  # consumers whose home has not answered yet  # home -> no-ack deliveries handed out
-        self._calls: dict[int, tuple[Requester, Callable[[Any], None], int]] = {}
-        self._call_ids = itertools.count(1)
-        self._call_deadlines: deque[tuple[float, int]] = deque()
-        # home side (queues here, clients elsewhere)
-        self._remote_consumers: dict[tuple[int, int], Consumer] = {}
-        self._dids = itertools.count(1)
-        self._unacked: dict[int, dict[int, Delivery]] = {}
-        self._results_due: dict[int, list[tuple[int, int]]] = {}
-        self._home_context = PublishContext(None, True)  # a publish from a peer that waits
-        self._orphans: dict[bytes, list[tuple[int, int, bytes, float]]] = {}
-        self._flush_scheduled = False
         self._connecting: list[asyncio.Future[None]] = []  # links to open before in step
         self._tasks: set[asyncio.Future[None]] = set()
-        self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
-        self.links_full = False  # a link to a worker is full
-        self._flowed: set[Any] = set()  # publishers not read until the links drain
-        self.stats = PeerStats(broker, index, count, self.links, self.send_control)
+        self.client = RemoteClient(broker, index, self.links)
+        self.home = QueueHome(broker, self.links, self.client, self.queue_by_key,
+                              self.on_records)
+        self.stats = PeerStats(broker, index, count, self.links, self.links.send_control)
         broker.queue_factory.plug(self)  # every vhost's queues: make_queue, queue_removed
 
     # ---- start ---------------------------------------------------------------------------
@@ -164,6 +143,34 @@ class WorkerRuntime(MessagePath):
     def ready(self) -> None:
         """Tell the supervisor this worker accepts clients."""
         self.links.send_hub(("ready",))
+
+    # ---- what channels and replicated queues call (RemoteClient) --------------------------
+
+    @property
+    def dirty_connections(self) -> set[Any]:
+        """Connections whose confirms an answer settled (sent after the batch)."""
+        return self.client.dirty_connections
+
+    def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
+                      err: Callable[[], None]) -> None:
+        """:meth:`RemoteClient.after_results`."""
+        self.client.after_results(waits, ok, err)
+
+    def forward_reply(self, worker: int, message: Message) -> None:
+        """:meth:`RemoteClient.forward_reply`."""
+        self.client.forward_reply(worker, message)
+
+    def local_pending(self, context: PublishContext | None) -> tuple[int, int] | None:
+        """:meth:`RemoteClient.local_pending`."""
+        return self.client.local_pending(context)
+
+    def local_result(self, key: tuple[int, int], result: int) -> None:
+        """:meth:`RemoteClient.local_result`."""
+        self.client.local_result(key, result)
+
+    def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
+        """:meth:`Links.send_control`."""
+        self.links.send_control(peer, record)
 
     # ---- broker-wide figures and alarms (PeerStats), for broker/ and management/ ----------
 
@@ -213,7 +220,7 @@ class WorkerRuntime(MessagePath):
             return self.quorum.make_queue(name, vhost_name, home, kwargs)  # type: ignore[no-any-return]
         if home == self.index:
             return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
-        return RemoteQueue(self, home, name, vhost_name, **kwargs)
+        return RemoteQueue(self.client, home, name, vhost_name, **kwargs)
 
     def export_homes(self) -> list[list[Any]]:
         """``[[vhost, queue, worker], ...]`` for every durable queue (definitions.json)."""
@@ -301,7 +308,7 @@ class WorkerRuntime(MessagePath):
                 pending.set_exception(exc)
             else:
                 pending.set_result(result)
-            self._drain_orphans()
+            self.home.drain_orphans()
             self.broker.after_batch()
             return
         if pending is None:
@@ -311,7 +318,7 @@ class WorkerRuntime(MessagePath):
                 pass  # the asking worker reports it; the state is the same everywhere
             except Exception:
                 log.exception("topology record %s failed", tr.summary(op))
-            self._drain_orphans()
+            self.home.drain_orphans()
             return
         ch, then = pending
         conn = ch.connection
@@ -324,7 +331,7 @@ class WorkerRuntime(MessagePath):
             error = exc
             if not isinstance(exc, AMQPError):
                 log.exception("topology record %s failed", tr.summary(op))
-        self._drain_orphans()
+        self.home.drain_orphans()
 
         def answer() -> None:
             if error is not None:
@@ -358,28 +365,9 @@ class WorkerRuntime(MessagePath):
         if self.quorum is not None and w != self.index:
             self.quorum.worker_down(w)
 
-    def _fail_waits(self, w: int) -> None:
-        """Nack every publish waiting for worker ``w``'s answer."""
-        for key in [k for k in self._waits if k[0] == w]:
-            self._waits.pop(key).done(REJECTED)
-
     def _forget_peer(self, w: int) -> None:
-        self._fail_waits(w)
-        for key in [k for k in self._remote_consumers if k[0] == w]:
-            consumer = self._remote_consumers.pop(key)
-            consumer.queue.remove_consumer(consumer)
-        self._requeue_all(w)
-        for call_id, (_, _, home) in list(self._calls.items()):
-            if home == w:
-                self._on_reply(("reply", call_id, "down", None))
-
-    def _requeue_all(self, w: int) -> None:
-        unacked = self._unacked.pop(w, {})
-        by_queue: dict[Queue, list[Delivery]] = {}
-        for entry in unacked.values():
-            by_queue.setdefault(entry[1], []).append(entry)
-        for q, group in by_queue.items():
-            q.settle(group, Settlement.REQUEUE)
+        self.client.peer_down(w)
+        self.home.peer_down(w)
 
     # ---- records in ----------------------------------------------------------------------
 
@@ -391,29 +379,24 @@ class WorkerRuntime(MessagePath):
         for kind, body in records:
             try:
                 if kind == PUBLISH:
-                    self._on_publish(peer, body)
+                    self.home.on_publish(peer, body)
                 elif kind == DELIVER:
-                    self._on_deliver(peer, body)
+                    self.client.on_deliver(peer, body)
                 elif kind == SETTLE:
-                    self._on_settle(peer, body)
+                    self.home.on_settle(peer, body)
                 elif kind == CREDIT:
-                    self._on_credit(peer, body)
+                    self.home.on_credit(peer, body)
                 elif kind == RESULTS:
-                    for pub_id, result in read_results(body):
-                        self.local_result((peer, pub_id), result)
+                    self.client.on_results(peer, body)
                 elif kind == REPL and self.quorum is not None:
                     self.quorum.on_repl(peer, *read_repl(body))
                 elif kind == CONTROL:
                     self._on_control(peer, read_control(body))
             except Exception:
                 log.exception("worker link record %d from %d failed", kind, peer)
-        self._flush_credit()
-        self._flush_auto_acks()
+        self.client.flush()
         self.broker.after_batch()
-        if self.dirty_connections:
-            for conn in self.dirty_connections:
-                conn.flush_confirms()
-            self.dirty_connections.clear()
+        self.client.flush_confirms()
 
     def _on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
         kind = rec[0]
@@ -430,19 +413,13 @@ class WorkerRuntime(MessagePath):
                 if not self.synced.done():  # at start: in step only once linked
                     self._connecting.append(task)
         elif kind == "cancel":
-            consumer = self._remote_consumers.pop((peer, rec[1]), None)
-            if consumer is not None:
-                consumer.queue.remove_consumer(consumer)
+            self.home.on_cancel(peer, rec[1])
         elif kind == "cancelled":
-            entry = self._consumers.get(rec[1])
-            if entry is not None:
-                consumer, q = entry
-                q.remove_consumer(consumer)
-                consumer.channel.consumer_cancelled_by_broker(consumer)
+            self.client.on_cancelled(rec[1])
         elif kind == "call":
-            self._on_call(peer, rec)
+            self.home.on_call(peer, rec)
         elif kind == "reply":
-            self._on_reply(rec)
+            self.client.on_reply(rec)
         elif kind in ("qack", "qsync", "qfenced"):
             if self.quorum is not None:
                 self.quorum.on_control(peer, rec)
@@ -502,20 +479,10 @@ class WorkerRuntime(MessagePath):
             return
 
     def _links_full(self, full: bool) -> None:
-        """Every link to another worker drained: the publishers held back by a full one
-        (:meth:`MessagePath.forward_publish`) are read again."""
-        self.links_full = full
-        if not full:
-            flowed, self._flowed = self._flowed, set()
-            for conn in flowed:
-                conn.set_flow(False)
+        self.client.set_links_full(full)
 
     def _peer_lost(self, peer: int) -> None:
         self.up.discard(peer)
-
-    def link_open(self, peer: int) -> bool:
-        s = self.links.out.get(peer)
-        return s is not None and not s.congested
 
     def queue_by_key(self, qkey: bytes) -> Queue | None:
         """The queue (or stand-in) of ``qkey`` (:func:`link_codec.queue_key`), None when
@@ -523,45 +490,6 @@ class WorkerRuntime(MessagePath):
         vname, name = split_queue_key(qkey)
         vhost = self.broker.vhosts.get(vname)
         return None if vhost is None else vhost.queues.get(name)
-
-    def _home_queue(self, peer: int, kind: int, body: bytes, qkey: bytes) -> Queue | None:
-        """The queue of a record if it lives here; a record for a queue this worker has not
-        heard of yet (its declare is still on its way from the supervisor) waits."""
-        q = self.queue_by_key(qkey)
-        if q is None:
-            now = asyncio.get_running_loop().time()
-            self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
-            return None
-        if isinstance(q, RemoteQueue):  # the sender thinks it lives here: as if it were gone
-            log.warning("worker %d sent a record for %r, which does not live here", peer, q)
-            self._orphan_dropped(peer, kind, body, refuse=q.home_moves)
-            return None
-        return q
-
-    def _drain_orphans(self) -> None:
-        if not self._orphans:
-            return
-        now = asyncio.get_running_loop().time()
-        for qkey in list(self._orphans):
-            if self.queue_by_key(qkey) is not None:
-                for peer, kind, body, _ in self._orphans.pop(qkey):
-                    self.on_records(peer, [(kind, body)])
-            elif all(now - t > ORPHAN_WAIT for *_, t in self._orphans[qkey]):
-                for peer, kind, body, _ in self._orphans.pop(qkey):
-                    self._orphan_dropped(peer, kind, body)
-
-    def _orphan_dropped(self, peer: int, kind: int, body: bytes, refuse: bool = False) -> None:
-        """A record for a queue that is not here: a publish is answered as dropped (the queue
-        is gone, as RabbitMQ), or nacked (``refuse``: a quorum queue that moved to another
-        leader: never a confirm for a message nobody has)."""
-        if kind == PUBLISH:
-            pub_id, want, *_ = read_publish(body)
-            if want:
-                self._result(peer, pub_id, REJECTED if refuse else ROUTED)
-        elif kind == CONTROL:
-            rec = read_control(body)
-            if rec[0] == "call":
-                self.send_control(peer, ("reply", rec[1], "error", rec[2]))
 
     # ---- misc ----------------------------------------------------------------------------
 
@@ -576,45 +504,16 @@ class WorkerRuntime(MessagePath):
                         q.message_count, q.unacked_count, q.consumer_count)
         summary = self.stats.summary()
         for peer in list(self.links.out):
-            self.send_control(peer, ("stats", stats, summary))
-        self._drain_orphans()
+            self.links.send_control(peer, ("stats", stats, summary))
+        self.home.drain_orphans()
         if self.quorum is not None:
             self.quorum.tick()
-        now = asyncio.get_running_loop().time()
-        deadlines = self._call_deadlines
-        while deadlines and deadlines[0][0] <= now:  # a home that never answers
-            _, call_id = deadlines.popleft()
-            if call_id in self._calls:
-                self._on_reply(("reply", call_id, "timeout", None))
-
-    # ---- results of publishes to queues led here (replicated quorum queues) --------------
-
-    def local_pending(self, context: PublishContext | None) -> tuple[int, int] | None:
-        """A key to answer a publish by later (:meth:`local_result`), added to
-        ``context.waits``, when its publisher waits for one (confirms, transactions);
-        None otherwise."""
-        if context is None or not context.want_results:
-            return None
-        key = (self.index, next(self._pub) & 0xFFFFFFFF)
-        context.waits.append(key)
-        return key
-
-    def local_result(self, key: tuple[int, int], result: int) -> None:
-        """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
-        before anyone waits for it (the publisher's fsync is still running) is kept."""
-        join = self._waits.pop(key, None)
-        if join is not None:
-            join.done(result)
-        else:
-            self._early[key] = result
+        self.client.expire_calls(asyncio.get_running_loop().time())
 
     def after_commit(self) -> None:
         """Publishes were answered outside a batch of link records: send the confirms."""
         self.broker.after_batch()
-        if self.dirty_connections:
-            for conn in self.dirty_connections:
-                conn.flush_confirms()
-            self.dirty_connections.clear()
+        self.client.flush_confirms()
 
     def close(self) -> None:
         if self.quorum is not None:

@@ -40,7 +40,7 @@ class PeerStats:
         index, count: this worker's index and how many workers (or nodes) there are.
         links: the links to the other workers (which are up: ``links.out``).
         send_control: sends a control record to a peer
-            (:meth:`~amqp_server.workers.message_path.MessagePath.send_control`).
+            (:meth:`~amqp_server.workers.links.Links.send_control`).
     """
 
     def __init__(self, broker: Broker, index: int, count: int, links: Links,

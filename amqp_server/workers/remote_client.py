@@ -1,0 +1,379 @@
+"""The client side of queues whose home is another worker or node (``--workers N``, a
+cluster): what this process's clients do to such a queue, sent over the link, and the
+answers.
+
+* **Publishing**: :meth:`RemoteClient.forward_publish` appends a PUBLISH record for the
+  home; an answer (RESULTS) is asked for when the publish's
+  :class:`~queue_store.outcomes.PublishContext` wants one (confirm or transaction mode), and
+  :meth:`RemoteClient.after_results` joins the answers of one publish. A publisher whose link
+  is full is not read until every link drained (RabbitMQ's ``credit_flow``). A publish to a
+  replicated queue led here is answered the same way, by a key of this process
+  (:meth:`local_pending`, :meth:`local_result`).
+* **Consuming**: a consumer of a remote queue is announced to the home (a ``consume`` call:
+  the home decides exclusivity); its deliveries (DELIVER records) are handed to the
+  client's channel when it can take them (else held, with no credit returned), and settled
+  back by the home's delivery number (SETTLE). Credit goes back :data:`CREDIT_BATCH` at a
+  time.
+* **Calls**: Basic.Get, purge, Declare-Ok counts and consume ask the home; the
+  :class:`~queue_store.queue_kind.Requester` waits until the answer (or :data:`CALL_TIMEOUT`).
+
+The home side is :mod:`amqp_server.workers.queue_home`; the runtime
+(:mod:`amqp_server.workers.runtime`) builds both and hands them the records they receive.
+
+Source: RabbitMQ's ``rabbit_channel`` side of ``rabbit_amqqueue`` calls and ``credit_flow``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from amqp_common.errors import AccessRefused, NotFound, rs
+from amqp_server.workers.link_codec import (
+    message_from,
+    read_deliver,
+    read_results,
+    split_queue_key,
+)
+from amqp_server.workers.links import Links
+from amqp_server.workers.remote_queue import CREDIT_WINDOW, RemoteQueue
+from queue_store.consumer import Consumer
+from queue_store.message import Message
+from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext, Settlement
+from queue_store.queue import QueuedMessage
+from queue_store.queue_kind import Requester
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+__all__ = ["CALL_TIMEOUT", "CREDIT_BATCH", "Join", "RemoteClient"]
+
+CREDIT_BATCH = CREDIT_WINDOW // 4  # deliveries whose credit goes back in one record
+CALL_TIMEOUT = 10.0  # seconds a Basic.Get, purge or count may wait for the queue's home
+
+
+class Join:
+    """Calls ``ok`` when every awaited answer is in and none was a refusal, else ``err``."""
+
+    __slots__ = ("left", "failed", "ok", "err")
+
+    def __init__(self, left: int, ok: Callable[[], None], err: Callable[[], None]) -> None:
+        self.left, self.failed, self.ok, self.err = left, False, ok, err
+
+    def done(self, result: int) -> None:
+        if result & REJECTED:
+            self.failed = True
+        self.left -= 1
+        if self.left == 0:
+            (self.err if self.failed else self.ok)()
+
+
+class RemoteClient:
+    """This process's side of every queue whose home is elsewhere (see the module docstring).
+
+    Args:
+        broker: this process's broker (after a batch of answers: ``after_batch``).
+        index: this worker's (node's) index: the first half of its local result keys.
+        links: the links to the other workers (nodes).
+    """
+
+    def __init__(self, broker: Broker, index: int, links: Links) -> None:
+        self.broker = broker
+        self.index = index
+        self.links = links
+        self._pub = itertools.count(1)
+        self._waits: dict[tuple[int, int], Join] = {}
+        self._early: dict[tuple[int, int], int] = {}  # results that came before their wait
+        self._cids = itertools.count(1)
+        self._consumers: dict[int, tuple[Consumer, RemoteQueue]] = {}
+        self._cid_of: dict[int, int] = {}  # id(consumer) -> cid
+        self._waiting: dict[int, deque[QueuedMessage]] = {}
+        self._credit_due: dict[tuple[int, int], int] = {}
+        self._auto_acks: dict[int, list[int]] = {}  # home -> no-ack deliveries handed out
+        self._pending_cids: set[int] = set()  # consumers whose home has not answered yet
+        self._calls: dict[int, tuple[Requester, Callable[[Any], None], int]] = {}
+        self._call_ids = itertools.count(1)
+        self._call_deadlines: deque[tuple[float, int]] = deque()
+        self._flowed: set[Any] = set()  # publishers not read until the links drain
+        self._flush_scheduled = False
+        self.links_full = False  # a link to a worker is full
+        self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
+
+    # ---- publish -------------------------------------------------------------------------
+
+    def forward_publish(self, q: RemoteQueue, message: Message,
+                        context: PublishContext | None) -> int:
+        """Send ``message`` to ``q``'s home; PublishResult bits (REMOTE when an answer will
+        come for a confirm or a transaction: ``context.want_results``, its key added to
+        ``context.waits``; REJECTED when the home is down). ``context.publisher`` is not
+        read from while the link is full; None (a dead letter, the HTTP API): nobody is."""
+        out = self.links.out.get(q.home)
+        if out is None:
+            return REJECTED
+        pub_id = next(self._pub) & 0xFFFFFFFF
+        want = context is not None and context.want_results
+        out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
+                           message.body)
+        out.schedule()
+        if out.paused and context is not None and context.publisher is not None:
+            publisher = context.publisher  # the home is behind: stop reading this publisher
+            publisher.set_flow(True)  # (RabbitMQ's credit_flow)
+            self._flowed.add(publisher)
+        if want:
+            context.waits.append((q.home, pub_id))  # type: ignore[union-attr]
+            return ROUTED | REMOTE
+        return ROUTED
+
+    def forward_reply(self, worker: int, message: Message) -> None:
+        """A direct reply-to reply for a channel on ``worker``."""
+        self.links.send_control(worker, ("reply_to", message.routing_key, message.ex_rk_raw,
+                                         message.properties_raw, message.body))
+
+    def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
+                      err: Callable[[], None]) -> None:
+        """``ok()`` once every home of ``waits`` accepted its message, else ``err()``
+        (``waits`` is read now, not kept)."""
+        join = Join(len(waits), ok, err)
+        early = self._early
+        for key in waits:
+            if key in early:
+                join.done(early.pop(key))
+            elif key[0] != self.index and key[0] not in self.links.out:
+                join.done(REJECTED)
+            else:
+                self._waits[key] = join
+
+    def local_pending(self, context: PublishContext | None) -> tuple[int, int] | None:
+        """A key to answer a publish by later (:meth:`local_result`), added to
+        ``context.waits``, when its publisher waits for one (confirms, transactions);
+        None otherwise (a replicated queue led here answers once committed)."""
+        if context is None or not context.want_results:
+            return None
+        key = (self.index, next(self._pub) & 0xFFFFFFFF)
+        context.waits.append(key)
+        return key
+
+    def local_result(self, key: tuple[int, int], result: int) -> None:
+        """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
+        before anyone waits for it (the publisher's fsync is still running) is kept."""
+        join = self._waits.pop(key, None)
+        if join is not None:
+            join.done(result)
+        else:
+            self._early[key] = result
+
+    def on_results(self, peer: int, body: bytes) -> None:
+        """A RESULTS record: home ``peer``'s answers to publishes sent it."""
+        for pub_id, result in read_results(body):
+            self.local_result((peer, pub_id), result)
+
+    def flush_confirms(self) -> None:
+        """Send the confirms the answers of this batch settled."""
+        if self.dirty_connections:
+            for conn in self.dirty_connections:
+                conn.flush_confirms()
+            self.dirty_connections.clear()
+
+    def set_links_full(self, full: bool) -> None:
+        """Every link to another worker drained (``full`` False): the publishers held back
+        by a full one (:meth:`forward_publish`) are read again."""
+        self.links_full = full
+        if not full:
+            flowed, self._flowed = self._flowed, set()
+            for conn in flowed:
+                conn.set_flow(False)
+
+    # ---- consumers -----------------------------------------------------------------------
+
+    def remote_consume(self, ch: Requester, q: RemoteQueue, consumer: Consumer,
+                       then: Callable[[], None]) -> None:
+        """Subscribe ``consumer`` at ``q``'s home, then ``then()`` (ConsumeOk): the home
+        decides exclusivity, as RabbitMQ's queue process does (403 ``in exclusive use``);
+        deliveries that come before ``then`` ran wait for it."""
+        cid = next(self._cids)
+        self._consumers[cid] = (consumer, q)
+        self._cid_of[id(consumer)] = cid
+        self._pending_cids.add(cid)
+
+        def answered(answer: Any) -> None:
+            self._pending_cids.discard(cid)
+            if answer != "ok":
+                self._consumers.pop(cid, None)
+                self._cid_of.pop(id(consumer), None)
+                self._waiting.pop(cid, None)
+                raise AccessRefused(str(answer))
+            then()
+
+        self.call_home(ch, q, ("consume", cid, consumer.tag, consumer.no_ack,
+                               consumer.exclusive, consumer.prefetch, consumer.priority,
+                               consumer.arguments, CREDIT_WINDOW), answered)
+
+    def remote_cancel(self, q: RemoteQueue, consumer: Consumer) -> None:
+        """``consumer`` of ``q`` is gone here: deliveries held for it go back, and the home
+        is told."""
+        cid = self._cid_of.pop(id(consumer), None)
+        if cid is None:
+            return
+        self._consumers.pop(cid, None)
+        self._credit_due.pop((q.home, cid), None)
+        waiting = self._waiting.pop(cid, None)
+        if waiting:  # not handed to the client yet: back to the queue
+            dids = [qm.seq for qm in waiting if qm.seq]
+            if dids:
+                self.remote_settle(q.home, dids, Settlement.REQUEUE)
+        self.links.send_control(q.home, ("cancel", cid))
+
+    def remote_settle(self, home: int, dids: list[int], outcome: Settlement) -> None:
+        """Settle deliveries by the home's delivery numbers ``dids``."""
+        out = self.links.out.get(home)
+        if out is not None and dids:
+            out.outbox.settle(int(outcome), dids)
+            out.schedule()
+
+    def on_cancelled(self, cid: int) -> None:
+        """The home cancelled consumer ``cid`` (its queue went): Basic.Cancel to the client."""
+        entry = self._consumers.get(cid)
+        if entry is not None:
+            consumer, q = entry
+            q.remove_consumer(consumer)
+            consumer.channel.consumer_cancelled_by_broker(consumer)
+
+    def on_deliver(self, peer: int, body: bytes) -> None:
+        """A DELIVER record from home ``peer``: to the consumer's channel, or held."""
+        cid, did, redelivered, exrk, props, data = read_deliver(body)
+        entry = self._consumers.get(cid)
+        if entry is None:  # cancelled meanwhile
+            if did:
+                self.remote_settle(peer, [did], Settlement.REQUEUE)
+            return
+        consumer, q = entry
+        qm = QueuedMessage(did, message_from(exrk, props, data), redelivered)
+        waiting = self._waiting.get(cid)
+        if waiting is not None or cid in self._pending_cids \
+                or not consumer.channel.can_deliver():
+            if waiting is None:
+                waiting = self._waiting[cid] = deque()
+            waiting.append(qm)
+            return
+        consumer.channel.deliver(consumer, qm, q)
+        self._handed(consumer, peer, cid, qm)
+
+    def _handed(self, consumer: Consumer, home: int, cid: int, qm: QueuedMessage) -> None:
+        """A delivery went to the client: its credit goes back; for a no-ack consumer the
+        home is told it is delivered (it keeps it until then, so a delivery that arrives
+        after the consumer was cancelled here goes back to the queue, never lost)."""
+        key = (home, cid)
+        self._credit_due[key] = self._credit_due.get(key, 0) + 1
+        if consumer.no_ack:
+            self._auto_acks.setdefault(home, []).append(qm.seq)
+
+    def drain_waiting(self, q: RemoteQueue) -> None:
+        """Hand deliveries held for ``q``'s consumers to their channels as they can take."""
+        if not self._waiting:
+            return
+        for consumer in q.consumers:
+            cid = self._cid_of.get(id(consumer))
+            waiting = self._waiting.get(cid) if cid is not None else None
+            if not waiting:
+                continue
+            n = 0
+            while waiting and consumer.channel.can_deliver():
+                qm = waiting.popleft()
+                consumer.channel.deliver(consumer, qm, q)
+                self._handed(consumer, q.home, cid, qm)  # type: ignore[arg-type]
+                n += 1
+            if not waiting:
+                del self._waiting[cid]  # type: ignore[arg-type]
+            if n and not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Return credit and no-ack settlements to the homes (end of a batch or a turn)."""
+        self._flush_scheduled = False
+        self._flush_credit()
+        for home, dids in self._auto_acks.items():
+            self.remote_settle(home, dids, Settlement.ACK)
+        self._auto_acks.clear()
+
+    def _flush_credit(self) -> None:
+        """Credit goes back CREDIT_BATCH at a time per consumer (a record per delivery would
+        cost a write and a wake-up each at low rates; the window is CREDIT_WINDOW, so the
+        home never waits for these)."""
+        if not self._credit_due:
+            return
+        sent = []
+        for key, n in self._credit_due.items():
+            if n < CREDIT_BATCH:
+                continue
+            out = self.links.out.get(key[0])
+            if out is not None:
+                out.outbox.credit(key[1], n)
+                out.schedule()
+            sent.append(key)
+        for key in sent:
+            del self._credit_due[key]
+
+    # ---- calls (Basic.Get, purge, counts, consume) ---------------------------------------
+
+    def call_home(self, requester: Requester, q: RemoteQueue, request: tuple[Any, ...],
+                  then: Callable[[Any], None]) -> None:
+        """Ask ``q``'s home (``("get", no_ack)``, ``("purge",)``, ``("counts",)``,
+        ``("consume", ...)``); ``requester`` waits until ``then(answer)`` runs on its turn.
+        Raises NotFound (404) when the home is down now; later, 404 inside the
+        continuation when it goes down or does not answer in CALL_TIMEOUT seconds."""
+        if q.home not in self.links.out:
+            raise NotFound(f"{rs('queue', q.name, q.vhost_name)} is on a worker that is down")
+        call_id = next(self._call_ids)
+        self._calls[call_id] = (requester, then, q.home)
+        self._call_deadlines.append((asyncio.get_running_loop().time() + CALL_TIMEOUT, call_id))
+        requester.await_answer()
+        self.links.send_control(q.home, ("call", call_id, q.qkey, request))
+
+    def on_reply(self, rec: tuple[Any, ...]) -> None:
+        """``("reply", call_id, status, answer)``: the continuation runs on its requester's
+        turn (status ``ok``; ``raise``: the home's error; ``down``/``timeout``/``error``:
+        404)."""
+        _, call_id, status, answer = rec
+        pending = self._calls.pop(call_id, None)
+        if pending is None:
+            return
+        requester, then, _ = pending
+
+        def run() -> None:
+            if status == "down":
+                raise NotFound("the queue's worker is down")
+            if status == "timeout":
+                raise NotFound("the queue's worker did not answer")
+            if status == "raise":
+                raise answer
+            if status != "ok":
+                vname, name = split_queue_key(answer)
+                raise NotFound(f"no {rs('queue', name, vname)}")
+            then(answer)
+
+        requester.answered(run)
+
+    def expire_calls(self, now: float) -> None:
+        """Calls whose home has not answered by ``now`` (loop time) fail with 404."""
+        deadlines = self._call_deadlines
+        while deadlines and deadlines[0][0] <= now:  # a home that never answers
+            _, call_id = deadlines.popleft()
+            if call_id in self._calls:
+                self.on_reply(("reply", call_id, "timeout", None))
+
+    def fail_waits(self, w: int) -> None:
+        """Nack every publish waiting for worker (node) ``w``'s answer."""
+        for key in [k for k in self._waits if k[0] == w]:
+            self._waits.pop(key).done(REJECTED)
+
+    def peer_down(self, w: int) -> None:
+        """Worker (node) ``w`` is gone: publishes waiting for its answer are nacked, calls
+        to it fail with 404."""
+        self.fail_waits(w)
+        for call_id, (_, _, home) in list(self._calls.items()):
+            if home == w:
+                self.on_reply(("reply", call_id, "down", None))
