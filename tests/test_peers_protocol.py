@@ -1,6 +1,8 @@
 """``broker.workers`` and ``broker.cluster`` are typed by Protocols of the broker layer
-(:mod:`broker.peers`); the runtimes a layer above must keep providing every member, with the
-same parameters (nothing type-checks the project, so this test does)."""
+(:mod:`broker.peers`), and a cluster node's quorum queues by one of the workers layer
+(:class:`amqp_server.workers.runtime.ReplicatedQueues`); the classes a layer above must keep
+providing every member, with the same parameters (nothing type-checks the project, so this
+test does)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import pytest
 
 from amqp_server.cluster.membership import Membership
 from amqp_server.cluster.node import NodeRuntime
-from amqp_server.workers.runtime import WorkerRuntime
+from amqp_server.cluster.quorum import QuorumManager
+from amqp_server.workers.runtime import ReplicatedQueues, WorkerRuntime
 from broker.peers import ClusterMembership, Workers
 
 
 @pytest.mark.parametrize(("proto", "cls"), [(Workers, WorkerRuntime), (Workers, NodeRuntime),
-                                            (ClusterMembership, Membership)])
+                                            (ClusterMembership, Membership),
+                                            (ReplicatedQueues, QuorumManager)])
 def test_the_runtime_provides_what_the_protocol_lists(proto: type, cls: type) -> None:
     source = inspect.getsource(cls) + "".join(inspect.getsource(b) for b in cls.__mro__[1:-1])
     for name in proto.__annotations__:  # attributes: set in a constructor, declared, or a property

@@ -62,10 +62,25 @@ async def cluster_secret(membership: Membership, secret_file: Path | None) -> by
 
 class NodeRuntime(WorkerRuntime):
     """The runtime of a cluster node: a worker runtime whose hub is etcd (see the module
-    docstring). ``membership`` is the node's registration."""
+    docstring), with the node's replicated quorum queues.
 
-    membership: Membership
-    hub: EtcdHub
+    Args:
+        broker: the node's broker (``broker.workers`` is set to this runtime).
+        membership: the node's registration in etcd (its index: :meth:`Membership.connect`).
+        hub: the node's etcd hub (the ordered topology records, who is running).
+        make_links: builds the node links (``(on_records, on_peer_lost, on_full)``).
+        data_dir: the broker's data directory (replica logs under ``quorum/``).
+        on_declared_down: see :class:`WorkerRuntime`.
+    """
+
+    def __init__(self, broker: Broker, membership: Membership, hub: EtcdHub,
+                 make_links: Callable[..., NodeLinks], data_dir: Path,
+                 on_declared_down: Callable[[], None] | None = None) -> None:
+        super().__init__(broker, membership.index, membership.index + 1, None, make_links,
+                         on_declared_down)
+        self.membership = membership
+        self.hub = hub
+        self.quorum: QuorumManager = QuorumManager(self, hub, data_dir / "quorum")
 
     def ready(self) -> None:
         """Nothing to tell: the server registers the node in etcd (:meth:`Membership.register`),
@@ -128,11 +143,10 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
     host = config.cluster_host or config.host or "127.0.0.1"
     tls = tls_contexts(config.cluster_tls) if config.cluster_tls.enabled else None
     runtime = NodeRuntime(
-        broker, membership.index, membership.index + 1, None,
+        broker, membership, hub,
         lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
-                                          membership.index, rec, lost, full, tls))
-    runtime.membership, runtime.hub = membership, hub
-    runtime.quorum = QuorumManager(runtime, hub, Path(config.data_dir) / "quorum")
+                                          membership.index, rec, lost, full, tls),
+        Path(config.data_dir), lambda: _declared_down(broker))
     await runtime.quorum.load_states()
     try:
         port = await runtime.links.listen()  # type: ignore[attr-defined]
@@ -143,7 +157,6 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
     membership.info["cluster_port"] = port
     membership.info["cluster_host"] = host
     broker.cluster = membership
-    runtime.on_declared_down = lambda: _declared_down(broker)
     log.info("node %s: index %d, node links on %s:%d", membership.node, membership.index,
              host, port)
     return runtime

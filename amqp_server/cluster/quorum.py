@@ -236,6 +236,11 @@ class QuorumManager:
             self.runtime.keep_task(asyncio.ensure_future(
                 self.hub.client.delete(self._key(group.qkey))))
 
+    def close(self) -> None:
+        """The node stops: every group's replica log is closed (kept on disk)."""
+        for group in self.groups.values():
+            group.close()
+
     def on_repl(self, peer: int, qkey: bytes, epoch: int, first: int, snapshot: bool,
                 data: bytes) -> None:
         group = self.groups.get(qkey)

@@ -40,7 +40,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amqp_common.errors import AMQPError, NotFound
 from amqp_server.workers import ops
@@ -85,6 +85,34 @@ LINK_ATTEMPTS = 5
 HUB_KINDS = frozenset({"apply", "synced", "peer_up"})
 
 
+class ReplicatedQueues(Protocol):
+    """A cluster node's replicated quorum queues (:class:`amqp_server.cluster.quorum.
+    QuorumManager`): what the runtime hands them. A ``--workers N`` broker has none."""
+
+    def make_queue(self, name: str, vhost_name: str, home: int, kwargs: dict[str, Any]
+                   ) -> Queue:
+        """Quorum queue ``name``'s object here: its leader's queue or a stand-in."""
+
+    def queue_removed(self, q: Queue) -> None:
+        """A queue was deleted (its replica group, if any, goes)."""
+
+    def worker_down(self, w: int) -> None:
+        """Node ``w`` died (an ordered record): the groups it led elect a leader."""
+
+    def on_repl(self, peer: int, qkey: bytes, epoch: int, first: int, snapshot: bool,
+                data: bytes) -> None:
+        """A REPL record from ``peer`` (a leader's replica log bytes)."""
+
+    def on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
+        """A ``qack``, ``qsync`` or ``qfenced`` control record from ``peer``."""
+
+    def tick(self) -> None:
+        """Once a second (in-sync replica changes)."""
+
+    def close(self) -> None:
+        """The node stops: every replica log is closed."""
+
+
 class WorkerRuntime:
     """The link side of worker ``index`` of ``count`` (see the module docstring), built
     from named parts: :class:`RemoteClient` (this worker's clients using queues elsewhere),
@@ -97,10 +125,13 @@ class WorkerRuntime:
         run_dir: the supervisor's socket directory.
         make_links: builds the links instead (``(on_records, on_peer_lost, on_full)`` ->
             :class:`Links`): a cluster node's TCP links, :mod:`amqp_server.cluster.node`.
+        on_declared_down: called when the ordered records say this process is down while
+            it runs (a cluster node stopped longer than its lease), before it is handled.
     """
 
     def __init__(self, broker: Broker, index: int, count: int, run_dir: Path | None,
-                 make_links: Callable[..., Links] | None = None) -> None:
+                 make_links: Callable[..., Links] | None = None,
+                 on_declared_down: Callable[[], None] | None = None) -> None:
         self.broker = broker
         self.index = index
         self.count = count
@@ -112,8 +143,8 @@ class WorkerRuntime:
             assert run_dir is not None
             self.links = Links(run_dir, index, self.on_records, self._peer_lost,
                                self._links_full)
-        self.on_declared_down: Callable[[], None] | None = None  # a cluster node's
-        self.quorum: Any = None  # a cluster node's QuorumManager (replicated quorum queues)
+        self.on_declared_down = on_declared_down
+        self.quorum: ReplicatedQueues | None = None  # a cluster node's (NodeRuntime)
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._home_now: int | None = None  # home of the queue being declared
@@ -217,7 +248,7 @@ class WorkerRuntime:
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
         if self.quorum is not None and queue_type_of(kwargs["arguments"]) == "quorum":
-            return self.quorum.make_queue(name, vhost_name, home, kwargs)  # type: ignore[no-any-return]
+            return self.quorum.make_queue(name, vhost_name, home, kwargs)
         if home == self.index:
             return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
         return RemoteQueue(self.client, home, name, vhost_name, **kwargs)
@@ -517,7 +548,6 @@ class WorkerRuntime:
 
     def close(self) -> None:
         if self.quorum is not None:
-            for group in self.quorum.groups.values():
-                group.close()
+            self.quorum.close()
         self.links.close()
 
