@@ -192,8 +192,8 @@ class Broker:
         for conn in list(self.connections):
             if conn.vhost_name == name:
                 conn.close(320, f"CONNECTION_FORCED - vhost '{name}' is deleted")
-        for queue in list(vhost.queues.values()):
-            vhost.remove_queue(queue)
+        for queue in list(vhost.queues.values()):  # every worker (node) deletes the vhost
+            vhost.remove_queue(queue, everywhere=True)
         for x in vhost.exchanges.values():
             if x.delayed is not None:  # x-delayed-message: stop its timer, drop its messages
                 x.delayed.destroy()

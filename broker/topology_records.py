@@ -232,7 +232,8 @@ def apply_op(broker: Broker, op: Record, owner_of: OwnerOf) -> Any:
                                       op.internal, op.arguments)
     if t is QueueDeclare:
         return vhost.declare_queue(op.name, False, op.durable, op.exclusive, op.auto_delete,
-                                   op.arguments, owner_of(op.owner), op.server_named)
+                                   op.arguments, owner_of(op.owner), op.server_named,
+                                   op.home)
     if t is Bind or t is Unbind:
         change = vhost.bind if t is Bind else vhost.unbind
         return change(Destination(op.dest_kind, op.dest_name), op.source, op.routing_key,
@@ -240,8 +241,9 @@ def apply_op(broker: Broker, op: Record, owner_of: OwnerOf) -> Any:
     if t is ExchangeDelete:
         return vhost.delete_exchange(op.name, op.if_unused)
     if t is QueueDelete:
-        return vhost.delete_queue(op.name, op.if_unused, op.if_empty, owner_of(op.owner))
+        return vhost.delete_queue(op.name, op.if_unused, op.if_empty, owner_of(op.owner),
+                                  everywhere=True)
     if t is QueueForget:
         q = vhost.queues.get(op.name)
-        return 0 if q is None else vhost.remove_queue(q)
+        return 0 if q is None else vhost.remove_queue(q, everywhere=True)
     raise TypeError(f"not a topology record: {op!r}")

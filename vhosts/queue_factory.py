@@ -18,10 +18,13 @@ from queue_store.queue import Queue
 class QueueFactory(Protocol):
     """Builds a vhost's new queues and hears of removed ones."""
 
-    def make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
+    def make_queue(self, name: str, vhost_name: str, home: int | None = None,
+                   **kwargs: Any) -> Queue:
         """A new queue ``name`` of vhost ``vhost_name``.
 
         Args:
+            home: the worker (node) the queue lives on, as the ordered declare record says
+                (``--workers N``, a cluster); None: the factory decides (one process: here).
             kwargs: :class:`~queue_store.queue.Queue`'s keyword arguments, all given:
                 ``durable``, ``exclusive``, ``auto_delete`` (bools), ``exclusive_owner``
                 (the owning connection or None), ``arguments`` (the validated
@@ -31,9 +34,12 @@ class QueueFactory(Protocol):
         """
         ...
 
-    def queue_removed(self, q: Queue) -> None:
-        """``q`` was removed from its vhost (deleted, auto-deleted, expired, its owner
-        gone), after its bindings and consumers."""
+    def queue_removed(self, q: Queue, everywhere: bool) -> None:
+        """``q`` was removed from its vhost, after its bindings and consumers.
+        ``everywhere``: every worker (node) removes it by the same ordered record or
+        change (Queue.Delete, a vhost deleted, a worker's death); False: this process
+        removed it by itself (auto-delete, ``x-expires``, its exclusive owner closed), so
+        the others must be told."""
         ...
 
 
@@ -41,10 +47,11 @@ class LocalQueues:
     """One process: the queue class the arguments ask for, built here; a removal concerns no
     one else."""
 
-    def make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
+    def make_queue(self, name: str, vhost_name: str, home: int | None = None,
+                   **kwargs: Any) -> Queue:
         return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
 
-    def queue_removed(self, q: Queue) -> None:
+    def queue_removed(self, q: Queue, everywhere: bool) -> None:
         pass
 
 
@@ -70,8 +77,9 @@ class BrokerQueues:
         self._target = factory
         self.plugged = True
 
-    def make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
-        return self._target.make_queue(name, vhost_name, **kwargs)
+    def make_queue(self, name: str, vhost_name: str, home: int | None = None,
+                   **kwargs: Any) -> Queue:
+        return self._target.make_queue(name, vhost_name, home, **kwargs)
 
-    def queue_removed(self, q: Queue) -> None:
-        self._target.queue_removed(q)
+    def queue_removed(self, q: Queue, everywhere: bool) -> None:
+        self._target.queue_removed(q, everywhere)

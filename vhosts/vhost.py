@@ -212,9 +212,12 @@ class VirtualHost:
         arguments: dict[str, Any] | None = None,
         connection: object | None = None,
         server_named: bool = False,
+        home: int | None = None,
     ) -> Queue:
         """Queue.Declare (spec 1.7.2.1). An empty name gets a server-generated ``amq.gen-``
         name (``server_named``: the caller generated ``name`` itself). The caller reads ``message_count``/``consumer_count`` for DeclareOk.
+        ``home``: where a new queue lives (the ordered record's worker or node; None: the
+        queue factory decides).
 
         Raises:
             NotFound (404): passive and missing.
@@ -253,6 +256,7 @@ class VirtualHost:
             q = self.queue_factory.make_queue(
                 name,
                 self.name,
+                home,
                 durable=durable,
                 exclusive=exclusive,
                 auto_delete=auto_delete,
@@ -284,9 +288,10 @@ class VirtualHost:
         if_unused: bool = False,
         if_empty: bool = False,
         connection: object | None = None,
+        everywhere: bool = False,
     ) -> int:
         """Queue.Delete (spec 1.7.2.9); returns the ready messages dropped. A missing queue
-        returns 0 (RabbitMQ 3.x).
+        returns 0 (RabbitMQ 3.x). ``everywhere``: see :meth:`remove_queue`.
 
         Raises:
             ResourceLocked (405), PreconditionFailed (406): in use / not empty.
@@ -300,10 +305,12 @@ class VirtualHost:
             raise PreconditionFailed(f"{rs('queue', name, self.name)} in use")
         if if_empty and q.message_count:
             raise PreconditionFailed(f"{rs('queue', name, self.name)} not empty")
-        return self.remove_queue(q)
+        return self.remove_queue(q, everywhere)
 
-    def remove_queue(self, q: Queue) -> int:
-        """Delete ``q`` without checks: bindings removed, consumers told (Basic.Cancel)."""
+    def remove_queue(self, q: Queue, everywhere: bool = False) -> int:
+        """Delete ``q`` without checks: bindings removed, consumers told (Basic.Cancel).
+        ``everywhere``: every worker (node) removes it by the same ordered record or change;
+        False: this process removed it by itself (the queue factory tells the others)."""
         if self.queues.get(q.name) is not q:
             return 0
         del self.queues[q.name]
@@ -317,7 +324,7 @@ class VirtualHost:
             source = self.exchanges.get(binding.source)
             if source is not None:
                 self._drop_binding(source, binding)
-        self.queue_factory.queue_removed(q)
+        self.queue_factory.queue_removed(q, everywhere)
         return count
 
     # ---- callbacks from queues (QueueHost) -----------------------------------------------

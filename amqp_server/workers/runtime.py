@@ -147,8 +147,6 @@ class WorkerRuntime:
         self.quorum: ReplicatedQueues | None = None  # a cluster node's (NodeRuntime)
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
-        self._home_now: int | None = None  # home of the queue being declared
-        self._applying = False
         self._applied = 0  # topology records applied (log)
         self._wrong_sources: set[int] = set()  # peers a misplaced record was logged for
         self._ops = itertools.count(1)
@@ -236,15 +234,11 @@ class WorkerRuntime:
 
     # ---- the vhosts' queue factory (vhosts.queue_factory.QueueFactory) -------------------
 
-    def make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
-        """A new queue: built here when this worker is its home, else a stand-in."""
-        return self._make_queue(name, vhost_name, **kwargs)
-
-    def queue_removed(self, q: Queue) -> None:
-        self._queue_removed(q)
-
-    def _make_queue(self, name: str, vhost_name: str, **kwargs: Any) -> Queue:
-        home = self._home_now
+    def make_queue(self, name: str, vhost_name: str, home: int | None = None,
+                   **kwargs: Any) -> Queue:
+        """A new queue: built here when this worker is its ``home`` (the declare record's;
+        None: as the definitions file says, else worker 0), else a stand-in; a quorum
+        queue of a cluster node: the node's replicated queues decide."""
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
         if self.quorum is not None and queue_type_of(kwargs["arguments"]) == "quorum":
@@ -265,11 +259,12 @@ class WorkerRuntime:
     def home_of(self, q: Queue) -> int:
         return q.home if isinstance(q, RemoteQueue) else self.index
 
-    def _queue_removed(self, q: Queue) -> None:
-        """A queue of this vhost went: a home that removed it by itself tells everyone."""
+    def queue_removed(self, q: Queue, everywhere: bool) -> None:
+        """A queue of a vhost went: a home that removed it by itself (not ``everywhere``)
+        tells everyone."""
         if self.quorum is not None:  # its replica group, if it has one, goes too
             self.quorum.queue_removed(q)
-        if not self._applying and not isinstance(q, RemoteQueue):
+        if not everywhere and not isinstance(q, RemoteQueue):
             self.links.send_hub(("submit", 0, tr.to_wire(tr.QueueForget(q.vhost_name, q.name))))
 
     # ---- topology ------------------------------------------------------------------------
@@ -292,19 +287,13 @@ class WorkerRuntime:
 
     def _apply(self, op: ops.Op, owner_of: ops.OwnerOf) -> Any:
         self._applied += 1
-        self._applying = True
-        self._home_now = op.home if isinstance(op, tr.QueueDeclare) else None
-        try:
-            if isinstance(op, tr.WorkerDown):
-                return self._worker_down(op.worker)
-            if isinstance(op, tr.AccessChange):
-                return apply_access(self.broker, op.document)
-            if op.vhost not in self.broker.vhosts:
-                raise NotFound(f"no vhost '{op.vhost}'")
-            return ops.apply_op(self.broker, op, owner_of)
-        finally:
-            self._applying = False
-            self._home_now = None
+        if isinstance(op, tr.WorkerDown):
+            return self._worker_down(op.worker)
+        if isinstance(op, tr.AccessChange):
+            return apply_access(self.broker, op.document)
+        if op.vhost not in self.broker.vhosts:
+            raise NotFound(f"no vhost '{op.vhost}'")
+        return ops.apply_op(self.broker, op, owner_of)
 
     def catch_up(self, ch: Channel, then: Callable[[], None]) -> None:
         """``then()`` once this worker applied every record ordered before the call: at once
@@ -386,7 +375,7 @@ class WorkerRuntime:
                 # w == this worker: replayed to it after its restart (its old transient
                 # queues were re-created by the records before this one)
                 if gone_owner or (self.home_of(q) == w and not q.durable):
-                    vhost.remove_queue(q)
+                    vhost.remove_queue(q, everywhere=True)  # every worker applies this
                 elif isinstance(q, RemoteQueue) and q.home == w:
                     for consumer in q.consumers:
                         q.remove_consumer(consumer)
