@@ -29,6 +29,7 @@ from amqp_server.cluster.node_links import NodeLinks, tls_contexts
 from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
+from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -60,6 +61,27 @@ async def cluster_secret(membership: Membership, secret_file: Path | None) -> by
     return bytes(got.value)
 
 
+class EtcdSequencer:
+    """etcd orders a cluster's topology records (:class:`EtcdHub`: a log in etcd, watched
+    by every node): a :class:`~amqp_server.workers.topology.Sequencer`."""
+
+    def __init__(self, hub: EtcdHub) -> None:
+        self.hub = hub
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def submit(self, op_id: int, wire: Any) -> None:
+        self.hub.send(("submit", op_id, wire))
+
+    def catch_up(self, requester: Requester, then: Callable[[], None]) -> None:
+        """``then()`` on ``requester``'s turn (it waits meanwhile) once this node applied
+        every record etcd held when asked (:meth:`EtcdHub.barrier`)."""
+        requester.await_answer()
+        task = asyncio.ensure_future(self.hub.barrier())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: requester.answered(then))
+
+
 class NodeRuntime(WorkerRuntime):
     """The runtime of a cluster node: a worker runtime whose hub is etcd (see the module
     docstring), with the node's replicated quorum queues.
@@ -77,7 +99,7 @@ class NodeRuntime(WorkerRuntime):
                  make_links: Callable[..., NodeLinks], data_dir: Path,
                  on_declared_down: Callable[[], None] | None = None) -> None:
         super().__init__(broker, membership.index, membership.index + 1, None, make_links,
-                         on_declared_down)
+                         on_declared_down, EtcdSequencer(hub))
         self.membership = membership
         self.hub = hub
         self.quorum: QuorumManager = QuorumManager(self, hub, data_dir / "quorum")
@@ -85,16 +107,6 @@ class NodeRuntime(WorkerRuntime):
     def ready(self) -> None:
         """Nothing to tell: the server registers the node in etcd (:meth:`Membership.register`),
         and the other nodes link to it when they see that."""
-
-    def catch_up(self, ch: Any, then: Callable[[], None]) -> None:
-        """Run ``then`` on ``ch``'s connection (which reads nothing meanwhile) once this node
-        applied every record etcd held when asked (:meth:`EtcdHub.barrier`)."""
-        ch.await_answer()
-
-        def done(_: Any) -> None:
-            ch.answered(then)
-
-        self.keep_task(asyncio.ensure_future(self.hub.barrier())).add_done_callback(done)
 
     def _peer_lost(self, peer: int) -> None:
         """The TCP link to node ``peer`` closed: publishes waiting for its answer are nacked at

@@ -36,13 +36,11 @@ Source: RabbitMQ clustering (``rabbit_amqqueue`` home node, ``client-local`` lea
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from amqp_common.errors import AMQPError, NotFound
 from amqp_server.workers import ops
 from amqp_server.workers.link_codec import (
     CONTROL,
@@ -63,9 +61,8 @@ from amqp_server.workers.ops import OwnerStub
 from amqp_server.workers.queue_home import QueueHome
 from amqp_server.workers.remote_client import RemoteClient
 from amqp_server.workers.remote_queue import RemoteQueue
+from amqp_server.workers.topology import Sequencer, SupervisorSequencer, Topology
 from amqp_server.workers.worker_stats import PeerStats
-from broker import topology_records as tr
-from broker.access_sync import access_document, apply_access
 from queue_store.grouped_queue import queue_class
 from queue_store.message import Message
 from queue_store.outcomes import PublishContext
@@ -127,11 +124,14 @@ class WorkerRuntime:
             :class:`Links`): a cluster node's TCP links, :mod:`amqp_server.cluster.node`.
         on_declared_down: called when the ordered records say this process is down while
             it runs (a cluster node stopped longer than its lease), before it is handled.
+        sequencer: who orders the topology records (default: the supervisor, over the
+            links; a cluster node: etcd).
     """
 
     def __init__(self, broker: Broker, index: int, count: int, run_dir: Path | None,
                  make_links: Callable[..., Links] | None = None,
-                 on_declared_down: Callable[[], None] | None = None) -> None:
+                 on_declared_down: Callable[[], None] | None = None,
+                 sequencer: Sequencer | None = None) -> None:
         self.broker = broker
         self.index = index
         self.count = count
@@ -147,12 +147,7 @@ class WorkerRuntime:
         self.quorum: ReplicatedQueues | None = None  # a cluster node's (NodeRuntime)
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
-        self._applied = 0  # topology records applied (log)
         self._wrong_sources: set[int] = set()  # peers a misplaced record was logged for
-        self._ops = itertools.count(1)
-        # op_id -> (channel, continuation) of a client's method, or the HTTP API's future
-        self._pending_ops: dict[int, Any] = {}
-        self._stubs: dict[tuple[int, int], OwnerStub] = {}
         self.up: set[int] = set()  # workers with an open link
         self._connecting: list[asyncio.Future[None]] = []  # links to open before in step
         self._tasks: set[asyncio.Future[None]] = set()
@@ -160,6 +155,8 @@ class WorkerRuntime:
         self.home = QueueHome(broker, self.links, self.client, self.queue_by_key,
                               self.on_records)
         self.stats = PeerStats(broker, index, count, self.links, self.links.send_control)
+        self.topology = Topology(broker, index, sequencer or SupervisorSequencer(self.links),
+                                 self._worker_down, self.home.drain_orphans)
         broker.queue_factory.plug(self)  # every vhost's queues: make_queue, queue_removed
 
     # ---- start ---------------------------------------------------------------------------
@@ -265,101 +262,25 @@ class WorkerRuntime:
         if self.quorum is not None:  # its replica group, if it has one, goes too
             self.quorum.queue_removed(q)
         if not everywhere and not isinstance(q, RemoteQueue):
-            self.links.send_hub(("submit", 0, tr.to_wire(tr.QueueForget(q.vhost_name, q.name))))
+            self.topology.forget(q.vhost_name, q.name)
 
-    # ---- topology ------------------------------------------------------------------------
+    # ---- topology (Topology), for channels and the HTTP API -----------------------------
 
     def submit(self, ch: Channel, op: ops.Op, then: Callable[[Any], None]) -> None:
-        """Send ``op`` for ordering; ``then(result)`` runs once applied here (see
-        :func:`amqp_server.workers.ops.run`)."""
-        op_id = next(self._ops)
-        self._pending_ops[op_id] = (ch, then)
-        ch.await_answer()
-        self.links.send_hub(("submit", op_id, tr.to_wire(op)))
-
-    def _stub(self, ref: Any) -> object | None:
-        if ref is None:
-            return None
-        stub = self._stubs.get(ref)
-        if stub is None:
-            stub = self._stubs[ref] = OwnerStub(ref[0], ref[1])
-        return stub
-
-    def _apply(self, op: ops.Op, owner_of: ops.OwnerOf) -> Any:
-        self._applied += 1
-        if isinstance(op, tr.WorkerDown):
-            return self._worker_down(op.worker)
-        if isinstance(op, tr.AccessChange):
-            return apply_access(self.broker, op.document)
-        if op.vhost not in self.broker.vhosts:
-            raise NotFound(f"no vhost '{op.vhost}'")
-        return ops.apply_op(self.broker, op, owner_of)
-
-    def catch_up(self, ch: Channel, then: Callable[[], None]) -> None:
-        """``then()`` once this worker applied every record ordered before the call: at once
-        here (the supervisor sends records in order); a cluster node waits for etcd."""
-        then()
+        """:meth:`Topology.submit`."""
+        self.topology.submit(ch, op, then)
 
     def submit_async(self, op: ops.Op) -> asyncio.Future[Any]:
-        """Send ``op`` for ordering (the HTTP API); the future has the result of applying
-        it here, or the error."""
-        op_id = next(self._ops)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending_ops[op_id] = future
-        self.links.send_hub(("submit", op_id, tr.to_wire(op)))
-        return future
+        """:meth:`Topology.submit_async`."""
+        return self.topology.submit_async(op)
 
     def share_access(self, with_topology: bool) -> None:
-        """Users, vhosts, permissions, policies... changed here (the HTTP API): the other
-        workers take the same (:mod:`broker.access_sync`)."""
-        doc = access_document(self.broker, with_topology)
-        self.links.send_hub(("submit", 0, tr.to_wire(tr.AccessChange(doc))))
+        """:meth:`Topology.share_access`."""
+        self.topology.share_access(with_topology)
 
-    def _on_apply(self, origin: int, op_id: int, wire: Any) -> None:
-        if origin == self.index and op_id == 0:
-            return  # told to the others about a change made here
-        if (op := tr.from_wire(wire)) is None:
-            return  # an unknown kind or a newer version: logged once, skipped
-        pending = self._pending_ops.pop(op_id, None) if origin == self.index else None
-        if isinstance(pending, asyncio.Future):
-            try:
-                result = self._apply(op, self._stub)
-            except Exception as exc:
-                pending.set_exception(exc)
-            else:
-                pending.set_result(result)
-            self.home.drain_orphans()
-            self.broker.after_batch()
-            return
-        if pending is None:
-            try:
-                self._apply(op, self._stub)
-            except AMQPError:
-                pass  # the asking worker reports it; the state is the same everywhere
-            except Exception:
-                log.exception("topology record %s failed", tr.summary(op))
-            self.home.drain_orphans()
-            return
-        ch, then = pending
-        conn = ch.connection
-        own = (self.index, conn.serial)
-        error: Exception | None = None
-        result = None
-        try:
-            result = self._apply(op, lambda ref: conn if ref == own else self._stub(ref))
-        except Exception as exc:
-            error = exc
-            if not isinstance(exc, AMQPError):
-                log.exception("topology record %s failed", tr.summary(op))
-        self.home.drain_orphans()
-
-        def answer() -> None:
-            if error is not None:
-                raise error
-            then(result)
-
-        ch.answered(answer)
-        self.broker.after_batch()
+    def catch_up(self, ch: Channel, then: Callable[[], None]) -> None:
+        """:meth:`Topology.catch_up`."""
+        self.topology.catch_up(ch, then)
 
     def _worker_down(self, w: int) -> None:
         """Worker ``w`` died: forget what died with it, cancel what used it. A cluster node
@@ -380,7 +301,6 @@ class WorkerRuntime:
                     for consumer in q.consumers:
                         q.remove_consumer(consumer)
                         consumer.channel.consumer_cancelled_by_broker(consumer)
-        self._stubs = {k: v for k, v in self._stubs.items() if k[0] != w}
         self._forget_peer(w)
         if self.quorum is not None and w != self.index:
             self.quorum.worker_down(w)
@@ -424,7 +344,7 @@ class WorkerRuntime:
             self._wrong_source(peer, kind)
             return
         if kind == "apply":
-            self._on_apply(rec[1], rec[2], rec[3])
+            self.topology.on_apply(rec[1], rec[2], rec[3])
         elif kind == "synced":
             self.keep_task(asyncio.ensure_future(self._finish_sync()))
         elif kind == "peer_up":
@@ -481,7 +401,7 @@ class WorkerRuntime:
             log.warning("worker %d: %d link(s) not up after %.0f s; going on", self.index,
                         len(pending), LINK_TIMEOUT)
         log.info("worker %d in step: %d topology records applied, linked to workers %s",
-                 self.index, self._applied, sorted(self.links.out))
+                 self.index, self.topology.count, sorted(self.links.out))
         if not self.synced.done():
             self.synced.set_result(None)
 
