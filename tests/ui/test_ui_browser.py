@@ -103,8 +103,9 @@ def test_user_without_management_tag_is_refused(browser: Any, http: Http) -> Non
         assert tab.locator("#nav a").count() == 0
         shoot(tab, "login-refused")
         log_in(tab, "guest", "wrong")
-        tab.wait_for_function(
-            "document.querySelector('#login .note.error')?.textContent === 'Login failed'")
+        # a locator assertion, not wait_for_function: the page's CSP (no 'unsafe-eval')
+        # refuses a string predicate whenever Playwright has to poll it
+        sync_api.expect(note).to_have_text("Login failed", timeout=WAIT_MS)
     finally:
         tab.close()
 
