@@ -21,11 +21,13 @@ both win a change (no consensus here: etcd's).
   below it is committed: it enters the leader's queue (:class:`ReplicatedQueue`), consumers see
   it, its publisher is confirmed. Nothing commits while the ISR is smaller than a majority of
   the members.
-* **ISR changes** are written to etcd *before* they count: a follower whose link is down or
-  that acknowledged nothing for ``quorum_group.LAG_TIMEOUT`` (5 s) is removed from ``isr``
-  (then commits go on without it); one that caught up (installed a snapshot and
-  acknowledged what the leader had on disk a second before) is added back. So every
-  replica in ``isr`` has every committed message.
+* **ISR changes** (the rules: :mod:`amqp_server.cluster.isr`) are asked of etcd by the
+  leader: a follower whose link is down, or that is behind and acknowledged nothing for
+  ``isr.LAG_TIMEOUT`` (5 s), is removed from ``isr`` (then commits go on without it); one
+  that caught up (installed this epoch's snapshot and has on disk everything committed) is
+  added back. While a change is on its way the high watermark counts the ISR before and after
+  it (the maximal ISR), so nothing commits without a member being added. So every replica in
+  ``isr`` has every committed message.
 * **Failover**: when the leader's node dies (its etcd lease expires: a ``worker_down``
   record), every surviving in-sync member tries one transaction: leader = itself, epoch + 1,
   ``isr`` without the old leader. One wins; its replica becomes the queue (every message

@@ -14,6 +14,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
 from amqp_server.cluster.quorum_queue import ReplicatedQueue
 from amqp_server.workers.link_codec import message_from, queue_key
 from queue_store.replica_log import ReplicaLog, ReplicaLogError
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.quorum")
 
-LAG_TIMEOUT = 5.0  # seconds without an acknowledgement before a follower leaves the ISR
 RESYNC_AFTER = 2.0  # seconds before a snapshot request is repeated
 
 
@@ -54,10 +54,13 @@ class QuorumGroup:
         self._syncing = False
         self._sync_again = False
         self._changing = False  # an etcd transaction of this group is on its way
+        # the ISR asked of etcd, counted by the high watermark until etcd's state has it
+        # or the request lost (the maximal ISR: amqp_server.cluster.isr)
+        self.proposed: tuple[int, ...] | None = None
+        self.committed = 0  # the highest LSN committed while leading this epoch
         # follower side
         self.leader = -1  # the node whose chunks this replica takes (etcd's may lag)
         self.stepped_down = 0  # the epoch this node stopped leading at
-        self._expand_mark = 0  # the leader's durable LSN at the last tick
         self.synced = False
         self.asked = 0.0  # when a snapshot was last asked for
 
@@ -88,7 +91,7 @@ class QuorumGroup:
         else:
             self.sync()
         self.lead_since = self._now()
-        self._expand_mark = self.durable
+        self.committed = 0
         log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages)",
                  self.name, self.vhost, self.epoch, len(self.log.entries))
 
@@ -109,6 +112,7 @@ class QuorumGroup:
     def on_state(self, state: dict[str, Any], raw: bytes) -> None:
         """etcd's state of the queue changed (or was read at start)."""
         self.state, self.raw = state, raw
+        self.proposed = None  # etcd's state now says what the ISR is
         leader, epoch = int(state["leader"]), int(state["epoch"])
         if leader == self.me:
             if epoch <= self.stepped_down:
@@ -190,16 +194,21 @@ class QuorumGroup:
         elif error is None and self.synced and self.leader >= 0:
             self.runtime.send_control(self.leader, ("qack", self.qkey, self.epoch, self.durable))
 
+    def replicas(self) -> Replicas:
+        """What this leader knows of the replicas (:mod:`amqp_server.cluster.isr`)."""
+        return Replicas(self.me, tuple(self.members), tuple(self.isr), self.proposed,
+                        self.durable, self.log.lsn, self.progress, self.committed)
+
     def high_watermark(self) -> int | None:
-        """The LSN every in-sync replica has on disk (None: the ISR is below a majority)."""
-        isr = self.isr
-        if len(isr) < len(self.members) // 2 + 1:
-            return None
-        return min(self.durable if m == self.me else self.progress.get(m, 0) for m in isr)
+        """:func:`amqp_server.cluster.isr.high_watermark` (None: below a majority)."""
+        return high_watermark(self.replicas())
 
     def try_commit(self) -> None:
         hw = self.high_watermark()
-        if hw is not None and self.queue is not None and self.queue.pending:
+        if hw is None:
+            return
+        self.committed = max(self.committed, hw)
+        if self.queue is not None and self.queue.pending:
             self.queue.commit(hw)
             self.runtime.after_commit()
 
@@ -286,22 +295,12 @@ class QuorumGroup:
     def tick(self) -> None:
         now = self._now()
         if self.leading and self.state is not None and not self._changing:
-            isr = self.isr
-            out = self.runtime.links.out
-            for m in isr:
-                if m == self.me:
-                    continue
-                behind = self.progress.get(m, 0) < self.log.lsn
-                silent = now - max(self.last_ack.get(m, 0.0), self.lead_since) > LAG_TIMEOUT
-                if m not in out or (behind and silent):
-                    self._change({"isr": [x for x in isr if x != m]},
-                                 f"node {m} leaves the in-sync replicas")
-                    return
-            mark, self._expand_mark = self._expand_mark, self.durable
-            for m in self.members:  # caught up with where this leader was a second ago
-                if m not in isr and m in self.ready and self.progress.get(m, 0) >= mark:
-                    self._change({"isr": sorted({*isr, m})}, f"node {m} is in sync again")
-                    return
+            silent_for = {m: now - max(self.last_ack.get(m, 0.0), self.lead_since)
+                          for m in self.members if m != self.me}
+            change = isr_change(self.replicas(), {*self.runtime.links.out, self.me},
+                                self.ready, silent_for)
+            if change is not None:
+                self._change({"isr": list(change[0])}, change[1])
         elif not self.leading and self.state is not None:
             if self.me in self.members and not self.synced and now - self.asked > RESYNC_AFTER:
                 self.ask_snapshot()
@@ -324,14 +323,19 @@ class QuorumGroup:
         assert self.state is not None
         new = {**self.state, **update}
         self._changing = True
+        if self.leading and "isr" in update:
+            self.proposed = tuple(update["isr"])
 
         async def run() -> None:
             try:
                 won = await self.manager.replace_state(self.qkey, self.raw, new)
+                if not won:
+                    self.proposed = None  # etcd kept another state: the watch brings it
                 if won:
                     log.info("quorum queue '%s' in vhost '%s': %s (epoch %d)", self.name,
                              self.vhost, why, new["epoch"])
             except Exception as exc:
+                self.proposed = None
                 log.warning("quorum queue '%s': etcd change failed: %r", self.name, exc)
             finally:
                 self._changing = False
