@@ -19,6 +19,10 @@ States (spec 2.2.4, 4.2.2); channel 0's handshake methods are handled in
     any --hard error--> CLOSING (Connection.Close sent; only Close/CloseOk read) --> CLOSED
     any --socket lost, heartbeat or handshake timeout, bad header or frame--> CLOSED
 
+In CLOSED every byte read is dropped: the transport writes what is pending, sends a FIN and
+keeps reading until the client closes or a closing timeout passes (``server.py``), so a
+client that pipelined frames after its Close gets Close-Ok and EOF, not a reset.
+
 Everything the connection holds (channels, exclusive queues) is released on leaving for
 CLOSING or CLOSED. A wrong protocol header is answered with ``AMQP\\x00\\x00\\x09\\x01``
 and the socket closed.
@@ -429,7 +433,8 @@ class Connection:
     def _update_reading(self) -> None:
         """Tell the transport to read or not: not while blocked by an alarm, suspended, or
         held back by a full link."""
-        paused = self.blocked or self._held is not None or self._flow_paused
+        paused = (self.blocked or self._held is not None or self._flow_paused) and (
+            self.state is not State.CLOSING)  # a CloseOk must still be read
         if paused != self._reading_paused and self.on_block is not None:
             self._reading_paused = paused
             self.on_block(paused)
@@ -480,6 +485,7 @@ class Connection:
         self.state = State.CLOSING
         self._release()
         self._close_deadline = self.clock() + CLOSE_OK_TIMEOUT
+        self._update_reading()
 
     @property
     def closed(self) -> bool:

@@ -9,6 +9,15 @@ started from here.) Each TCP connection gets an :class:`AMQPProtocol` that feeds
 (``loop.call_soon``), however many frames were queued in between. Transport back-pressure
 (``pause_writing``) stops deliveries to that connection until its buffer drains.
 
+Closing without a reset (RabbitMQ's ``rabbit_reader`` does the same): once a connection is
+over (Close-Ok sent or received, our Close unanswered for 3 s, a frame error, a bad header...),
+its pending output is written and followed by a FIN (``write_eof``; not over TLS), and the
+socket is still read, every byte dropped, until the client closes it or
+:attr:`BrokerServer.closing_timeout` (:data:`CLOSING_TIMEOUT`, 3 s) passes; only then is the
+transport closed (aborted after the timeout). Closing a socket with unread bytes in its
+receive buffer, or that bytes still reach, makes the kernel send RST, and a client that
+pipelined publishes and Close (Node's amqplib) would get ECONNRESET instead of Close-Ok.
+
 Shutdown (SIGINT/SIGTERM): stop listening, close every connection with 320
 CONNECTION_FORCED, wait briefly for the clients' CloseOk, exit.
 """
@@ -56,6 +65,9 @@ FULL_GC_EVERY = 100  # middle-generation collections per full one (CPython's def
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024  # bytes buffered per socket before deliveries pause
 WRITE_BUFFER_LOW = 1 * 1024 * 1024
 SHUTDOWN_GRACE = 2.0  # seconds to wait for CloseOk at shutdown
+# seconds a finished connection's socket is still read (and dropped) for the client to close
+# it, after our FIN (RabbitMQ: min(heartbeat, 30 s); 3 s is CLOSE_OK_TIMEOUT's value)
+CLOSING_TIMEOUT = 3.0
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -67,6 +79,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn: Connection | None = None
         self._flush_scheduled = False
         self._loop = asyncio.get_running_loop()
+        self._linger: asyncio.TimerHandle | None = None  # set once the connection is over
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -94,16 +107,32 @@ class AMQPProtocol(asyncio.Protocol):
         """Write pending output; close the socket when the connection is done."""
         self._flush_scheduled = False
         conn, transport = self.conn, self.transport
-        if conn is None or transport is None or transport.is_closing():
+        if (conn is None or transport is None or transport.is_closing()
+                or self._linger is not None):
             return
         data = conn.data_to_send()
         if data:
             transport.write(data)
         if conn.closed:
-            transport.close()
+            self._hang_up(transport)
+
+    def _hang_up(self, transport: asyncio.Transport) -> None:
+        """The connection is over: a FIN after the output written so far, then the socket is
+        read (bytes dropped: the connection is CLOSED) until the client closes it
+        (``eof_received`` closes the transport) or ``closing_timeout`` passes."""
+        self._linger = self._loop.call_later(self.server.closing_timeout, self._linger_over)
+        transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+
+    def _linger_over(self) -> None:
+        """The client kept the socket open past the closing timeout: drop it (RST if it still
+        sends; a write buffer it does not read would keep ``close()`` waiting)."""
+        if self.transport is not None:
+            self.transport.abort()
 
     def _set_reading_blocked(self, blocked: bool) -> None:
-        if self.transport is None or self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing() or self._linger is not None:
             return
         if blocked:
             self.transport.pause_reading()
@@ -128,6 +157,8 @@ class AMQPProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.protocols.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
         if self.conn is not None:
             self.conn.connection_lost()
         self.transport = None
@@ -175,6 +206,7 @@ class BrokerServer:
                 self.broker.topology.path = shared_dir / DEFINITIONS_FILE
                 self.broker.topology.read_only = True
         self.protocols: set[AMQPProtocol] = set()
+        self.closing_timeout = CLOSING_TIMEOUT  # s a finished connection waits for the client
         self.port = config.port
         self._servers: list[asyncio.base_events.Server] = []  # AMQP and AMQPS, every host
         self._ticker: asyncio.Task[None] | None = None
