@@ -6,30 +6,17 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pika
 import pytest
 
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, ctl, running_cluster, wait_until
-from tests.support.etcd import ETCD, Etcd, running_etcd
+from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
+from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
-    with running_etcd(tmp_path_factory.mktemp("etcd")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    with running_cluster(tmp_path_factory.mktemp("cluster"), etcd) as started:
-        yield started
 
 
 def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(

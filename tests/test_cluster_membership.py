@@ -19,17 +19,11 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
 from tests.support.cluster import ctl
-from tests.support.etcd import ETCD, Etcd, running_etcd
+from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 WAIT = 15.0
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
-    with running_etcd(tmp_path_factory.mktemp("etcd")) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

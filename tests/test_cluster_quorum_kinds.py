@@ -10,14 +10,13 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, connect, running_cluster, wait_until
-from tests.support.etcd import ETCD, Etcd, running_etcd
+from tests.support.cluster import api, connect, wait_until
+from tests.support.etcd import ETCD
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
@@ -25,18 +24,6 @@ pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make e
 QQ = {"x-queue-type": "quorum"}
 DEDUP = {**QQ, "x-message-deduplication": True}
 DEDUP_HEADER = "x-deduplication-header"
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
-    with running_etcd(tmp_path_factory.mktemp("etcd")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    with running_cluster(tmp_path_factory.mktemp("cluster"), etcd) as started:
-        yield started
 
 
 def queue_state(node: BrokerProcess, name: str) -> dict[str, object]:
