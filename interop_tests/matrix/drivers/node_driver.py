@@ -170,6 +170,14 @@ class NodeAmqplibDriver(Driver):
     def close(self):
         self._call("close")
 
+    def callback_high_watermark(self, url: str) -> dict:
+        """amqplib's callback API test "find high watermark" then "set high watermark" on
+        connections of their own (driver.js ``callbackHighWatermark``): sends until the
+        writer is full, then connection.close() with the publishes still queued. Returns
+        ``{"find": {"baseline", "close_error", "error_events"}, "set": {"sent", "refused",
+        "close_error", "error_events"}}``."""
+        return self._call("callback_high_watermark", timeout=60, url=url)
+
     def update_secret(self, new_secret, reason):
         self._call("update_secret", new_secret=new_secret, reason=reason)
 

@@ -108,7 +108,64 @@ async function openChannel() {
   ch = channel;
 }
 
+// amqplib's own callback API test "find high watermark" and "set high watermark"
+// (test/callback_api.js), on a connection of its own: sendToQueue on an exclusive queue until
+// the writer's buffer is full (baseline), then connection.close() with all that still queued,
+// so channel 0's Close goes out among channel 1's publishes; then a channel with
+// highWaterMark = 2 * baseline takes that many sends without refusing one, and closes too.
+// Reports what each close called back with and any 'error' event (ECONNRESET from a broker
+// that resets a closing socket with unread bytes).
+function callbackHighWatermark(url) {
+  const cb = require('amqplib/callback_api');
+  const msg = Buffer.from(`hwm-${Math.random().toString(36).slice(2)}`);
+  const errorText = (err) => (err ? String(err.message || err) : null);
+  const round = (channelOptions, fill) => new Promise((resolve, reject) => {
+    cb.connect(url, (err, c) => {
+      if (err) return reject(err);
+      const seen = { error_events: [] };
+      c.on('error', (e) => seen.error_events.push(errorText(e)));
+      const opened = (err2, chan) => {
+        if (err2) return reject(err2);
+        chan.on('error', (e) => seen.error_events.push(errorText(e)));
+        chan.assertQueue('', { exclusive: true }, (err3, ok) => {
+          if (err3) return reject(err3);
+          fill(chan, ok.queue, seen);
+          const hung = setTimeout(() => {
+            seen.close_error = 'close did not call back within 15 s';
+            resolve(seen);
+          }, 15000);
+          c.close((err4) => {
+            clearTimeout(hung);
+            seen.close_error = errorText(err4);
+            resolve(seen);
+          });
+        });
+      };
+      if (channelOptions) c.createChannel(channelOptions, opened);
+      else c.createChannel(opened);
+    });
+  });
+  return (async () => {
+    const find = await round(null, (chan, queue, seen) => {
+      let baseline = 0;
+      while (chan.sendToQueue(queue, msg)) baseline++;
+      seen.baseline = baseline;
+    });
+    const hwm = find.baseline * 2;
+    const set = await round({ highWaterMark: hwm }, (chan, queue, seen) => {
+      let refused = 0;
+      for (let i = 0; i < hwm; i++) if (!chan.sendToQueue(queue, msg)) refused++;
+      seen.sent = hwm;
+      seen.refused = refused;
+    });
+    return { find, set };
+  })();
+}
+
 const ops = {
+  async callback_high_watermark({ url }) {
+    return callbackHighWatermark(url);
+  },
   async connect({ url, heartbeat, mechanism, confirms }) {
     confirmMode = !!confirms;
     const parsed = new URL(url);
