@@ -126,6 +126,8 @@ class QuorumManager:
                 q.home = int(state["leader"])
         if group is not None:
             group.on_state(state, value)
+        # publishes that waited for a leader go to the one etcd names now (or here)
+        self.runtime.client.release_parked(self.runtime.queue_by_key)
 
     def group(self, qkey: bytes) -> QuorumGroup:
         group = self.groups.get(qkey)

@@ -14,6 +14,13 @@ answers.
   client's channel when it can take them (else held, with no credit returned), and settled
   back by the home's delivery number (SETTLE). Credit goes back :data:`CREDIT_BATCH` at a
   time.
+* **A queue without a reachable leader** (a quorum queue whose leader died, until etcd
+  names the next one): publishes wait here, in order, instead of being nacked, and go to the
+  new leader (or into the queue, when this node became it) once it is known and linked;
+  their publishers are confirmed once it commits them, as RabbitMQ's quorum queue client
+  resends pending publishes to a new leader. One that waited :data:`PARK_TIMEOUT` seconds
+  is nacked. A publish already sent to the leader when it died is nacked at once (it may
+  have been committed: the publisher sends it again; at-least-once).
 * **Calls**: Basic.Get, purge, Declare-Ok counts and consume ask the home; the
   :class:`~queue_store.queue_kind.Requester` waits until the answer (or :data:`CALL_TIMEOUT`).
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -43,16 +51,19 @@ from amqp_server.workers.remote_queue import CREDIT_WINDOW, RemoteQueue
 from queue_store.consumer import Consumer
 from queue_store.message import Message
 from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext, Settlement
-from queue_store.queue import QueuedMessage
+from queue_store.queue import Queue, QueuedMessage
 from queue_store.queue_kind import Requester
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
-__all__ = ["CALL_TIMEOUT", "CREDIT_BATCH", "Join", "RemoteClient"]
+log = logging.getLogger("amqpq.workers")
+
+__all__ = ["CALL_TIMEOUT", "CREDIT_BATCH", "PARK_TIMEOUT", "Join", "RemoteClient"]
 
 CREDIT_BATCH = CREDIT_WINDOW // 4  # deliveries whose credit goes back in one record
 CALL_TIMEOUT = 10.0  # seconds a Basic.Get, purge or count may wait for the queue's home
+PARK_TIMEOUT = 30.0  # seconds a publish waits for a quorum queue's next leader, then nacked
 
 
 class Join:
@@ -101,6 +112,11 @@ class RemoteClient:
         self._flush_scheduled = False
         self.links_full = False  # a link to a worker is full
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
+        # qkey -> publishes waiting for the queue's next leader: (deadline, message, the
+        # local key its publisher waits on or None), in publish order
+        self._parked: dict[bytes, deque[tuple[float, Message, tuple[int, int] | None]]] = {}
+        # (home, pub_id) of a parked publish sent on -> the local key its publisher waits on
+        self._aliases: dict[tuple[int, int], tuple[int, int]] = {}
 
     # ---- publish -------------------------------------------------------------------------
 
@@ -111,6 +127,8 @@ class RemoteClient:
         ``context.waits``; REJECTED when the home is down). ``context.publisher`` is not
         read from while the link is full; None (a dead letter, the HTTP API): nobody is."""
         out = self.links.out.get(q.home)
+        if q.home_moves and (out is None or q.qkey in self._parked):
+            return self._park(q, message, context)
         if out is None:
             return REJECTED
         pub_id = next(self._pub) & 0xFFFFFFFF
@@ -159,6 +177,8 @@ class RemoteClient:
     def local_result(self, key: tuple[int, int], result: int) -> None:
         """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
         before anyone waits for it (the publisher's fsync is still running) is kept."""
+        if self._aliases:
+            key = self._aliases.pop(key, key)
         join = self._waits.pop(key, None)
         if join is not None:
             join.done(result)
@@ -369,6 +389,74 @@ class RemoteClient:
         """Nack every publish waiting for worker (node) ``w``'s answer."""
         for key in [k for k in self._waits if k[0] == w]:
             self._waits.pop(key).done(REJECTED)
+        for sent in [k for k in self._aliases if k[0] == w]:
+            self.local_result(sent, REJECTED)
+
+    # ---- publishes waiting for a quorum queue's next leader ------------------------------
+
+    def _park(self, q: RemoteQueue, message: Message, context: PublishContext | None) -> int:
+        key = self.local_pending(context)
+        parked = self._parked.get(q.qkey)
+        if parked is None:
+            parked = self._parked[q.qkey] = deque()
+            log.warning("%s has no reachable leader: publishes wait for the next one "
+                        "(up to %.0f s)", rs("queue", q.name, q.vhost_name), PARK_TIMEOUT)
+        parked.append((asyncio.get_running_loop().time() + PARK_TIMEOUT, message, key))
+        return ROUTED | REMOTE if key is not None else ROUTED
+
+    def release_parked(self, queue_by_key: Callable[[bytes], Queue | None]) -> None:
+        """Publishes that waited for a leader go to it once it is known and linked (or
+        into the queue, led here now); those past :data:`PARK_TIMEOUT` (or whose queue was
+        deleted) are nacked. Called once a second and when a queue's leader changes."""
+        if not self._parked:
+            return
+        now = asyncio.get_running_loop().time()
+        for qkey in list(self._parked):
+            q = queue_by_key(qkey)
+            parked = self._parked[qkey]
+            if isinstance(q, RemoteQueue) and q.home not in self.links.out:
+                while parked and parked[0][0] <= now:
+                    key = parked.popleft()[2]
+                    if key is not None:
+                        self.local_result(key, REJECTED)
+                if not parked:
+                    del self._parked[qkey]
+                continue
+            del self._parked[qkey]
+            if q is None:
+                for _, _, key in parked:
+                    if key is not None:
+                        self.local_result(key, REJECTED)
+                continue
+            log.info("%s: %d waiting publish(es) go to its leader",
+                     rs("queue", q.name, q.vhost_name), len(parked))
+            for _, message, key in parked:
+                if isinstance(q, RemoteQueue):
+                    self._send_parked(q, message, key)
+                else:
+                    self._publish_here(q, message, key)
+
+    def _send_parked(self, q: RemoteQueue, message: Message, key: tuple[int, int] | None
+                     ) -> None:
+        out = self.links.out[q.home]
+        pub_id = next(self._pub) & 0xFFFFFFFF
+        out.outbox.publish(pub_id, key is not None, q.qkey, message.ex_rk_raw,
+                           message.properties_raw, message.body)
+        out.schedule()
+        if key is not None:
+            self._aliases[(q.home, pub_id)] = key
+
+    def _publish_here(self, q: Queue, message: Message, key: tuple[int, int] | None) -> None:
+        """A parked publish into the queue this node leads now."""
+        context = PublishContext(None, key is not None)
+        result = q.publish_for(message, context)
+        if key is None:
+            return
+        if context.waits:
+            self.after_results(context.waits, lambda: self.local_result(key, ROUTED),
+                               lambda: self.local_result(key, REJECTED))
+        else:
+            self.local_result(key, REJECTED if result & REJECTED else ROUTED)
 
     def peer_down(self, w: int) -> None:
         """Worker (node) ``w`` is gone: publishes waiting for its answer are nacked, calls

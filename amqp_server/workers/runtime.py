@@ -449,6 +449,7 @@ class WorkerRuntime:
         if self.quorum is not None:
             self.quorum.tick()
         self.client.expire_calls(asyncio.get_running_loop().time())
+        self.client.release_parked(self.queue_by_key)
 
     def after_commit(self) -> None:
         """Publishes were answered outside a batch of link records: send the confirms."""
