@@ -501,6 +501,7 @@ _EXACT: dict[str, Callable[[_Reader, str], None]] = {
     "ssl_options.cacertfile": _option("ssl_cacert", lambda v: _existing_file(v)),
     "ssl_options.verify": _option("ssl_verify_peer", _verify),
     "ssl_options.fail_if_no_peer_cert": _option("ssl_fail_if_no_peer_cert", _bool),
+    "cluster_formation.etcd.node_ttl": _option("cluster_lease", lambda v: _int(v, 2)),
     "cluster_tls.certfile": _option("cluster_tls_cert", _existing_file),  # amqpq's keys
     "cluster_tls.keyfile": _option("cluster_tls_key", _existing_file),
     "cluster_tls.cacertfile": _option("cluster_tls_cacert", _existing_file),

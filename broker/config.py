@@ -122,6 +122,9 @@ class EtcdOptions:
         cert, key: this node's client certificate and key for etcd (PEM; https only).
         user: etcd user name (etcd's auth; None: no auth).
         password_file: file whose first line is that user's password.
+        lease_ttl: seconds without a refresh before etcd forgets the node (its lease, >= 2):
+            how long a dead node's queues wait for failover (``--cluster-lease``;
+            RabbitMQ's etcd peer discovery ``cluster_formation.etcd.node_ttl``).
     """
 
     url: str | None = None
@@ -130,6 +133,7 @@ class EtcdOptions:
     key: str | None = None
     user: str | None = None
     password_file: Path | None = None
+    lease_ttl: int = 5
 
 
 @dataclass

@@ -74,6 +74,7 @@ log.connection.level = debug
 log.channel.level = error
 log.default.level = info
 product.name = orders-broker
+cluster_formation.etcd.node_ttl = 3
 """)
     config = parse_args(["--config", str(conf)])
     assert (config.hosts, config.port) == (("127.0.0.1", "::1"), 5673)
@@ -98,6 +99,7 @@ product.name = orders-broker
     assert (log.rotation_size, log.rotation_count) == (1_048_576, 3)
     assert log.categories == {"connection": "debug", "channel": "error", "default": "info"}
     assert config.product == "orders-broker"
+    assert config.etcd.lease_ttl == 3  # RabbitMQ's etcd peer discovery key: the node's lease
     assert config.config_files == (str(conf.absolute()),)
 
 

@@ -3,10 +3,11 @@
 How nodes find each other. At start a node gets its *index* (the number that names it on
 the node links: allocated once per name by an etcd transaction and kept in
 ``/amqpq/<cluster>/index/<node name>``), waits until a registration of its name left by a run
-killed moments ago has expired (one still there after :data:`LEASE_TTL` seconds is a running
-node: refused), then writes ``/amqpq/<cluster>/nodes/<node name>`` (name, AMQP and cluster
-ports, pid, start time, index, lease id; JSON) under an etcd *lease* of :data:`LEASE_TTL`
-seconds that it refreshes every second, and ``/amqpq/<cluster>/members/<node name>`` (the
+killed moments ago has expired (one still there after its lease, ``--cluster-lease``,
+default :data:`LEASE_TTL` seconds, is a running node: refused), then writes
+``/amqpq/<cluster>/nodes/<node name>`` (name, AMQP and cluster ports, pid, start time, index,
+lease id; JSON) under an etcd *lease* of that many seconds that it refreshes every second (a
+third of the lease when that is shorter), and ``/amqpq/<cluster>/members/<node name>`` (the
 same value) with no lease: the cluster's members. A node that dies (kill -9, partition,
 SIGSTOP) stops refreshing, etcd drops its ``nodes`` key when the lease expires, and this
 module's node list loses it at its next read (once a second); it stays a member, listed
@@ -43,7 +44,7 @@ from broker.config import EtcdOptions
 
 log = logging.getLogger("amqpq.cluster")
 
-LEASE_TTL = 5  # seconds without a refresh before etcd forgets a node
+LEASE_TTL = 5  # seconds without a refresh before etcd forgets a node (default; --cluster-lease)
 POLL = 1.0  # seconds between reads of the node list (and lease refreshes)
 
 
@@ -208,14 +209,14 @@ class Membership:
 
     async def _wait_name_free(self) -> None:
         """Wait until no running node has this name: the registration of a run killed
-        moments ago expires within :data:`LEASE_TTL`; one still there after that is a node
+        moments ago expires within the lease (``etcd.lease_ttl``); one still there after that is a node
         that runs.
 
         Raises:
             ClusterError: a node of this name is running.
         """
         key = self.prefix + self.node.encode()
-        deadline = asyncio.get_running_loop().time() + LEASE_TTL + 2
+        deadline = asyncio.get_running_loop().time() + self.etcd.lease_ttl + 2
         while await self._client.get(key) is not None:
             if asyncio.get_running_loop().time() > deadline:
                 await self.stop()
@@ -245,7 +246,7 @@ class Membership:
 
     async def _register(self) -> None:
         key = self.prefix + self.node.encode()
-        self._lease = await self._client.lease(LEASE_TTL)
+        self._lease = await self._client.lease(self.etcd.lease_ttl)
         self.info["lease"] = self._lease.id
         self.info["index"] = self.index
         ok, _ = await self._client.transaction(
@@ -281,7 +282,7 @@ class Membership:
     async def _loop(self) -> None:
         import aetcd
         while True:
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(min(POLL, self.etcd.lease_ttl / 3))
             try:
                 response = await self._lease.refresh()
                 if not getattr(response[0] if isinstance(response, list) else response,

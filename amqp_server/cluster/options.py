@@ -34,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="etcd user (etcd auth enabled; with --cluster-etcd-password-file)")
     p.add_argument("--cluster-etcd-password-file", default=None, metavar="FILE",
                    help="file whose first line is the etcd user's password")
+    p.add_argument("--cluster-lease", type=int, default=5, metavar="SECONDS",
+                   help="seconds without a refresh before etcd forgets a node (its lease): "
+                        "a dead leader's quorum queues fail over this long after it died "
+                        "(default 5, at least 2)")
     p.add_argument("--cluster-port", type=int, default=25672,
                    help="port other nodes reach this one on (default 25672; 0: a free one)")
     p.add_argument("--cluster-host", default=None, metavar="ADDRESS",
@@ -64,6 +68,8 @@ def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, An
                     "an https:// --cluster-etcd")
     elif tls_files or a.cluster_etcd_user or a.cluster_etcd_password_file:
         p.error("the --cluster-etcd-* options need --cluster-etcd")
+    if a.cluster_lease < 2:
+        p.error(f"--cluster-lease must be at least 2 (seconds), got {a.cluster_lease}")
     if not 0 <= a.cluster_port <= 65535:
         p.error(f"--cluster-port must be 0..65535, got {a.cluster_port}")
     tls = ClusterTLSConfig(a.cluster_tls_cert, a.cluster_tls_key, a.cluster_tls_cacert)
@@ -74,7 +80,8 @@ def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, An
     etcd = EtcdOptions(
         a.cluster_etcd, a.cluster_etcd_cacert, a.cluster_etcd_cert, a.cluster_etcd_key,
         a.cluster_etcd_user,
-        Path(a.cluster_etcd_password_file) if a.cluster_etcd_password_file else None)
+        Path(a.cluster_etcd_password_file) if a.cluster_etcd_password_file else None,
+        a.cluster_lease)
     if bool(etcd.cert) != bool(etcd.key):
         p.error("--cluster-etcd-cert and --cluster-etcd-key go together")
     if bool(etcd.user) != bool(etcd.password_file):
