@@ -94,7 +94,6 @@ class DelayedMessages:
         self._timer: TimerHandle | None = None
         self._timer_due: int | None = None
         self._gone = False
-        self.releasing = False  # True while due messages are re-published
 
     def __len__(self) -> int:
         """Messages held (management's ``messages_delayed``)."""
@@ -157,22 +156,18 @@ class DelayedMessages:
         entries = self.index.pop_due(now, BATCH)
         publish, exchange, read, done = self.vhost.publish, self.exchange, self.log.read, \
             self.log.done
-        self.releasing = True  # the vhost routes these at once (no x-delay check)
-        try:
-            for _due, _seq, loc, size in entries:
-                try:
-                    message, delay = read(loc, size)
-                except (OSError, ValueError) as exc:
-                    log.error("delayed exchange %r: message lost, record unreadable: %s",
-                              exchange.name, exc)
-                    done(loc)
-                    continue
+        for _due, _seq, loc, size in entries:
+            try:
+                message, delay = read(loc, size)
+            except (OSError, ValueError) as exc:
+                log.error("delayed exchange %r: message lost, record unreadable: %s",
+                          exchange.name, exc)
                 done(loc)
-                self.delivered += 1
-                exchange.published -= 1  # counted once, when it was published (publish_in)
-                publish(exchange, released(message, delay))
-        finally:
-            self.releasing = False
+                continue
+            done(loc)
+            self.delivered += 1
+            exchange.published -= 1  # counted once, when it was published (publish_in)
+            publish(exchange, released(message, delay), released=True)  # routed now
         if entries and self.vhost.storage is not None:
             self.vhost.storage.durability.index_dirty(self.log)  # type: ignore[arg-type]
         if len(entries) == BATCH:  # more may be due: come back after the loop's I/O

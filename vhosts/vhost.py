@@ -502,7 +502,7 @@ class VirtualHost:
     def publish(self, exchange: Exchange | None, message: Message,
                 routing_keys: list[str] | None = None,
                 accept: Callable[[Queue], bool] | None = None, mandatory: bool = False,
-                context: PublishContext | None = None) -> int:
+                context: PublishContext | None = None, released: bool = False) -> int:
         """Route ``message`` and enqueue it: the one entry point of every producer (AMQP
         Basic.Publish, the HTTP API's publish, dead lettering).
 
@@ -518,6 +518,8 @@ class VirtualHost:
             context: this publish's publisher and the answers it waits for (filled in:
                 ``context.waits``), given only with worker processes or a cluster; a dead
                 letter made meanwhile is a publish of its own, outside it.
+            released: an ``x-delayed-message`` exchange releases a message it held: routed
+                now, whatever its ``x-delay``.
 
         Returns:
             :class:`~queue_store.outcomes.PublishResult` bits as a plain int: ``ROUTED``
@@ -535,7 +537,7 @@ class VirtualHost:
                 else:
                     exchange.published += 1
                     delayed = exchange.delayed
-                    if delayed is not None and not delayed.releasing:  # x-delayed-message
+                    if delayed is not None and not released:  # x-delayed-message
                         delay = message_delay(message)  # (vhosts/delayed.py)
                         if delay > 0:
                             return int(delayed.hold(message, delay, mandatory))
