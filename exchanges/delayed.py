@@ -13,9 +13,9 @@ message's ``x-delay`` with :func:`delay_ms` (through :func:`vhosts.delayed.messa
 and, for a delay > 0, hands the message to that holder (:mod:`vhosts.delayed`; on disk in
 :mod:`queue_store.delayed_log`, ordered in RAM by :mod:`queue_store.delay_index`). When it
 falls due the holder publishes it to the same exchange again, with ``x-delay`` set to minus
-the delay (as the plugin does: a consumer can tell it was delayed) and the pipeline's delay
-check skipped while it releases; this router then routes it through the bindings as they
-are at that time.
+the delay (as the plugin does: a consumer can tell it was delayed), as a publish marked
+``released`` (the pipeline does not check its delay again); this router then routes it
+through the bindings as they are at that time.
 
 ``x-delay`` as the plugin reads it (``rabbit_delayed_message_utils:get_delay/1``): an integer
 of any AMQP width; a string of digits; a float or decimal, truncated. Anything else, a
