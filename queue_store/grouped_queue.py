@@ -11,9 +11,16 @@ its docstring has the data structure) and whose dispatch follows the group rule:
   receives messages of that key; the holder itself receives the next ones while its prefetch
   (and ``x-group-prefetch``, the most unacknowledged messages of one key, default no limit)
   allows. When it has settled them all, the key is free for any consumer.
-* Dispatch picks consumers as a plain queue does (priorities, round-robin, prefetch, single
-  active consumer) and gives each the head message of a key it holds, else of the next free
-  key; when no key is free it serves the holders whose keys have messages waiting, then stops.
+* Dispatch first gives each holder that can take more (prefetch, ``x-group-prefetch``) the
+  waiting messages of the keys it holds: a consumer's own keys come before free keys. Then
+  *free keys are handed to consumers in turn*: the head of the next free key goes to the next
+  consumer, round-robin among those that can take more (the highest ``x-priority`` level with
+  room first; with single active consumer only the active one), which then holds the key and
+  takes its next messages as its prefetch allows; then the next free key to the next consumer,
+  and so on. The turn passes only when a consumer takes a free key (delivering a held key's
+  messages does not use a turn), so keys spread over idle consumers whatever their prefetch
+  (ActiveMQ assigns new groups round-robin, too). Messages without a key are one free
+  "key" per message, so they go round-robin as on a plain queue.
 * A requeued message (reject, nack, recover, channel closed) goes back ahead of the later
   messages of its key (by sequence number). Order therefore holds across redeliveries as long
   as a consumer does not acknowledge a later message of a key after requeueing an earlier
@@ -107,32 +114,48 @@ class GroupedQueue(Queue):
     _counts_gets = False  # Basic.Get counted as deliveries only, as it always was
 
     def _picks(self, now: float) -> Iterator[tuple[Consumer, QueuedMessage]]:
-        """The group rule for :meth:`Queue.dispatch` (which hands each message out):
-        consumers in turn (priorities, round-robin, prefetch, single active consumer) take
-        the head of a key they hold, else of the next free key; when no key is free, the
-        holders that can take more take the waiting messages of their keys (with single
-        active consumer only the active one), then dispatch stops. ``now``: the dispatch's
+        """The group rule for :meth:`Queue.dispatch` (which hands each message out): holders
+        that can take more first take the waiting messages of their keys (with single active
+        consumer only the active one); then the head of each free key goes to the next
+        consumer in turn (:meth:`Queue._next_consumer`: priorities, round-robin, prefetch,
+        single active consumer), which at once takes the next messages of that key as it
+        can. The round-robin advances only for free keys. Holders are looked at again only
+        after staging from the inner FIFO (which may give them waiting messages); dispatch
+        stops when no consumer can take more or no key is free. ``now``: the dispatch's
         clock reading (seconds; 0.0 without TTL)."""
         groups = self.groups
-        while self._levels and len(groups):
-            consumer = self._next_consumer()
+        sac = self.settings.single_active_consumer
+        stagings = -1
+        while len(groups):
+            if stagings != groups.stagings:  # the first time, or staging filed held keys
+                stagings = groups.stagings
+                if groups.pending:
+                    if sac:
+                        active = self._next_consumer()
+                        holders = [active] if active in groups.pending else []
+                    else:
+                        holders = list(groups.pending)
+                    for holder in holders:
+                        while holder.can_take():
+                            found = groups.take_pending(holder)
+                            if found is None:
+                                break
+                            yield self._taken(holder, found, now)
+            if not groups.has_free():
+                if stagings == groups.stagings:
+                    return
+                continue  # staged messages of held keys only: serve their holders
+            consumer = self._next_consumer()  # a turn is used only when a key is free
             if consumer is None:
                 return
-            found = groups.take_for(consumer)
-            if found is None:
-                break
+            found = groups.take_free()
+            assert found is not None
             yield self._taken(consumer, found, now)
-        else:
-            return
-        sac = self.settings.single_active_consumer
-        for holder in list(groups.pending):
-            if sac and holder is not self._consumer_order[0]:
-                continue
-            while holder.can_take():
-                found = groups.take_pending(holder)
+            while consumer.can_take():  # the next messages of the key it now holds
+                found = groups.take_pending(consumer)
                 if found is None:
                     break
-                yield self._taken(holder, found, now)
+                yield self._taken(consumer, found, now)
 
     def _taken(self, consumer: Consumer, found: tuple[GroupKey, QueuedMessage], now: float
                ) -> tuple[Consumer, QueuedMessage]:
@@ -152,7 +175,7 @@ class GroupedQueue(Queue):
         delivery is settled, as for a consumer (put back at once with ``no_ack``)."""
         groups = self.groups
         while True:
-            found = groups.take_for(GET_HOLDER)
+            found = groups.take_free()
             if found is None:
                 return None
             g, qm = found

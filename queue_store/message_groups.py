@@ -22,8 +22,11 @@ work unchanged) wrapped around the ordinary one, the *inner* FIFO (in RAM or pag
   take them. **Pending keys**: per holder, a FIFO of the keys it holds that have staged
   messages (and room under ``x-group-prefetch``): only that holder may take them.
 
-Dispatch (:meth:`MessageGroups.take_for`) gives a consumer the head message of one of its
-pending keys, else of the first ready key (the consumer becomes its holder), staging more
+Dispatch takes the head message of one of a holder's pending keys
+(:meth:`MessageGroups.take_pending`), or of the first ready key
+(:meth:`MessageGroups.take_free`; :meth:`~MessageGroups.has_free` first, so that the queue
+uses a consumer's turn only when a key is free: it hands free keys to consumers in turn, see
+:mod:`queue_store.grouped_queue`; the consumer becomes the key's holder), staging more
 messages from the inner FIFO when there is no ready key; both FIFOs hold each key at most
 once in a valid entry, so finding the next deliverable key is O(1) amortized. Entries that
 went stale (the key moved, or its messages expired) are skipped when popped, never searched.
@@ -178,6 +181,7 @@ class MessageGroups:
         self.spilled_bytes = 0
         self._heap: list[tuple[int, int, GroupKey]] | None = None  # (head seq, tick, key)
         self._tick = itertools.count()
+        self.stagings = 0  # messages moved from the inner FIFO by dispatch (_stage_one)
 
     # ---- BackingQueue protocol -----------------------------------------------------------
 
@@ -276,24 +280,35 @@ class MessageGroups:
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    def take_for(self, holder: Any) -> tuple[GroupKey, QueuedMessage] | None:
-        """The next message ``holder`` (a consumer, or :data:`GET_HOLDER`) may take: the head
-        of one of its pending keys, else of the first ready key, staging messages from the
-        inner FIFO while there is neither. None when there is nothing for it. The caller
-        then calls :meth:`hold` (a delivery to ack) or :meth:`put_back` (no-ack, expired)."""
+    def has_free(self) -> bool:
+        """Whether a key is free (has staged messages and no holder), staging messages from
+        the inner FIFO while none is (which may file keys into their holders' pending keys:
+        :attr:`stagings` counts the messages staged so); the first ready key is then a valid
+        entry. Lets the queue choose a consumer only when there is a free key for it."""
+        ready_keys = self.ready_keys
         while True:
-            g = None
-            dq = self.pending.get(holder)
-            if dq is not None:
-                g = self._pop_valid(dq, holder)
-                if not dq:
-                    del self.pending[holder]
-            if g is None and self.ready_keys:
-                g = self._pop_valid(self.ready_keys, _READY)
-            if g is not None:
-                return g, self._pop_head(g)
+            while ready_keys:
+                g = ready_keys[0]
+                if g.queued_in is _READY:
+                    if g.fifo:
+                        return True
+                    g.queued_in = None
+                    ready_keys.popleft()
+                    self._maybe_drop(g)  # its messages expired or were dropped
+                else:
+                    ready_keys.popleft()  # stale: the key was filed elsewhere since
             if not self._stage_one() and not self._spill_blocked():
-                return None
+                return False
+
+    def take_free(self) -> tuple[GroupKey, QueuedMessage] | None:
+        """The head message of the first free key (:meth:`has_free`), None when no key is
+        free. Which consumer takes it is the caller's choice (consumers in turn); the caller
+        then calls :meth:`hold` (a delivery to ack) or :meth:`put_back` (no-ack, expired)."""
+        if not self.has_free():
+            return None
+        g = self.ready_keys.popleft()
+        g.queued_in = None
+        return g, self._pop_head(g)
 
     def take_pending(self, holder: Any) -> tuple[GroupKey, QueuedMessage] | None:
         """The head of one of ``holder``'s pending keys (None: it has none)."""
@@ -381,6 +396,7 @@ class MessageGroups:
         qm = self.inner.popleft()
         if qm is None:
             return False
+        self.stagings += 1
         self._stage(qm)
         return True
 

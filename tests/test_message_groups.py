@@ -292,8 +292,8 @@ def test_group_prefetch_limits_unacked_messages_per_key(world: World) -> None:
     assert got(a) == ["a1", "b1", "c1"]  # one per key
     world.consume("g", "B", prefetch=10, channel=b)
     assert got(b) == []  # every key is held
-    requeue(a, "a1")  # a1 first again, to whoever has room: order holds whatever A does
-    assert got(b) == ["a1"]
+    requeue(a, "a1")  # a1 first again, to the next consumer in turn: order holds whatever A does
+    assert got(a) == ["b1", "c1", "a1"] and got(b) == []  # A's turn: B came after it
     ack(a, "b1")
     assert "b2" in got(a) + got(b)
 
@@ -552,3 +552,73 @@ def test_consumer_priorities_pick_who_takes_free_keys(world: World) -> None:
     assert got(low) == ["c1"]  # a2: key a is high's, and high is full
     ack(high, "b1")
     assert got(high) == ["a1", "a2"]
+
+
+def test_free_keys_go_to_consumers_in_turn(world: World) -> None:
+    """Issue #34: idle consumers with room for everything; keys published in blocks. The turn
+    passes only when a consumer takes a free key, so the keys spread round-robin."""
+    grouped(world)
+    a, b, c = FakeChannel(), FakeChannel(), FakeChannel()
+    world.consume("g", "A", prefetch=100, channel=a)
+    world.consume("g", "B", prefetch=100, channel=b)
+    publish_all(world, "a1 a2 a3 b1 b2 b3 c1 c2 c3 d1 d2 d3")
+    assert got(a) == ["a1", "a2", "a3", "c1", "c2", "c3"]
+    assert got(b) == ["b1", "b2", "b3", "d1", "d2", "d3"]
+    world.consume("g", "C", prefetch=0, channel=c)
+    publish_all(world, "e1 e2 f1 g1 h1 a4")
+    assert got(a)[6:] == ["e1", "e2", "h1", "a4"]  # a4: key a is still A's
+    assert got(b)[6:] == ["f1"] and got(c) == ["g1"]  # C joined the turn after B
+
+
+def test_keys_spread_when_a_backlog_meets_consumers(world: World) -> None:
+    """Messages published before dispatch can run (a consumer that comes back from flow
+    control): the free keys still go round."""
+    grouped(world)
+    a, b = FakeChannel(), FakeChannel()
+    world.consume("g", "A", prefetch=0, channel=a)
+    world.consume("g", "B", prefetch=0, channel=b)
+    a.open = b.open = False
+    publish_all(world, "a1 a2 b1 b2 c1 c2 d1 d2")
+    a.open = b.open = True
+    world.queue("g").dispatch()
+    assert sorted(got(a) + got(b)) == ["a1", "a2", "b1", "b2", "c1", "c2", "d1", "d2"]
+    assert len({body[0] for body in got(a)}) == 2 and len({body[0] for body in got(b)}) == 2
+
+
+def test_a_holder_takes_its_keys_waiting_messages_before_a_free_key(world: World) -> None:
+    grouped(world)
+    a, b = FakeChannel(), FakeChannel()
+    world.consume("g", "A", prefetch=2, channel=a)
+    world.consume("g", "B", prefetch=2, channel=b)
+    b.open = False
+    publish_all(world, "a1 a2 a3 b1")
+    assert got(a) == ["a1", "a2"]  # full; a3 and the free key b wait
+    ack(a, "a1")
+    assert got(a) == ["a2", "a3"]  # its own key first, not b1
+    b.open = True
+    world.queue("g").dispatch()
+    assert got(b) == ["b1"]
+
+
+def test_free_keys_go_round_the_highest_priority_consumers_with_room(world: World) -> None:
+    grouped(world)
+    h1, h2, low = FakeChannel(), FakeChannel(), FakeChannel()
+    world.consume("g", "H1", prefetch=2, priority=5, channel=h1)
+    world.consume("g", "H2", prefetch=2, priority=5, channel=h2)
+    world.consume("g", "L", prefetch=10, priority=0, channel=low)
+    publish_all(world, "a1 b1 c1 d1 e1 f1 a2")
+    assert got(h1) == ["a1", "c1"] and got(h2) == ["b1", "d1"]
+    assert got(low) == ["e1", "f1"]  # a2 waits: key a is H1's, and H1 is full
+
+
+def test_group_prefetch_with_keys_in_turn(world: World) -> None:
+    grouped(world, **{"x-group-prefetch": 1})
+    a, b = FakeChannel(), FakeChannel()
+    world.consume("g", "A", prefetch=10, channel=a)
+    world.consume("g", "B", prefetch=10, channel=b)
+    publish_all(world, "a1 a2 b1 b2 c1")
+    assert got(a) == ["a1", "c1"] and got(b) == ["b1"]
+    ack(a, "a1")  # key a is free again: the next free key goes to the next in turn, B
+    assert got(a) == ["c1"] and got(b) == ["b1", "a2"]
+    ack(b, "b1")  # key b is free: A's turn
+    assert got(a) == ["c1", "b2"] and got(b) == ["a2"]

@@ -7,6 +7,10 @@ holds (as a consumer that keeps order must). After every step:
 
 * no two holders (consumers, Basic.Get) have unacknowledged messages of one key;
 * each delivery of a key is the oldest ready message of that key;
+* free keys go to consumers in turn: a delivery of a key nobody holds (or of a message
+  without a key) goes to the next consumer, round-robin in subscription order, that can take
+  more (the queue's rotation, mirrored here); the turn passes only then, never when a holder
+  gets the next messages of its own key;
 * for every key, the first acknowledgements come in publish order;
 * with an unbounded staging window, or one that pages held keys' messages out, no consumer that can take a message is left idle while a
   message it may take (of a free key, or of a key it holds) is ready: nothing blocks;
@@ -15,6 +19,7 @@ holds (as a consumer that keeps order must). After every step:
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -62,6 +67,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.outstanding: dict[Any, list[QueuedMessage]] = {GET: []}
         self.acked: dict[str | None, list[int]] = {k: [] for k in KEYS}
         self.consumers: list[Consumer] = []  # subscribed
+        self.turn: deque[Consumer] = deque()  # the queue's round-robin of consumers
         self.key_prefetch = 0
         self.unbounded = True
 
@@ -97,10 +103,28 @@ class GroupMachine(RuleBasedStateMachine):
             key = self.key_of[mid]
             assert mid in self.ready[key], f"{mid} delivered but not ready"
             assert mid == min(self.ready[key]), f"key {key}: {mid} before {min(self.ready[key])}"
+            if not isinstance(consumer, _GetConsumer) and (key is None or not self._holders(key)):
+                expected = self._next_in_turn()
+                assert consumer is expected, (
+                    f"free key {key} went to {consumer.tag}, not {getattr(expected, 'tag', None)}")
             self.ready[key].discard(mid)
             if not consumer.no_ack:
                 holder = GET if isinstance(consumer, _GetConsumer) else consumer
                 self.outstanding[holder].append(qm)
+
+    def _next_in_turn(self) -> Consumer | None:
+        """The consumer that takes the next free key: the queue's rotation (each consumer
+        looked at goes to the back), the first that can take more."""
+        for _ in range(len(self.turn)):
+            consumer = self.turn[0]
+            self.turn.rotate(-1)
+            channel = consumer.channel
+            assert isinstance(channel, LogChannel)
+            full = (not consumer.no_ack and consumer.prefetch
+                    and len(self.outstanding[consumer]) >= consumer.prefetch)
+            if channel.open and not full:
+                return consumer
+        return None
 
     def _holders(self, key: str | None) -> set[Any]:
         return {h for h, qms in self.outstanding.items()
@@ -159,6 +183,7 @@ class GroupMachine(RuleBasedStateMachine):
                             no_ack and prefetch == 0, False, prefetch)
         self.outstanding[consumer] = []
         self.consumers.append(consumer)
+        self.turn.append(consumer)
         self.q.add_consumer(consumer)
         self._absorb()
 
@@ -185,6 +210,7 @@ class GroupMachine(RuleBasedStateMachine):
             if self.outstanding[consumer]:
                 self._settle(consumer, list(self.outstanding[consumer]), Settlement.REQUEUE)
         self.consumers.remove(consumer)
+        self.turn.remove(consumer)
         self.q.remove_consumer(consumer)
         self._absorb()
 
