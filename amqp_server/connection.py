@@ -19,8 +19,8 @@ States (spec 2.2.4, 4.2.2); channel 0's handshake methods are handled in
     any --hard error--> CLOSING (Connection.Close sent; only Close/CloseOk read) --> CLOSED
     any --socket lost, heartbeat or handshake timeout, bad header or frame--> CLOSED
 
-In CLOSED every byte read is dropped: the transport writes what is pending, sends a FIN and
-keeps reading until the client closes or a closing timeout passes (``server.py``), so a
+In CLOSED every byte read is dropped: the transport writes what is pending, sends a FIN (not over
+TLS) and keeps reading until the client closes or a closing timeout passes (``server.py``), so a
 client that pipelined frames after its Close gets Close-Ok and EOF, not a reset.
 
 Everything the connection holds (channels, exclusive queues) is released on leaving for

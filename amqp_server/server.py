@@ -104,7 +104,7 @@ class AMQPProtocol(asyncio.Protocol):
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write pending output; close the socket when the connection is done."""
+        """Write pending output; hang up (:meth:`_hang_up`) when the connection is done."""
         self._flush_scheduled = False
         conn, transport = self.conn, self.transport
         if (conn is None or transport is None or transport.is_closing()

@@ -271,3 +271,43 @@ def test_a_socket_closed_by_a_peer_without_close_is_released(tmp_path: Path) -> 
 
     _serve(tmp_path, check)
     assert seen == {"left": 0}
+
+
+def test_forced_close_while_the_client_keeps_sending(tmp_path: Path) -> None:
+    """``amqpqctl close_connection`` / DELETE /api/connections/{name}: Connection.close(320)."""
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        server = BrokerServer(BrokerConfig(hosts=("127.0.0.1",), port=0, data_dir=tmp_path))
+        await server.start()
+        loop = asyncio.get_running_loop()
+
+        def force() -> None:
+            for conn in list(server.broker.connections):
+                conn.close(320, "CONNECTION_FORCED - Closed via management plugin")
+
+        def client() -> None:
+            c = Client(server.port)
+            c.channel(1)
+            sender = Sender(c)
+            sender.start()
+            time.sleep(0.2)
+            loop.call_soon_threadsafe(force)
+            close = _read_until(c, commands.Connection.Close)
+            seen["code"] = close.reply_code  # type: ignore[attr-defined]
+            time.sleep(0.2)  # publishes after the broker's Close are ignored
+            sender.send(CLOSE_OK)
+            seen["rest"] = _read_eof(c)
+            time.sleep(0.2)
+            sender.stop.set()
+            sender.join(10)
+            seen["sender error"] = sender.error
+            c.sock.close()
+
+        try:
+            await asyncio.to_thread(client)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    assert seen == {"code": 320, "rest": b"", "sender error": None}
