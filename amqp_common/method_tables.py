@@ -25,7 +25,7 @@ from typing import Any
 
 from pamqp import commands
 
-from amqp_common.properties import Long, check_table, split_table
+from amqp_common.properties import Long, Timestamp, check_table, split_table
 
 _FIXED = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
 
@@ -51,6 +51,7 @@ WIRE_NUMBER_TYPES: dict[str, type] = {
     "s": _number_type(int, "short"), "u": _number_type(int, "unsignedshort"),
     "I": _number_type(int, "signedint"), "i": _number_type(int, "unsignedint"),
     "l": Long, "L": Long, "f": _number_type(float, "float"),
+    "T": Timestamp,  # only past datetime's range (below it pamqp's decoding is a datetime)
 }
 
 

@@ -17,6 +17,8 @@ import struct
 from collections.abc import Hashable
 from typing import Any
 
+from pamqp import decode as _pamqp_decode
+
 # Basic property names in flag order (bit 15 first) and their encodings
 PROPERTY_FIELDS = (
     ("content_type", "shortstr"), ("content_encoding", "shortstr"), ("headers", "table"),
@@ -109,6 +111,45 @@ class Long(int):
     """An int to encode as a signed 64-bit ``l`` field (RabbitMQ's type for x-death count)."""
 
     amqp_type = "long"
+
+
+class Timestamp(int):
+    """An AMQP timestamp (u64 seconds, spec 4.2.5.4) beyond what ``datetime`` holds (after
+    9999-12-31): kept as the integer, encoded back as ``T`` with the same 8 bytes."""
+
+    __slots__ = ()
+    amqp_type = "timestamp"
+
+
+#: the last second ``datetime`` holds (9999-12-31T23:59:59Z)
+MAX_DATETIME_SECONDS = 253_402_300_799
+_U64 = struct.Struct(">Q")
+
+
+def timestamp_value(seconds: int) -> datetime.datetime | Timestamp:
+    """A u64 AMQP timestamp as decoded: a UTC datetime when it holds the value, else a
+    :class:`Timestamp` (RabbitMQ passes every 64-bit value through)."""
+    if seconds <= MAX_DATETIME_SECONDS:
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return Timestamp(seconds)
+
+
+def _decode_timestamp(value: bytes) -> tuple[int, datetime.datetime | Timestamp]:
+    """pamqp's timestamp decoder, exact: pamqp's own divides values above 2**32 by 1000
+    ("likely milliseconds") and raises ValueError past year 9999, which closed the
+    connection with 541 for a message RabbitMQ accepts."""
+    try:
+        (seconds,) = _U64.unpack_from(value, 0)
+    except struct.error as err:
+        raise ValueError("Could not unpack timestamp value") from err
+    return 8, timestamp_value(seconds)
+
+
+# Every decode of a timestamp goes through pamqp's two tables: the ``timestamp`` property
+# (decode.by_type) and ``T`` values in field tables (decode.embedded_value), in content
+# headers and method frames alike; this module is imported before any of them is decoded.
+_pamqp_decode.METHODS["timestamp"] = _decode_timestamp
+_pamqp_decode.TABLE_MAPPING[b"T"] = _decode_timestamp
 
 
 def _field_size(data: bytes, pos: int, kind: str) -> int:
@@ -298,6 +339,8 @@ def encode_value(value: Any) -> bytes:
         return b"t" + bytes((1 if value else 0,))
     if isinstance(value, Long):
         return b"l" + struct.pack(">q", value)
+    if isinstance(value, Timestamp):
+        return b"T" + _U64.pack(value)
     if isinstance(value, int):
         if -(2**31) <= value < 2**31:
             return b"I" + struct.pack(">i", value)

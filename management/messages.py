@@ -20,12 +20,14 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import struct
 from typing import Any
 
 from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_common.errors import AMQPError, PreconditionFailed
+from amqp_common.properties import join_properties, split_properties
 from management import queue_requests
 from management.bodies import check_table
 from management.errors import ApiError, bad_request, key_missing
@@ -93,15 +95,20 @@ def properties_raw(props: Any, body_size: int, user: str) -> bytes:
         if not _no_nulls(headers):
             raise bad_request("null_not_allowed")
         kwargs["headers"] = headers
-    if "timestamp" in kwargs:
-        kwargs["timestamp"] = datetime.datetime.fromtimestamp(kwargs["timestamp"],
-                                                              tz=datetime.UTC)
+    stamp = kwargs.pop("timestamp", None)
+    if stamp is not None and not 0 <= stamp < 2**64:
+        raise bad_request(["not_int", "timestamp"])
     user_id = kwargs.get("user_id")
     if user_id is not None and user_id != user:
         raise bad_request(f"406 PRECONDITION_FAILED - user_id property set to '{user_id}' "
                           f"but authenticated user was '{user}'")
     header = ContentHeader(0, body_size, commands.Basic.Properties(**kwargs))
-    return header.marshal()[12:]
+    raw = header.marshal()[12:]
+    if stamp is None:
+        return raw
+    fields = split_properties(raw)  # the u64 as sent: a datetime holds only up to year 9999
+    fields["timestamp"] = struct.pack(">Q", stamp)
+    return join_properties(fields)
 
 
 def decode_payload(payload: Any, encoding: Any) -> bytes:

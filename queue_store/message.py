@@ -14,6 +14,8 @@ from typing import Any
 from pamqp import commands
 from pamqp.header import ContentHeader
 
+import amqp_common.properties  # noqa: F401  (installs the exact timestamp decoder in pamqp)
+
 _EMPTY_CONTENT_PREFIX = struct.pack(">HHQ", 60, 0, 0)
 
 # Property flag bits of Basic (spec 1.8.2): the order of the property list.

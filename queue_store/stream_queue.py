@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from amqp_common.errors import NotImplemented_, PreconditionFailed, rs
-from amqp_common.properties import Long, string_header, with_headers
+from amqp_common.properties import Long, Timestamp, string_header, with_headers
 from queue_store.backing import BackingQueue, MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.durability import run_inline
@@ -119,6 +119,8 @@ def _start_offset(spec: Any, log: StreamLog | None, what: str, now_ms: int = 0) 
         spec = spec.decode("utf-8", "replace")
     if isinstance(spec, bool):
         raise PreconditionFailed(f"invalid x-stream-offset {spec!r} for {what}")
+    if isinstance(spec, Timestamp):  # an AMQP timestamp past datetime's range
+        return log.offset_at(min(int(spec) * 1000, 2**63 - 1)) if log is not None else 0
     if isinstance(spec, int):
         if spec < 0:
             raise PreconditionFailed(f"invalid x-stream-offset {spec} for {what}")
