@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from amqp_common.errors import PreconditionFailed
+from amqp_common.properties import Timestamp
 from exchanges.binding import Binding, Destination
 
 TYPE_NAME = "x-delayed-message"
@@ -60,8 +61,8 @@ def delay_ms(headers: Mapping[str, Any] | None) -> int:
     if not headers:
         return 0
     value = headers.get("x-delay")
-    if value is None or isinstance(value, bool):
-        return 0
+    if value is None or isinstance(value, bool | Timestamp):  # a T value is no delay, as a
+        return 0                                                # datetime (one up to 9999)
     if isinstance(value, int):
         return value if value > 0 else 0
     if isinstance(value, float | decimal.Decimal):

@@ -69,6 +69,7 @@ SCHEMA = T.StructType([
     T.StructField("body", T.BinaryType(), True),
 ])
 _OWN_HEADERS = ("x-stream-offset", "x-stream-timestamp")
+_MAX_DATETIME_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z, datetime's last second
 #: Spark passes options case-insensitively (lower-cased keys)
 _OPTION_NAMES = ("uri", "stream", "superStream", "startingOffsets", "endingOffsets",
                  "startingTimestamp", "managementUri", "maxOffsetsPerPartition", "timeout",
@@ -391,7 +392,9 @@ def _row(stream: str, offset: int, method: Any, props: Any, headers: dict[str, A
     properties = (
         props.content_type, props.content_encoding, props.delivery_mode, props.priority,
         props.correlation_id, props.reply_to, props.expiration, props.message_id,
-        dt.datetime.fromtimestamp(stamp, dt.UTC) if stamp is not None else None,
+        # a u64 past 9999-12-31 (RabbitMQ passes any through) fits no TimestampType value: null
+        dt.datetime.fromtimestamp(stamp, dt.UTC) if stamp is not None
+        and stamp <= _MAX_DATETIME_SECONDS else None,
         props.type, props.user_id, props.app_id)
     return (stream, offset, when, method.exchange, method.routing_key, properties,
             {k: _text(v) for k, v in headers.items() if k not in _OWN_HEADERS}, body)

@@ -519,3 +519,24 @@ def _round_trip(c: RawClient, amqpq: Target, q: str, dlq: str, x: str,
     for key, value in split_table(fields["headers"]):
         assert entries[key] == value, key
 
+
+
+def test_spark_source_row_timestamps() -> None:
+    """The Spark source's ``properties.timestamp`` column: the datetime up to 9999-12-31,
+    null past it (a TimestampType cannot hold it) instead of failing the read."""
+    pytest.importorskip("pyspark")
+    from types import SimpleNamespace
+
+    from spark_sink.source import _row
+
+    def column(stamp: int) -> Any:
+        props = SimpleNamespace(**dict.fromkeys(
+            ("content_type", "content_encoding", "delivery_mode", "priority",
+             "correlation_id", "reply_to", "expiration", "message_id", "type", "user_id",
+             "app_id")), timestamp=stamp)
+        row = _row("s", 0, SimpleNamespace(exchange="", routing_key="k"), props, {}, b"")
+        return row[5][8]
+
+    assert column(2**31).timestamp() == 2**31
+    assert column(253_402_300_799).year == 9999
+    assert [column(v) for v in (253_402_300_800, 2**63 - 1, 2**64 - 1)] == [None] * 3
