@@ -467,7 +467,7 @@ def generated(amqpq: Target) -> Iterator[tuple[str, str, str]]:
     c.close()
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(fields=properties(), body=st.binary(max_size=64))
@@ -540,3 +540,27 @@ def test_spark_source_row_timestamps() -> None:
     assert column(2**31).timestamp() == 2**31
     assert column(253_402_300_799).year == 9999
     assert [column(v) for v in (253_402_300_800, 2**63 - 1, 2**64 - 1)] == [None] * 3
+
+
+def test_headers_exchange_matches_extreme_T_binding(target: Target) -> None:
+    """A binding argument that is a ``T`` past year 9999 (decoded from a method frame) matches
+    a message header with the same u64, and not one with the next value down."""
+    c = target.client()
+    q, x = _name("hx-q"), _name("hx-x")
+    top = b"T" + _U64.pack(2**64 - 1)
+    try:
+        c.declare(q, exclusive=True)
+        c.call(1, commands.Exchange.Declare(exchange=x, exchange_type="headers",
+                                            auto_delete=True), commands.Exchange.DeclareOk)
+        args = table([(b"x-match", longstr(b"S", b"all")), (b"t", top)])
+        bind = (struct.pack(">HHH", 50, 20, 0) + shortstr(q.encode()) + shortstr(x.encode())
+                + shortstr(b"") + b"\x00" + args)
+        c.sock.sendall(_FRAME.pack(1, 1, len(bind)) + bind + b"\xce")
+        c.expect(1, commands.Queue.BindOk)
+        for value, body in ((b"T" + _U64.pack(2**64 - 2), b"other"), (top, b"same")):
+            c.publish(x, "", props_raw({"headers": table([(b"t", value)])}), body)
+        _, _, body = c.get_until(q)
+        assert body == b"same"
+        assert c.get(q) is None
+    finally:
+        c.close()
