@@ -17,9 +17,10 @@ decoded in each part (``"a%2Fb"`` is the queue ``a/b``). A path that disagrees w
 
 Streaming: ``df.writeStream.format("amqpq").option(...).option("checkpointLocation", d).start()``.
 
-Registration: installing the package (``pip install .[spark]``) ships the top-level module
-``pyspark_amqpq``, which Spark finds at session start (no call needed); otherwise call
-``spark.dataSource.register(AmqpqDataSource)`` once (or :func:`register`).
+Registration: installing the package (``pip install .[spark]`` or ``pip install -e .[spark]``,
+any ``editable_mode``) ships the top-level module ``pyspark_amqpq``, which Spark finds at
+session start by listing sys.path (no call needed; see pyspark_amqpq.py); otherwise (e.g.
+``DATA_SOURCE_NOT_FOUND`` when running from a source tree) call :func:`register` once.
 
 Options (keys are case-insensitive; values are strings):
 
