@@ -144,78 +144,48 @@ def _body_without_method() -> bytes:
     return struct.pack(">BHI", 3, 1, 1) + b"x\xce"
 
 
-def test_frame_error_while_the_client_keeps_sending_gets_close_then_eof(
-        tmp_path: Path) -> None:
+def _close_while_sending(server: BrokerServer, provoke: bytes, answer: bool
+                         ) -> dict[str, object]:
+    """A client keeps publishing, sends ``provoke`` (a connection error), reads the
+    broker's Close, answers Close-Ok if ``answer``, and reads to EOF while it still sends."""
     seen: dict[str, object] = {}
-
-    def check(server: BrokerServer) -> None:
-        c = Client(server.port)
-        c.channel(1)
-        sender = Sender(c)
-        sender.start()
-        time.sleep(0.2)
-        sender.send(_bad_frame_end())
-        close = _read_until(c, commands.Connection.Close)
-        seen["code"] = close.reply_code  # type: ignore[attr-defined]
-        seen["rest"] = _read_eof(c)
-        time.sleep(0.2)  # still sending after the EOF
-        sender.stop.set()
-        sender.join(10)
-        seen["sender error"] = sender.error
-        c.sock.close()
-
-    _serve(tmp_path, check)
-    assert seen == {"code": 501, "rest": b"", "sender error": None}
-
-
-def test_server_close_while_the_client_keeps_sending_gets_close_then_eof(
-        tmp_path: Path) -> None:
-    seen: dict[str, object] = {}
-
-    def check(server: BrokerServer) -> None:
-        c = Client(server.port)
-        c.channel(1)
-        sender = Sender(c)
-        sender.start()
-        time.sleep(0.2)
-        sender.send(_body_without_method())
-        close = _read_until(c, commands.Connection.Close)
-        seen["code"] = close.reply_code  # type: ignore[attr-defined]
+    c = Client(server.port)
+    c.channel(1)
+    sender = Sender(c)
+    sender.start()
+    time.sleep(0.2)
+    sender.send(provoke)
+    close = _read_until(c, commands.Connection.Close)
+    seen["code"] = close.reply_code  # type: ignore[attr-defined]
+    if answer:
         time.sleep(0.2)  # publishes after the broker's Close are ignored
         sender.send(CLOSE_OK)
-        seen["rest"] = _read_eof(c)
-        time.sleep(0.2)
-        sender.stop.set()
-        sender.join(10)
-        seen["sender error"] = sender.error
-        c.sock.close()
+    seen["rest"] = _read_eof(c)  # without Close-Ok: EOF after the frame error or timeout
+    time.sleep(0.2)  # still sending after the EOF
+    sender.stop.set()
+    sender.join(10)
+    seen["sender error"] = sender.error
+    c.sock.close()
+    return seen
 
-    _serve(tmp_path, check)
-    assert seen == {"code": 505, "rest": b"", "sender error": None}
+
+@pytest.mark.parametrize(("provoke", "answer", "code"), [
+    (_bad_frame_end(), False, 501),  # a frame error: Close, then EOF
+    (_body_without_method(), True, 505),  # Close, the client's Close-Ok, EOF
+])
+def test_an_error_while_the_client_keeps_sending_gets_close_then_eof(
+        tmp_path: Path, provoke: bytes, answer: bool, code: int) -> None:
+    seen: dict[str, object] = {}
+    _serve(tmp_path, lambda server: seen.update(_close_while_sending(server, provoke, answer)))
+    assert seen == {"code": code, "rest": b"", "sender error": None}
 
 
 def test_close_ok_timeout_then_eof_while_the_client_keeps_sending(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(connection_module, "CLOSE_OK_TIMEOUT", 0.5)
     seen: dict[str, object] = {}
-
-    def check(server: BrokerServer) -> None:
-        c = Client(server.port)
-        c.channel(1)
-        sender = Sender(c)
-        sender.start()
-        time.sleep(0.2)
-        sender.send(_body_without_method())
-        close = _read_until(c, commands.Connection.Close)
-        seen["code"] = close.reply_code  # type: ignore[attr-defined]
-        seen["rest"] = _read_eof(c)  # no CloseOk from us: EOF after the timeout
-        time.sleep(0.2)
-        sender.stop.set()
-        sender.join(10)
-        seen["sender error"] = sender.error
-        c.sock.close()
-
-    _serve(tmp_path, check)
+    _serve(tmp_path, lambda server: seen.update(
+        _close_while_sending(server, _body_without_method(), False)))
     assert seen == {"code": 505, "rest": b"", "sender error": None}
 
 
