@@ -181,6 +181,28 @@ def test_a_broken_node_link_is_opened_again(nodes: list[BrokerProcess]) -> None:
     assert api(nodes[0], "/api/queues/%2F/relink")["messages"] >= 1
 
 
+def test_every_nodes_resources_show_on_any_node(nodes: list[BrokerProcess]) -> None:
+    """``/api/nodes`` on n1 lists n2 and n3 with their own memory, disk, file descriptors
+    and uptime (sent over the node link once a second), as RabbitMQ's does for every node
+    (the web UI's Nodes table read '/' and '0m 0s' for them before)."""
+    fields = ("mem_used", "mem_limit", "disk_free", "disk_free_limit", "fd_used", "fd_total",
+              "uptime")
+
+    def others() -> list[dict[str, object]] | None:
+        listed = {n["name"]: n for n in api(nodes[0], "/api/nodes")}
+        items = [listed.get(name) for name in ("n2", "n3")]
+        if all(item is not None and all(f in item for f in fields) for item in items):
+            return items  # type: ignore[return-value]
+        return None
+
+    items = wait_until(others, "n2's and n3's figures on n1")
+    own = {n: api(node, f"/api/nodes/{n}") for n, node in (("n2", nodes[1]), ("n3", nodes[2]))}
+    for item in items:
+        assert all(isinstance(item[f], int) and item[f] > 0 for f in fields), item
+        assert item["os_pid"] == own[item["name"]]["os_pid"]  # that node's process, not n1's
+    assert items[0]["os_pid"] != items[1]["os_pid"]
+
+
 def test_cluster_status_shows_another_nodes_memory_alarm(
         etcd: Etcd, nodes: list[BrokerProcess], tmp_path_factory: pytest.TempPathFactory) -> None:
     low = cluster_node(tmp_path_factory.mktemp("alarm"), "n4", etcd,

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import RemoteQueue
+from management.node_figures import resource_figures
 from management.serializers import channel_json, connection_json, consumer_json
 from management.state import ManagementState
 
@@ -56,6 +58,7 @@ class PeerStats:
         self._ask_ids = itertools.count(1)
         self._json_state: ManagementState | None = None
         self._local_alarm: tuple[bool, str] = (False, "low on memory")
+        self.started_at = time.time()  # uptime in the summary
 
     def on_stats(self, peer: int, summary: dict[str, Any]) -> None:
         """Worker ``peer``'s summary (its once-a-second ``stats`` record)."""
@@ -154,7 +157,9 @@ class PeerStats:
                 "messages_unacknowledged": sum(q.unacked_count for q in home),
                 "mem_alarm": bool(alarms and alarms.memory),
                 "disk_free_alarm": bool(alarms and alarms.disk),
-                "local_alarm": [self._local_alarm[0], self._local_alarm[1]]}
+                "local_alarm": [self._local_alarm[0], self._local_alarm[1]],
+                # a cluster node's /api/nodes shows the other nodes' resources from these
+                "node": resource_figures(broker, self.started_at)}
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker's last summary (this one's now), ``up`` when its link is open."""

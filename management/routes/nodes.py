@@ -1,6 +1,8 @@
-"""``/api/nodes`` and ``/api/nodes/{name}``: the one node, its resources and alarms.
+"""``/api/nodes`` and ``/api/nodes/{name}``: the nodes, their resources and alarms.
 
-amqpq is a single node. The fields are RabbitMQ's (``rabbit_mgmt_wm_nodes``); the ones that
+Without a cluster amqpq is one node; in a cluster every node is listed, the other running
+nodes with the figures they sent over the node link in the last second (memory, disk, file
+descriptors, uptime, alarms, connections, queues). The fields are RabbitMQ's (``rabbit_mgmt_wm_nodes``); the ones that
 describe the Erlang VM (processes, run queue, GC, mnesia) have their nearest meaning or a
 neutral value: ``proc_used`` is this process's threads, ``run_queue`` 0. Memory is the RSS
 (``mem_calculation_strategy`` "rss"), the disk figures are the data dir's file system, and
@@ -14,18 +16,14 @@ Source: https://www.rabbitmq.com/docs/management#http-api (GET /api/nodes).
 from __future__ import annotations
 
 import os
-import resource
-import shutil
-import threading
-import time
 from typing import Any
 
 from aiohttp import web
 
-from broker.alarms import DEFAULT_WATERMARK, process_rss, total_memory
 from broker.log_setup import log_files
 from management.auth import require_admin, require_monitor
 from management.errors import bad_request, not_found
+from management.node_figures import resource_figures
 from management.routes.common import no_content, ok
 from management.serializers import details
 from management.state import ManagementState, state
@@ -33,36 +31,20 @@ from management.state import ManagementState, state
 routes = web.RouteTableDef()
 
 
-def _fds_used() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0
-
-
 def node_json(st: ManagementState) -> dict[str, Any]:
     """The node as RabbitMQ's management API shows it (sizes in bytes, uptime in ms)."""
     broker = st.broker
     config = broker.config
     alarms = broker.alarms
-    watermark = config.memory_high_watermark or DEFAULT_WATERMARK
-    mem_limit = alarms.limit if alarms is not None else (
-        int(watermark * total_memory()) if watermark <= 1.0 else int(watermark))
-    try:
-        disk_free = shutil.disk_usage(config.data_dir).free
-    except OSError:
-        disk_free = 0
-    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    figures = resource_figures(broker, st.started_at)
+    used = {k: figures.pop(k) for k in ("mem_used", "disk_free", "fd_used", "sockets_used",
+                                         "proc_used")}
     return {
         "name": st.node, "type": "disc", "running": True, "being_drained": False,
-        "os_pid": str(os.getpid()), "uptime": int((time.time() - st.started_at) * 1000),
-        "processors": os.cpu_count() or 1, "rates_mode": "basic", "partitions": [],
-        "mem_calculation_strategy": "rss", "mem_limit": mem_limit,
+        "rates_mode": "basic", "partitions": [], "mem_calculation_strategy": "rss",
+        **figures,  # os_pid, uptime, processors, mem_limit, disk_free_limit, fd_total...
         "mem_alarm": bool(alarms is not None and alarms.memory),
-        "disk_free_limit": config.disk_free_limit,
         "disk_free_alarm": bool(alarms is not None and alarms.disk),
-        "fd_total": fd_total,
-        "sockets_total": config.max_connections or fd_total,
         "proc_total": 1_048_576, "run_queue": 0, "net_ticktime": 60,
         "enabled_plugins": ["rabbitmq_management"],
         "config_files": list(config.config_files),
@@ -71,9 +53,7 @@ def node_json(st: ManagementState) -> dict[str, Any]:
                             for m in ("PLAIN", "AMQPLAIN", "EXTERNAL")],
         "applications": [{"name": "amqpq", "description": config.product,
                           "version": config.version}],
-        **details(st.rates, ("node",), mem_used=process_rss(), disk_free=disk_free, fd_used=_fds_used(),
-                  sockets_used=len(broker.connections),
-                  proc_used=threading.active_count()),
+        **details(st.rates, ("node",), **used),
     }
 
 
@@ -99,6 +79,7 @@ def _cluster(st: ManagementState) -> list[dict[str, Any]]:
         seen = workers.peer_summaries.get(n.get("index")) if workers is not None else None
         if seen is not None and n.get("running"):
             summary = seen[0]
+            item.update(summary.get("node") or {})  # memory, disk, fds, uptime...
             item.update(mem_alarm=bool(summary.get("mem_alarm")),
                         disk_free_alarm=bool(summary.get("disk_free_alarm")),
                         connections=int(summary.get("connections", 0)),
