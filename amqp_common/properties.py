@@ -334,7 +334,9 @@ def split_table(table: bytes) -> list[tuple[str, bytes]]:
 
 def encode_value(value: Any) -> bytes:
     """One field value with its type tag (``Long`` -> ``l``, str -> ``S``, datetime -> ``T``,
-    list -> ``A``, dict -> ``F``, bool -> ``t``, int -> ``I``/``l``, bytes -> ``S``)."""
+    list -> ``A``, dict -> ``F``, bool -> ``t``, int -> ``I``/``l``, bytes -> ``S``,
+    bytearray -> ``x``, Decimal -> ``D``). Raises TypeError for another type, and
+    struct.error for a decimal whose unscaled value or scale does not fit (i32, u8)."""
     if isinstance(value, bool):
         return b"t" + bytes((1 if value else 0,))
     if isinstance(value, Long):
@@ -350,6 +352,15 @@ def encode_value(value: Any) -> bytes:
     if isinstance(value, str | bytes):
         raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
         return b"S" + struct.pack(">I", len(raw)) + raw
+    if isinstance(value, bytearray):  # 'x' byte array, as pamqp decodes it
+        return b"x" + struct.pack(">I", len(value)) + bytes(value)
+    if isinstance(value, decimal.Decimal):  # 'D': scale u8, unscaled value i32
+        sign, digits, exponent = value.as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+        scale = -int(exponent) if isinstance(exponent, int) and exponent < 0 else 0
+        if isinstance(exponent, int) and exponent > 0:
+            unscaled *= 10 ** exponent
+        return b"D" + struct.pack(">Bi", scale, unscaled)
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.UTC)

@@ -564,3 +564,22 @@ def test_headers_exchange_matches_extreme_T_binding(target: Target) -> None:
         assert c.get(q) is None
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"x" + (3).to_bytes(4, "big") + b"a\x00c",  # byte array
+    b"x" + (0).to_bytes(4, "big"),
+    b"D" + bytes([2]) + (12345).to_bytes(4, "big", signed=True),  # 123.45
+    b"D" + bytes([0]) + (-7).to_bytes(4, "big", signed=True),
+    b"D" + bytes([9]) + (2**31 - 1).to_bytes(4, "big", signed=True),
+])
+def test_byte_arrays_and_decimals_re_encode_as_they_came(raw: bytes) -> None:
+    """A header entry kept while dead lettering (a user's own ``x-death``, for one) is
+    decoded, then written again by ``encode_value``: byte arrays and decimals come out as the
+    same bytes (they raised TypeError before)."""
+    from pamqp import decode
+
+    from amqp_common.properties import encode_value
+
+    _, value = decode.embedded_value(raw)
+    assert encode_value(value) == raw
