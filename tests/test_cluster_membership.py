@@ -4,51 +4,22 @@ when etcd or the ``aetcd`` client is not installed."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
-from tests.support.cluster import ctl
+from tests.support.cluster import api, ctl
 from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 WAIT = 15.0
-
-
-@pytest.fixture(scope="module")
-def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    base = tmp_path_factory.mktemp("cluster")
-    started = []
-    try:
-        for i in (1, 2, 3):
-            node = BrokerProcess(base / f"n{i}", base / f"n{i}.log", management=free_port(),
-                                 log_level="info",
-                                 args=("--node-name", f"n{i}", *etcd.args,
-                                       "--cluster-port", "0"))
-            node.start()
-            started.append(node)
-        yield started
-    finally:
-        for node in started:
-            node.close()
-
-
-def api(node: BrokerProcess, path: str) -> object:
-    req = urllib.request.Request(f"http://127.0.0.1:{node.management_port}{path}")
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        return json.loads(resp.read())
 
 
 def running(node: BrokerProcess) -> dict[str, bool]:
