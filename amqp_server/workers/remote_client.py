@@ -36,7 +36,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from amqp_common.errors import AccessRefused, NotFound, rs
@@ -110,7 +110,6 @@ class RemoteClient:
         self._call_deadlines: deque[tuple[float, int]] = deque()
         self._flowed: set[Any] = set()  # publishers not read until the links drain
         self._flush_scheduled = False
-        self.links_full = False  # a link to a worker is full
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
         # qkey -> publishes waiting for the queue's next leader: (deadline, message, the
         # local key its publisher waits on or None), in publish order
@@ -200,7 +199,6 @@ class RemoteClient:
     def set_links_full(self, full: bool) -> None:
         """Every link to another worker drained (``full`` False): the publishers held back
         by a full one (:meth:`forward_publish`) are read again."""
-        self.links_full = full
         if not full:
             flowed, self._flowed = self._flowed, set()
             for conn in flowed:
@@ -415,18 +413,16 @@ class RemoteClient:
             q = queue_by_key(qkey)
             parked = self._parked[qkey]
             if isinstance(q, RemoteQueue) and q.home not in self.links.out:
+                expired = []
                 while parked and parked[0][0] <= now:
-                    key = parked.popleft()[2]
-                    if key is not None:
-                        self.local_result(key, REJECTED)
+                    expired.append(parked.popleft())
+                self._nack_parked(expired)
                 if not parked:
                     del self._parked[qkey]
                 continue
             del self._parked[qkey]
             if q is None:
-                for _, _, key in parked:
-                    if key is not None:
-                        self.local_result(key, REJECTED)
+                self._nack_parked(parked)
                 continue
             log.info("%s: %d waiting publish(es) go to its leader",
                      rs("queue", q.name, q.vhost_name), len(parked))
@@ -435,6 +431,12 @@ class RemoteClient:
                     self._send_parked(q, message, key)
                 else:
                     self._publish_here(q, message, key)
+
+    def _nack_parked(self, entries: Iterable[tuple[float, Message, tuple[int, int] | None]]
+                     ) -> None:
+        for _, _, key in entries:
+            if key is not None:
+                self.local_result(key, REJECTED)
 
     def _send_parked(self, q: RemoteQueue, message: Message, key: tuple[int, int] | None
                      ) -> None:

@@ -148,7 +148,6 @@ class WorkerRuntime:
         self.synced = asyncio.get_running_loop().create_future()
         self.homes: dict[tuple[str, str], int] = {}  # from the definitions file
         self._wrong_sources: set[int] = set()  # peers a misplaced record was logged for
-        self.up: set[int] = set()  # workers with an open link
         self._connecting: list[asyncio.Future[None]] = []  # links to open before in step
         self._tasks: set[asyncio.Future[None]] = set()
         self.client = RemoteClient(broker, index, self.links)
@@ -288,7 +287,6 @@ class WorkerRuntime:
         clients' connections first, as if it had died (``on_declared_down``)."""
         if w == self.index and self.synced.done() and self.on_declared_down is not None:
             self.on_declared_down()
-        self.up.discard(w)
         for vhost in self.broker.vhosts.values():
             for q in list(vhost.queues.values()):
                 owner = q.exclusive_owner
@@ -409,20 +407,19 @@ class WorkerRuntime:
         for attempt in range(LINK_ATTEMPTS):
             try:
                 await asyncio.wait_for(self.links.connect(peer), LINK_TIMEOUT)
+                return
             except (TimeoutError, OSError) as exc:
                 if attempt == LINK_ATTEMPTS - 1:
                     log.warning("cannot link to worker %d: %r", peer, exc)
                     return
-                await asyncio.sleep(0.2)
-                continue
-            self.up.add(peer)
-            return
+            await asyncio.sleep(0.2)
 
     def _links_full(self, full: bool) -> None:
         self.client.set_links_full(full)
 
     def _peer_lost(self, peer: int) -> None:
-        self.up.discard(peer)
+        """A link to worker ``peer`` closed: nothing to do here (its death, if it died, comes
+        as an ordered record); a cluster node opens it again."""
 
     def queue_by_key(self, qkey: bytes) -> Queue | None:
         """The queue (or stand-in) of ``qkey`` (:func:`link_codec.queue_key`), None when
