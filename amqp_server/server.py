@@ -57,6 +57,7 @@ from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
 from management.prometheus import stop_prometheus
+from shovel import start_for_server as start_shovels
 
 log = logging.getLogger("amqpq.server")
 
@@ -260,6 +261,8 @@ class BrokerServer:
                 server.close()
             raise
         self._ticker = asyncio.create_task(self._tick_loop())
+        if not self.config.worker_index:  # dynamic shovels: worker 0 runs them (docs/shovel.md)
+            self.shovels = start_shovels(self.broker, self.config, self.port)
         # what exists now (modules, recovered topology) lives as long as the process: moved out
         # of the collector's generations, so full collections under load do not walk it
         gc.collect()
@@ -377,6 +380,8 @@ class BrokerServer:
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
+        if getattr(self, "shovels", None) is not None:
+            await self.shovels.stop()
         await stop_management(getattr(self, "management", None))
         await stop_prometheus(getattr(self, "prometheus", None))
         if self.broker.cluster is not None:  # leave at once (the lease is revoked)

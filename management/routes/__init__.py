@@ -23,6 +23,7 @@ from management.routes import (
     policies,
     queues,
     quorum,
+    shovels,
     users,
     vhosts,
 )
@@ -34,4 +35,5 @@ def all_routes() -> list[web.RouteTableDef]:
             delayed.routes, exchanges.routes, quorum.routes, queues.routes, bindings.routes,
             policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
+            shovels.routes,
             health.routes, move.routes]

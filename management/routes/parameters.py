@@ -1,11 +1,12 @@
 """``/api/parameters`` and ``/api/global-parameters``: runtime parameters.
 
-amqpq has no plugin components (federation, shovel...): the parameters it lists are the ones
-a definitions import brought (kept verbatim, exported again) and, as RabbitMQ 3.10 lists
-them, each vhost's limits as component ``vhost-limits``, name ``limits``. Setting a
-parameter of any other component is 400 ``component X not found``, as RabbitMQ without the
-plugin answers; ``vhost-limits`` parameters set the vhost's limits. Statuses and reasons
-checked with curl against RabbitMQ 3.10.8.
+The parameters listed are the ones a definitions import brought (kept verbatim, exported
+again), the ``shovel`` parameters (dynamic shovels, validated with RabbitMQ's texts by
+:mod:`shovel.params` and run by :mod:`shovel.manager`) and, as RabbitMQ 3.10 lists them,
+each vhost's limits as component ``vhost-limits``, name ``limits``. Setting a parameter of
+any other component is 400 ``component X not found``, as RabbitMQ without the plugin
+answers; ``vhost-limits`` parameters set the vhost's limits. Statuses and reasons checked
+with curl against RabbitMQ 3.10.8.
 
 Source: https://www.rabbitmq.com/docs/parameters, /docs/management#http-api.
 """
@@ -18,8 +19,18 @@ from aiohttp import web
 
 from management.auth import OBJECT_REFUSED, accessible_vhosts, require_admin, require_policymaker
 from management.errors import bad_request, not_found
-from management.routes.common import no_content, ok, read_json, readable_vhost, target_vhost
+from management.routes.common import (
+    created,
+    no_content,
+    ok,
+    read_json,
+    readable_vhost,
+    target_vhost,
+)
 from management.state import state
+from shovel import manager_of
+from shovel.params import COMPONENT as SHOVEL_COMPONENT
+from shovel.params import ShovelParamError, validate
 from vhosts.limits import LimitsError, validate_limits
 
 routes = web.RouteTableDef()
@@ -76,14 +87,18 @@ async def get_parameter(request: web.Request) -> web.Response:
 
 @routes.put("/api/parameters/{component}/{vhost}/{name}")
 async def put_parameter(request: web.Request) -> web.Response:
-    """Only ``vhost-limits`` (name ``limits``) can be set: 204; else 400 component not
-    found. 401 ``User not authorised to access object`` without the policymaker tag or
+    """``shovel`` parameters (201 created, 204 replaced; 400 ``Validation failed`` with
+    RabbitMQ's lines) and ``vhost-limits`` (name ``limits``: 204) can be set; else 400
+    component not found. 401 ``User not authorised to access object`` without the policymaker tag or
     access to the vhost, 404 ``vhost_not_found``, then 401 ``Not administrator user`` (amqpq
     keeps vhost limits to administrators; RabbitMQ lets policymakers set this parameter)."""
     require_policymaker(request)
     vhost = target_vhost(request, reason=OBJECT_REFUSED)
     require_admin(request)
     component = request.match_info["component"]
+    if component == SHOVEL_COMPONENT:
+        return _put_shovel(request, vhost.name, request.match_info["name"],
+                           (await read_json(request)).get("value"))
     if component != LIMITS_COMPONENT:
         raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
     try:
@@ -113,8 +128,30 @@ async def delete_parameter(request: web.Request) -> web.Response:
         if (p.get("component"), p.get("vhost"), p.get("name")) == (component, vhost.name,
                                                                       name):
             del kept[i]
+            if component == SHOVEL_COMPONENT:
+                _poke(request)
             return no_content()
     raise not_found()
+
+
+def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.Response:
+    """Store a shovel parameter once it validates and have the manager (re)start it."""
+    errors = validate(name, value)
+    if errors:
+        raise bad_request(ShovelParamError("\n".join(errors)).reason)
+    kept = state(request).broker.extras.parameters
+    key = (SHOVEL_COMPONENT, vhost, name)
+    was = [p for p in kept if (p.get("component"), p.get("vhost"), p.get("name")) == key]
+    kept[:] = [p for p in kept if p not in was]
+    kept.append({"value": value, "vhost": vhost, "component": SHOVEL_COMPONENT, "name": name})
+    _poke(request)
+    return created(not was)
+
+
+def _poke(request: web.Request) -> None:
+    manager = manager_of(state(request).broker)
+    if manager is not None:
+        manager.poke()
 
 
 @routes.get("/api/global-parameters")

@@ -1,0 +1,250 @@
+"""One AMQP 0-9-1 link: consume from a queue on one broker, publish each message to another
+(or the same) broker, and settle the source as the ack mode says. The two ends are aiormq
+connections (a well-kept asyncio AMQP client), so either end may be amqpq or any AMQP 0-9-1
+broker, over ``amqp://`` or ``amqps://``.
+
+Ack modes (RabbitMQ's): ``on-confirm`` acks a source delivery only once the destination has
+confirmed the publish (publisher confirms), so nothing is lost when either broker dies: what
+was not confirmed is still unacked at the source and redelivered (flagged redelivered) after
+the link reconnects. ``on-publish`` acks once the publish is written; ``no-ack`` consumes
+with ``no_ack``. A destination nack nacks the source delivery with requeue, as
+``rabbit_amqp091_shovel`` does.
+
+The link does not know about shovels: what to consume (:class:`Source`) and where and how
+to publish (:class:`Target`, a function of the delivered message) are given, so federation
+links can reuse it.
+
+Source: https://www.rabbitmq.com/docs/shovel#ack-modes, ``rabbit_amqp091_shovel.erl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import aiormq
+from aiormq.abc import DeliveredMessage
+from pamqp import commands as spec
+
+log = logging.getLogger("amqpq.shovel")
+
+T = TypeVar("T")
+
+#: publish target of one message: (exchange, routing key, properties)
+Route = tuple[str, str, spec.Basic.Properties]
+
+
+class LinkError(Exception):
+    """The link stopped: a connection or channel closed, a declare failed. ``str()`` is the
+    reason shown in the status."""
+
+
+@dataclass
+class Source:
+    """What the link consumes.
+
+    Attributes:
+        url: the aiormq URL of the source broker.
+        setup: ``await setup(connection)`` opens a channel, declares what is needed and
+            returns ``(channel, queue name, messages in it now)``.
+        prefetch: Basic.Qos prefetch count (0: unlimited).
+        no_ack: consume with ``no_ack`` (ack mode ``no-ack``).
+    """
+
+    url: str
+    setup: Callable[[aiormq.abc.AbstractConnection],
+                    Awaitable[tuple[aiormq.abc.AbstractChannel, str, int]]]
+    prefetch: int = 1000
+    no_ack: bool = False
+
+
+@dataclass
+class Target:
+    """Where the link publishes.
+
+    Attributes:
+        url: the aiormq URL of the destination broker.
+        setup: ``await setup(connection)`` opens the publishing channel (with publisher
+            confirms when ``confirm``), declares what is needed and returns the channel.
+        route: the exchange, routing key and properties for a delivered message.
+        confirm: wait for publisher confirms before settling (ack mode ``on-confirm``).
+    """
+
+    url: str
+    setup: Callable[[aiormq.abc.AbstractConnection], Awaitable[aiormq.abc.AbstractChannel]]
+    route: Callable[[DeliveredMessage], Route]
+    confirm: bool = True
+
+
+class Link:
+    """Moves messages from ``source`` to ``target`` until a connection fails, or, with
+    ``limit``, until that many messages were moved (or ``limit_from_length``: as many as the
+    source queue held at start).
+
+    Attributes:
+        moved: messages settled at the source after their publish (count).
+        queue_length_at_start: the source queue's message count when consuming began.
+    """
+
+    def __init__(self, source: Source, target: Target, *, limit: int | None = None,
+                 limit_from_length: bool = False, name: str = "link",
+                 on_running: Callable[[], None] | None = None) -> None:
+        self.source, self.target = source, target
+        self.limit, self.limit_from_length = limit, limit_from_length
+        self.name = name
+        self.on_running = on_running
+        self.moved = 0
+        self.queue_length_at_start = 0
+        self._received = 0
+        self._failed: asyncio.Future[None] | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        """Connect both ends, declare, consume; return when the limit is reached.
+
+        Raises:
+            LinkError: a connection, channel or declare failed (the reason).
+        """
+        loop = asyncio.get_running_loop()
+        self._failed, self._done = loop.create_future(), loop.create_future()
+        src = dest = None
+        try:
+            src = await _connect(self.source.url, "source")
+            dest = await _connect(self.target.url, "destination")
+            dest_ch = await _declaring(self.target.setup(dest), "destination")
+            src_ch, queue, length = await _declaring(self.source.setup(src), "source")
+            self.queue_length_at_start = length
+            if self.limit_from_length:
+                self.limit = length
+            if self.limit is not None and self.limit <= 0:
+                return
+            prefetch = self.source.prefetch
+            if self.limit is not None:
+                prefetch = min(prefetch or self.limit, self.limit)
+            if not self.source.no_ack:
+                await src_ch.basic_qos(prefetch_count=prefetch)
+
+            async def on_message(message: DeliveredMessage) -> None:
+                await self._forward(message, src_ch, dest_ch)
+
+            await src_ch.basic_consume(queue, on_message, no_ack=self.source.no_ack)
+            if self.on_running is not None:
+                self.on_running()
+            closers = [asyncio.ensure_future(_closed(c)) for c in (src, dest, src_ch, dest_ch)]
+            try:
+                done, _ = await asyncio.wait([self._failed, self._done, *closers],
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for c in closers:
+                    c.cancel()
+            if self._done.done() and not self._failed.done():
+                if self._pending:
+                    await asyncio.gather(*self._pending, return_exceptions=True)
+                if not self._failed.done():
+                    return
+            for fut in done:
+                exc = fut.exception()
+                if exc is not None:
+                    raise exc if isinstance(exc, LinkError) else LinkError(_why(exc))
+            raise LinkError("connection closed")
+        except aiormq.exceptions.AMQPError as exc:
+            raise LinkError(_why(exc)) from None
+        except (TimeoutError, OSError) as exc:
+            raise LinkError(_why(exc)) from None
+        finally:
+            for task in list(self._pending):
+                task.cancel()
+            for conn in (src, dest):
+                if conn is not None and not conn.is_closed:
+                    try:
+                        await asyncio.wait_for(conn.close(), 5)
+                    except Exception:  # noqa: BLE001 - closing a broken connection
+                        pass
+
+    async def _forward(self, message: DeliveredMessage, src_ch: aiormq.abc.AbstractChannel,
+                       dest_ch: aiormq.abc.AbstractChannel) -> None:
+        assert self._failed is not None and self._done is not None
+        tag = message.delivery.delivery_tag
+        self._received += 1
+        if self.limit is not None and self._received > self.limit:  # prefetched past it
+            if not self.source.no_ack:
+                await _quietly(src_ch.basic_nack(tag, requeue=True))
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._pending.add(task)
+        try:
+            exchange, routing_key, properties = self.target.route(message)
+            result = await dest_ch.basic_publish(message.body, exchange=exchange,
+                                                 routing_key=routing_key,
+                                                 properties=properties)
+            if self.source.no_ack:
+                pass
+            elif isinstance(result, spec.Basic.Nack):
+                await src_ch.basic_nack(tag, requeue=True)
+                return
+            else:
+                await src_ch.basic_ack(tag)
+            self.moved += 1
+            if self.limit is not None and self.moved >= self.limit and not self._done.done():
+                self._done.set_result(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the link fails with the reason
+            if not self._failed.done():
+                self._failed.set_exception(LinkError(_why(exc)))
+        finally:
+            self._pending.discard(task)
+
+
+async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:
+    try:
+        return await asyncio.wait_for(aiormq.connect(url), 30)
+    except (TimeoutError, aiormq.exceptions.AMQPError, OSError) as exc:
+        raise LinkError(f"could not connect to {end}: {_why(exc)}") from None
+
+
+async def _declaring(step: Awaitable[T], end: str) -> T:
+    try:
+        return await step
+    except (aiormq.exceptions.AMQPError, OSError) as exc:
+        raise LinkError(f"{end} setup failed: {_why(exc)}") from None
+
+
+async def _closed(obj: aiormq.abc.AbstractConnection | aiormq.abc.AbstractChannel) -> None:
+    """Wait until ``obj`` closes; raise LinkError with its reason."""
+    try:
+        await obj.closing
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the close reason
+        raise LinkError(_why(exc)) from None
+    raise LinkError("connection closed")
+
+
+async def _quietly(step: Awaitable[object]) -> None:
+    try:
+        await step
+    except Exception:  # noqa: BLE001 - the channel is going away anyway
+        pass
+
+
+def _why(exc: BaseException) -> str:
+    """A one-line reason without credentials (aiormq messages never hold the password;
+    OSError texts name the address only)."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError):
+        text = f"connection refused ({exc.strerror})"
+    return " ".join(text.split())
+
+
+def reason_of(exc: BaseException) -> str:
+    """The status reason of a failed link."""
+    return _why(exc)
+
+
+__all__ = ["Link", "LinkError", "Route", "Source", "Target", "reason_of", "log"]
