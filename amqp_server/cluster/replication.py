@@ -1,0 +1,397 @@
+"""One replica of a replicated queue as a sans-IO state machine (no asyncio, clock or I/O).
+
+Theory of operation
+-------------------
+A :class:`Replica` is fed events by a driver and answers each with a list of actions
+(:mod:`amqp_server.cluster.replication_types`), in the style of h11: inputs are
+:meth:`~Replica.append` (the leader's queue logged an operation), :meth:`~Replica.receive`
+(a record from another replica), :meth:`~Replica.on_state` (etcd's watch brought the group's
+state), :meth:`~Replica.cas_result`, :meth:`~Replica.fsync_done` and :meth:`~Replica.tick`
+(time passes; ``now`` in seconds, from the driver); outputs are Send, Write, Truncate, Fsync,
+Cas (ISR changes and elections, as etcd compare-and-swap), Commit (confirms), Become and
+StepDown. Leadership and membership live in etcd; the data path is Kafka's:
+
+* **Log**: entries ``(epoch, payload)`` at offsets 0, 1, ...; the *leader-epoch checkpoint*
+  lists ``(epoch, start offset)`` (Kafka's leader-epoch-checkpoint file; here derived from
+  the entries, which carry their epoch).
+* **Fetch**: a follower asks its leader for entries from its log end, naming the epoch of its
+  last entry; the leader answers with entries, or with :class:`Diverging` when that entry is
+  not in its log (the follower truncates to the end of that epoch, KIP-101/KIP-320, and asks
+  again). A fetch also carries the follower's fsynced offset: its acknowledgement. With
+  nothing to send, the leader parks the fetch and answers it at the next append.
+* **High watermark**: entries every member of the (maximal) ISR has on disk are committed
+  (:func:`amqp_server.cluster.isr.high_watermark`; nothing below a majority).
+* **ISR**: the leader asks etcd to drop a follower silent for ``lag_timeout`` and to add one
+  back once it has, on disk, everything committed *and* the leader's log as of its election
+  (its epoch start offset, Kafka's ``isFollowerInSync``): every ISR member then holds every
+  committed entry, so any of them may win the next election.
+* **Elections**: when etcd says the leader's node is down, every ISR member swaps the state
+  for ``leader = itself, epoch + 1``; one wins. A replica leads only an epoch it won in this
+  run of the process (:attr:`GroupState.run`): a node that restarts finding itself leader
+  takes a new epoch first, so two different entries never share an (offset, epoch).
+* **Fencing**: records are tagged with the epoch; a follower takes entries only from the
+  leader of the epoch it follows, a leader answers only fetches of its epoch, and steps down
+  when it sees a newer epoch (a fetch or etcd).
+
+Source: Kafka replication (ISR, high watermark, leader epochs: KIP-101, KIP-279, KIP-320,
+KIP-497); h11's sans-IO design; tested by the deterministic simulation in ``tests/sim``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
+from amqp_server.cluster.replication_types import (
+    Become,
+    Cas,
+    Commit,
+    Diverging,
+    Entry,
+    Fetch,
+    Fsync,
+    GroupState,
+    Records,
+    Send,
+    StepDown,
+    Truncate,
+    Write,
+)
+
+__all__ = ["Replica", "Rules", "Timing", "kafka_isr_change"]
+
+Action = Any  # one of replication_types' action classes
+IsrRule = Callable[[Replicas, Collection[int], Collection[int], Mapping[int, float], int],
+                   "tuple[tuple[int, ...], str] | None"]
+
+
+def kafka_isr_change(r: Replicas, linked: Collection[int], ready: Collection[int],
+                     silent_for: Mapping[int, float], mark: int) -> tuple[tuple[int, ...], str] | None:
+    """The ISR change to ask for (:func:`amqp_server.cluster.isr.isr_change`); ``mark`` (the
+    leader's durable offset at the previous tick) is what the rule before #30 used, and is
+    ignored here."""
+    return isr_change(r, linked, ready, silent_for)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds (simulated or real) the replica waits for things.
+
+    Attributes:
+        lag_timeout: a follower silent this long leaves the ISR (isr.LAG_TIMEOUT in prod).
+        fetch_interval: a follower with no answer fetches again after this.
+        batch: most entries in one Records.
+    """
+
+    lag_timeout: float = 5.0
+    fetch_interval: float = 0.5
+    batch: int = 256
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The replication rules (swappable so tests can plug in a broken one)."""
+
+    isr_change: IsrRule = kafka_isr_change
+    high_watermark: Callable[[Replicas], int | None] = high_watermark
+
+
+@dataclass
+class _Lead:
+    """What a leader tracks for its epoch."""
+
+    epoch_start: int
+    since: float
+    progress: dict[int, int] = field(default_factory=dict)  # follower -> durable offset
+    last_fetch: dict[int, float] = field(default_factory=dict)
+    ready: set[int] = field(default_factory=set)  # followers whose fetch matched this epoch
+    parked: dict[int, Fetch] = field(default_factory=dict)
+    mark: int = 0  # durable offset at the previous tick (the old rule's mark)
+
+
+class Replica:
+    """One node's replica of one replicated queue (module docstring).
+
+    Args:
+        me: this node's index.
+        run: this process's incarnation (unique per start; etcd's ``run`` of an epoch won).
+        entries: the log as read from disk at start (all of it durable).
+        timing, rules: see :class:`Timing`, :class:`Rules`.
+
+    Every input returns the actions to carry out, in order.
+    """
+
+    def __init__(self, me: int, run: int, entries: Sequence[Entry] = (),
+                 timing: Timing = Timing(), rules: Rules = Rules()) -> None:
+        self.me, self.run = me, run
+        self.timing, self.rules = timing, rules
+        self.log: list[Entry] = list(entries)
+        self.durable = len(self.log)
+        self.gen = 0  # truncations so far: an fsync asked before one does not count
+        self._syncing = False
+        self.state: GroupState | None = None
+        self.epoch = 0  # the epoch this replica leads or follows
+        self.lead: _Lead | None = None
+        self.committed = 0  # leader: entries committed; follower: the leader's hw known
+        self._changing: int | None = None  # version a swap of ours is based on
+        self.proposed: tuple[int, ...] | None = None  # ISR asked of etcd (maximal ISR)
+        self.alive: frozenset[int] = frozenset()
+        self._fetched_at = -1e9  # follower: when the last fetch was sent
+
+    # ---- views -------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.lead is not None
+
+    @property
+    def log_end(self) -> int:
+        return len(self.log)
+
+    def entries(self, start: int, end: int) -> list[Entry]:
+        """Entries ``[start, end)`` of this replica's log (for a Commit action)."""
+        return self.log[start:end]
+
+    def last_epoch(self, offset: int | None = None) -> int:
+        """Epoch of the entry before ``offset`` (default: the log end); 0 before the first."""
+        offset = len(self.log) if offset is None else offset
+        return self.log[offset - 1][0] if offset > 0 else 0
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: the largest epoch <= ``epoch`` in this log and the
+        offset where it ends (the start of the next epoch, or the log end); (0, 0) if none."""
+        found, end = 0, 0
+        for off in range(len(self.log) - 1, -1, -1):  # entries carry their epoch
+            e = self.log[off][0]
+            if e <= epoch:
+                found, end = e, off + 1
+                break
+        return found, end
+
+    def replicas(self) -> Replicas:
+        """The leader's view for the ISR rules (:mod:`amqp_server.cluster.isr`); the epoch
+        start offset counts as committed (a follower below it lacks what the last leader
+        may have committed)."""
+        assert self.state is not None and self.lead is not None
+        return Replicas(self.me, self.state.members, self.state.isr, self.proposed,
+                        self.durable, len(self.log), self.lead.progress,
+                        max(self.committed, self.lead.epoch_start))
+
+    # ---- inputs: leader --------------------------------------------------------------------
+
+    def append(self, payload: Any, now: float) -> tuple[int | None, list[Action]]:
+        """The leader's queue logged ``payload``: its offset (None when not leading: the
+        driver nacks it), and the actions (write, fsync, answer parked fetches)."""
+        if self.lead is None:
+            return None, []
+        offset = len(self.log)
+        entry = (self.epoch, payload)
+        self.log.append(entry)
+        out: list[Action] = [Write(offset, (entry,))]
+        self._sync(out)
+        for peer, f in list(self.lead.parked.items()):
+            self._answer(peer, f, out)
+        return offset, out
+
+    def _answer(self, peer: int, f: Fetch, out: list[Action]) -> None:
+        """Answer a fetch that matched this log: entries from its offset, or park it."""
+        assert self.lead is not None
+        if f.offset >= len(self.log):
+            self.lead.parked[peer] = f
+            return
+        self.lead.parked.pop(peer, None)
+        chunk = tuple(self.log[f.offset:f.offset + self.timing.batch])
+        out.append(Send(peer, Records(self.epoch, f.offset, self.last_epoch(f.offset), chunk,
+                                      self.committed)))
+
+    def _on_fetch(self, peer: int, f: Fetch, now: float, out: list[Action]) -> None:
+        if f.epoch > self.epoch:  # a newer leader exists: stop committing until etcd says
+            self._step_down(out)
+            return
+        if self.lead is None or f.epoch < self.epoch or self.state is None \
+                or peer not in self.state.members:
+            return
+        lead = self.lead
+        lead.last_fetch[peer] = now
+        if f.offset > 0:
+            found, end = self.epoch_end(f.last_epoch)
+            if found != f.last_epoch or end < f.offset:
+                out.append(Send(peer, Diverging(self.epoch, found, end)))
+                return
+        # its log up to f.offset is ours: what it has on disk there counts
+        lead.ready.add(peer)
+        lead.progress[peer] = max(lead.progress.get(peer, 0), min(f.durable, f.offset))
+        self._answer(peer, f, out)
+        self._advance(out)
+
+    def _advance(self, out: list[Action]) -> None:
+        """Commit what the maximal ISR has on disk."""
+        if self.lead is None or self.state is None or self.me not in self.state.isr:
+            return
+        hw = self.rules.high_watermark(self.replicas())
+        if hw is not None and hw > self.committed:
+            out.append(Commit(self.committed, hw))
+            self.committed = hw
+
+    # ---- inputs: follower -----------------------------------------------------------------
+
+    def _fetch(self, out: list[Action], now: float) -> None:
+        if self.lead is None and self.state is not None and self.state.leader != self.me \
+                and self.me in self.state.members:
+            self._fetched_at = now
+            out.append(Send(self.state.leader, Fetch(self.epoch, len(self.log),
+                                                     self.last_epoch(), self.durable)))
+
+    def _on_records(self, peer: int, r: Records, now: float, out: list[Action]) -> None:
+        if self.lead is not None or self.state is None or peer != self.state.leader \
+                or r.epoch != self.epoch:
+            return
+        if r.first != len(self.log) or self.last_epoch() != r.prev_epoch:
+            return  # an answer to an older fetch (reordered or duplicated)
+        if r.entries:
+            self.log.extend(r.entries)
+            out.append(Write(r.first, r.entries))
+            self._sync(out)
+        self.committed = max(self.committed, min(r.hw, len(self.log)))
+        if len(r.entries) == self.timing.batch or not r.entries:
+            self._fetch(out, now)  # more to take (else the fsync's end fetches: the ack)
+
+    def _on_diverging(self, peer: int, d: Diverging, now: float, out: list[Action]) -> None:
+        if self.lead is not None or self.state is None or peer != self.state.leader \
+                or d.epoch != self.epoch:
+            return
+        _, mine = self.epoch_end(d.end_epoch)
+        cut = min(d.end_offset, mine, len(self.log))
+        if cut < len(self.log):
+            self._truncate(cut, out)
+        self._fetch(out, now)
+
+    def _truncate(self, offset: int, out: list[Action]) -> None:
+        del self.log[offset:]
+        self.durable = min(self.durable, offset)
+        self.committed = min(self.committed, offset)
+        self.gen += 1
+        out.append(Truncate(offset))
+
+    # ---- inputs: both ------------------------------------------------------------------------
+
+    def receive(self, peer: int, record: Fetch | Records | Diverging, now: float) -> list[Action]:
+        """A record from node ``peer`` (any order, maybe duplicated or stale)."""
+        out: list[Action] = []
+        if isinstance(record, Fetch):
+            self._on_fetch(peer, record, now, out)
+        elif isinstance(record, Records):
+            self._on_records(peer, record, now, out)
+        elif isinstance(record, Diverging):
+            self._on_diverging(peer, record, now, out)
+        return out
+
+    def _sync(self, out: list[Action]) -> None:
+        if not self._syncing and self.durable < len(self.log):
+            self._syncing = True
+            out.append(Fsync((self.gen, len(self.log))))
+
+    def fsync_done(self, token: tuple[int, int], now: float) -> list[Action]:
+        """An fsync asked by ``Fsync(token)`` finished (the file is on disk up to there,
+        unless a truncation came meanwhile: then it does not count)."""
+        out: list[Action] = []
+        self._syncing = False
+        gen, end = token
+        before = self.durable
+        if gen == self.gen:
+            self.durable = max(self.durable, min(end, len(self.log)))
+        self._sync(out)
+        if self.lead is not None:
+            self._advance(out)
+        elif self.durable > before:
+            self._fetch(out, now)  # the acknowledgement
+        return out
+
+    def on_alive(self, alive: Collection[int]) -> None:
+        """etcd's live nodes (sessions whose lease has not expired)."""
+        self.alive = frozenset(alive)
+
+    def on_state(self, state: GroupState, now: float) -> list[Action]:
+        """etcd's watch brought the group's state (older versions are ignored)."""
+        out: list[Action] = []
+        if self.state is not None and state.version <= self.state.version:
+            return out
+        self.state = state
+        if self._changing is not None and state.version > self._changing:
+            self._changing, self.proposed = None, None
+        if state.leader == self.me:
+            if state.run != self.run:
+                self._step_down(out)
+                self._elect(out, f"node {self.me} restarted as the leader")
+            elif self.lead is None or state.epoch > self.epoch:
+                self._become(state.epoch, now, out)
+            else:
+                self._advance(out)
+            return out
+        if self.lead is not None:
+            self._step_down(out)
+        if state.epoch != self.epoch:
+            self.epoch = state.epoch
+            self._fetch(out, now)
+        return out
+
+    def _become(self, epoch: int, now: float, out: list[Action]) -> None:
+        self.epoch = epoch
+        self.committed = min(self.committed, len(self.log))
+        self.lead = _Lead(epoch_start=len(self.log), since=now, mark=self.durable)
+        out.append(Become(epoch, self.committed))
+        self._sync(out)
+        self._advance(out)
+
+    def _step_down(self, out: list[Action]) -> None:
+        if self.lead is not None:
+            self.lead = None
+            out.append(StepDown(self.epoch))
+
+    def cas_result(self, base: int, won: bool) -> None:
+        """etcd answered the swap based on version ``base``: lost means the state stays
+        what the watch says (the proposal never applies); won waits for the watch."""
+        if not won and self._changing == base:
+            self._changing, self.proposed = None, None
+
+    def _cas(self, new: GroupState, why: str, out: list[Action]) -> None:
+        assert self.state is not None
+        self._changing = self.state.version
+        out.append(Cas(new.but(version=self.state.version), why))
+
+    def _elect(self, out: list[Action], why: str) -> None:
+        s = self.state
+        if s is None or self._changing is not None or self.me not in s.isr:
+            return
+        isr = tuple(m for m in s.isr if m == self.me or m != s.leader)
+        self._cas(s.but(leader=self.me, run=self.run, epoch=s.epoch + 1, isr=isr), why, out)
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passed: fetch again, change the ISR, or take over from a dead leader."""
+        out: list[Action] = []
+        s = self.state
+        if s is None:
+            return out
+        lead = self.lead
+        if lead is None:
+            if s.leader == self.me and s.run != self.run:
+                self._elect(out, f"node {self.me} restarted as the leader")
+            elif s.leader not in self.alive and self.me in self.alive:
+                self._elect(out, f"node {self.me} takes over from node {s.leader}")
+            elif now - self._fetched_at >= self.timing.fetch_interval:
+                self._fetch(out, now)
+            return out
+        if self._changing is None:
+            silent = {m: now - max(lead.last_fetch.get(m, lead.since), lead.since)
+                      for m in s.members if m != self.me}
+            linked = {self.me} | {m for m, t in silent.items() if t < self.timing.lag_timeout}
+            change = self.rules.isr_change(self.replicas(), linked, lead.ready, silent,
+                                           lead.mark)
+            if change is not None:
+                self.proposed = change[0]
+                self._cas(s.but(isr=change[0]), change[1], out)
+        lead.mark = self.durable
+        self._advance(out)
+        return out

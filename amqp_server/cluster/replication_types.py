@@ -1,0 +1,161 @@
+"""The vocabulary of :mod:`amqp_server.cluster.replication`: etcd's group state, the records
+replicas send each other, and the actions the state machine asks its driver to carry out.
+
+All are frozen dataclasses holding plain values, so a driver (asyncio with etcd and node
+links, or the deterministic simulation in ``tests/sim``) can compare, copy and log them.
+Offsets count log entries from 0; an entry is ``(epoch, payload)`` where the payload is
+opaque to replication (the queue's operation).
+
+Source: Kafka replication protocol (Fetch with ``lastFetchedEpoch``, ``divergingEpoch``
+answers, KIP-101 / KIP-279 / KIP-320 leader epochs, ``AlterPartition`` ISR changes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = [
+    "Become", "Cas", "Commit", "Diverging", "Entry", "Fetch", "Fsync", "GroupState", "Records",
+    "Send", "StepDown", "Truncate", "Write",
+]
+
+Entry = tuple[int, Any]  # (leader epoch that appended it, payload)
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One replicated queue's state in etcd (changed only by compare-and-swap).
+
+    Attributes:
+        leader: node index of the leader.
+        run: the leader's incarnation (a number unique per process start) that won this
+            epoch: a restarted node never leads an epoch it took before the restart.
+        epoch: leader epoch, +1 at every election.
+        members: every replica's node.
+        isr: the in-sync replicas (the leader included).
+        version: etcd's modification revision of the value (the compare of a swap).
+    """
+
+    leader: int
+    run: int
+    epoch: int
+    members: tuple[int, ...]
+    isr: tuple[int, ...]
+    version: int = 0
+
+    def but(self, **changes: Any) -> GroupState:
+        """A copy with ``changes`` (the proposed value of a swap)."""
+        return replace(self, **changes)
+
+
+# ---- records between replicas ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Follower -> leader: "send me entries from ``offset``" (Kafka Fetch). It is also the
+    follower's acknowledgement: ``durable`` entries are on its disk.
+
+    Attributes:
+        epoch: the leader epoch the follower follows.
+        offset: the follower's log end.
+        last_epoch: epoch of the entry at ``offset - 1`` (0 for an empty log): the leader
+            checks it against its own log (KIP-320) before counting or answering.
+        durable: entries the follower has fsynced (<= offset).
+    """
+
+    epoch: int
+    offset: int
+    last_epoch: int
+    durable: int
+
+
+@dataclass(frozen=True)
+class Records:
+    """Leader -> follower: entries from ``first`` (whose predecessor has ``prev_epoch``),
+    and the leader's high watermark."""
+
+    epoch: int
+    first: int
+    prev_epoch: int
+    entries: tuple[Entry, ...]
+    hw: int
+
+
+@dataclass(frozen=True)
+class Diverging:
+    """Leader -> follower: your entry at ``offset - 1`` is not mine: my largest epoch not
+    above yours is ``end_epoch`` and it ends at ``end_offset``; truncate and fetch again."""
+
+    epoch: int
+    end_epoch: int
+    end_offset: int
+
+
+# ---- actions for the driver ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send ``record`` (Fetch, Records or Diverging) to node ``to``; it may be lost."""
+
+    to: int
+    record: Fetch | Records | Diverging
+
+
+@dataclass(frozen=True)
+class Write:
+    """Append ``entries`` to the replica's file at offset ``first`` (its current end)."""
+
+    first: int
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Cut the replica's file to ``offset`` entries (a divergent tail of an older epoch)."""
+
+    offset: int
+
+
+@dataclass(frozen=True)
+class Fsync:
+    """fsync the replica's file, then call ``Replica.fsync_done(token)``."""
+
+    token: tuple[int, int]  # (truncation generation, log end when asked)
+
+
+@dataclass(frozen=True)
+class Cas:
+    """Replace etcd's state by ``new`` if its version is still ``new.version``; then call
+    ``Replica.cas_result(new.version, won)``; etcd's watch brings the value back."""
+
+    new: GroupState
+    why: str
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Leader: entries ``[start, end)`` are committed: apply them to the queue and confirm
+    their publishers (``Replica.entries(start, end)``)."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Become:
+    """This replica leads ``epoch`` from now; entries below ``committed`` are known
+    committed (the rest of its log commits once the ISR has it)."""
+
+    epoch: int
+    committed: int
+
+
+@dataclass(frozen=True)
+class StepDown:
+    """This replica stopped leading ``epoch``: fail publishes not committed, cancel
+    consumers; it follows the next leader."""
+
+    epoch: int

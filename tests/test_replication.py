@@ -1,0 +1,151 @@
+"""The sans-IO replica state machine (:mod:`amqp_server.cluster.replication`) on examples:
+records passed by hand between replicas, fsyncs finished when the test says so. Random runs
+with faults are in tests/test_replication_sim.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqp_server.cluster.replication import Replica
+from amqp_server.cluster.replication_types import (
+    Become,
+    Cas,
+    Commit,
+    Diverging,
+    Fetch,
+    Fsync,
+    GroupState,
+    Records,
+    Send,
+    StepDown,
+    Truncate,
+)
+
+ALL = (0, 1, 2)
+
+
+def state(leader: int = 0, run: int = 10, epoch: int = 1, isr: tuple[int, ...] = ALL,
+          version: int = 1) -> GroupState:
+    return GroupState(leader, run, epoch, ALL, isr, version)
+
+
+class Cluster:
+    """Replicas 0, 1, 2 (runs 10, 11, 12); records go into ``wire`` until delivered."""
+
+    def __init__(self, logs: dict[int, list[Any]] | None = None) -> None:
+        logs = logs or {}
+        self.r = {i: Replica(i, 10 + i, logs.get(i, ())) for i in ALL}
+        self.wire: list[tuple[int, Send]] = []
+        self.fsyncs: dict[int, tuple[int, int]] = {}
+        self.actions: dict[int, list[Any]] = {i: [] for i in ALL}
+
+    def do(self, i: int, actions: list[Any]) -> list[Any]:
+        self.actions[i] += actions
+        for a in actions:
+            if isinstance(a, Send):
+                self.wire.append((i, a))
+            elif isinstance(a, Fsync):
+                self.fsyncs[i] = a.token
+        return actions
+
+    def state(self, s: GroupState, now: float = 0.0) -> None:
+        for i in ALL:
+            self.do(i, self.r[i].on_state(s, now))
+
+    def deliver(self, now: float = 0.0) -> None:
+        while self.wire:
+            src, send = self.wire.pop(0)
+            self.do(send.to, self.r[send.to].receive(src, send.record, now))
+
+    def sync(self, *nodes: int, now: float = 0.0) -> None:
+        for i in nodes:
+            token = self.fsyncs.pop(i, None)
+            if token is not None:
+                self.do(i, self.r[i].fsync_done(token, now))
+
+    def commits(self, i: int) -> list[int]:
+        return [a.end for a in self.actions[i] if isinstance(a, Commit)]
+
+
+def test_an_entry_commits_once_every_isr_member_has_it_on_disk() -> None:
+    c = Cluster()
+    c.state(state())
+    assert any(isinstance(a, Become) for a in c.actions[0])
+    c.deliver()  # the followers' first fetches, parked
+    offset, actions = c.r[0].append("m1", 0.0)
+    c.do(0, actions)
+    assert offset == 0
+    c.deliver()  # entries to both followers
+    c.sync(0, 1)
+    c.deliver()
+    assert c.commits(0) == []  # follower 2 has not fsynced
+    c.sync(2)
+    c.deliver()
+    assert c.commits(0) == [1]
+    assert c.r[1].log == c.r[2].log == [(1, "m1")]
+
+
+def test_a_follower_cuts_a_divergent_tail_to_the_new_leaders_epoch_end() -> None:
+    # node 1 led epoch 1 and wrote two entries only it has; node 0 leads epoch 2
+    c = Cluster({0: [(1, "a")], 1: [(1, "a"), (1, "x"), (1, "y")], 2: [(1, "a")]})
+    c.state(state(leader=0, run=10, epoch=2, version=5))
+    c.r[0].append("b", 0.0)
+    c.deliver()
+    truncs = [a for a in c.actions[1] if isinstance(a, Truncate)]
+    assert truncs == [Truncate(1)]
+    assert any(isinstance(s.record, Diverging) for _, s in [(0, a) for a in c.actions[0]
+                                                            if isinstance(a, Send)])
+    c.deliver()
+    assert c.r[1].log == [(1, "a"), (2, "b")]
+
+
+def test_a_node_restarted_as_the_leader_takes_a_new_epoch_first() -> None:
+    r = Replica(0, run=99, entries=[(1, "a")])
+    actions = r.on_state(state(leader=0, run=10, epoch=1), 0.0)
+    assert not r.leading
+    (cas,) = [a for a in actions if isinstance(a, Cas)]
+    assert (cas.new.leader, cas.new.run, cas.new.epoch, cas.new.version) == (0, 99, 2, 1)
+    assert r.append("m", 0.0) == (None, [])
+
+
+def test_a_follower_rejoins_only_past_the_leaders_epoch_start() -> None:
+    # node 0 was elected with 3 entries; node 2 (out of the ISR) has 1 of them on disk
+    c = Cluster({0: [(1, "a"), (1, "b"), (1, "c")], 2: [(1, "a")]})
+    c.state(state(epoch=2, isr=(0, 1), version=3))
+    leader = c.r[0]
+    c.r[1].on_alive(ALL)
+    leader.receive(2, Fetch(2, 1, 1, 1), 0.0)  # node 2 fetches from offset 1
+    assert not [a for a in leader.tick(0.1) if isinstance(a, Cas)]
+    leader.receive(2, Fetch(2, 3, 1, 3), 0.2)  # now it has all three on disk
+    (cas,) = [a for a in leader.tick(0.3) if isinstance(a, Cas)]
+    assert cas.new.isr == ALL
+
+
+def test_a_leader_steps_down_when_a_fetch_names_a_newer_epoch() -> None:
+    r = Replica(0, 10)
+    r.on_state(state(), 0.0)
+    assert r.leading
+    assert r.receive(1, Fetch(2, 0, 0, 0), 0.0) == [StepDown(1)]
+    assert not r.leading
+
+
+def test_a_follower_takes_entries_only_from_its_epochs_leader() -> None:
+    r = Replica(1, 11)
+    r.on_state(state(), 0.0)
+    assert r.receive(2, Records(1, 0, 0, ((1, "x"),), 0), 0.0) == []  # not the leader
+    assert r.receive(0, Records(0, 0, 0, ((0, "x"),), 0), 0.0) == []  # an older epoch
+    assert r.log == []
+    r.receive(0, Records(1, 0, 0, ((1, "m"),), 0), 0.0)
+    assert r.log == [(1, "m")]
+
+
+def test_a_silent_follower_leaves_the_isr_and_a_dead_leader_is_replaced() -> None:
+    c = Cluster()
+    c.state(state())
+    leader = c.r[0]
+    (cas,) = [a for a in leader.tick(10.0) if isinstance(a, Cas)]  # nobody fetched
+    assert len(cas.new.isr) == 2
+    follower = c.r[1]
+    follower.on_alive((1, 2))  # etcd: node 0's lease expired
+    (elect,) = [a for a in follower.tick(11.0) if isinstance(a, Cas)]
+    assert (elect.new.leader, elect.new.epoch, elect.new.isr) == (1, 2, (1, 2))
