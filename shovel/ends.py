@@ -137,23 +137,27 @@ def _forward_entry(shovel: ShovelSpec, node: str, src_uri: str, dest_uri: str
     return entry
 
 
-_PROPERTY_NAMES = {"content_type", "content_encoding", "headers", "delivery_mode", "priority",
-                   "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
-                   "type", "user_id", "app_id", "cluster_id"}
+#: RabbitMQ's property names (dest-publish-properties) -> pamqp's
+_PROPERTY_NAMES = {name: name for name in (
+    "content_type", "content_encoding", "headers", "delivery_mode", "priority",
+    "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "user_id",
+    "app_id", "cluster_id")} | {"type": "message_type"}
 
 
 def _properties(shovel: ShovelSpec, props: spec.Basic.Properties,
                 forward: dict[str, Any] | None) -> spec.Basic.Properties:
     if not (forward or shovel.add_timestamp_header or shovel.publish_properties):
         return props
-    fields = {name: getattr(props, name, None) for name in _PROPERTY_NAMES}
+    fields = {name: getattr(props, name, None) for name in _PROPERTY_NAMES.values()}
     for name, value in shovel.publish_properties.items():
         if name in _PROPERTY_NAMES:
-            fields[name] = value
+            fields[_PROPERTY_NAMES[name]] = value
     headers = dict(fields.get("headers") or {})
     if forward is not None:
         headers["x-shovelled"] = [forward, *list(headers.get("x-shovelled") or [])]
     if shovel.add_timestamp_header:
         headers["x-shovelled-timestamp"] = int(time.time())
     fields["headers"] = headers or None
+    if fields.get("cluster_id") is None:
+        fields["cluster_id"] = ""
     return spec.Basic.Properties(**fields)

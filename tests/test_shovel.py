@@ -1,0 +1,329 @@
+"""Dynamic shovels on real broker processes: a shovel between two queues of one broker, from
+one amqpq broker to another with the destination killed -9 mid-transfer (on-confirm: every
+message arrives), ``src-delete-after``, the status rows of ``/api/shovels`` (password
+masked, ``reason`` when the source cannot be reached), restart, definitions round trip and
+the ``amqpqctl`` commands. Validation texts: tests/test_shovel_params.py.
+
+Source: https://www.rabbitmq.com/docs/shovel-dynamic; status fields as RabbitMQ 3.10.8 with
+rabbitmq_shovel_management serves them (checked with curl).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pika
+import pytest
+
+from tests.support.broker_process import BrokerProcess, broker_env, free_port
+
+AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+
+class Node:
+    """A broker process with its management port."""
+
+    def __init__(self, tmp: Path, name: str) -> None:
+        self.http = free_port()
+        self.proc = BrokerProcess(tmp / name, tmp / f"{name}.log", management=self.http,
+                                  log_level="info")
+
+    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(status, decoded JSON body or None)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=data,
+                                     method=method, headers={"Authorization": AUTH,
+                                                             "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                raw = resp.read()
+                return resp.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.proc.port}/%2F"
+
+    def count(self, queue: str) -> int:
+        """Messages in ``queue`` as a passive declare sees them (0 when it does not exist)."""
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
+        except pika.exceptions.ChannelClosedByBroker:
+            return 0
+        finally:
+            if conn.is_open:
+                conn.close()
+
+    def shovels(self) -> list[dict[str, Any]]:
+        status, rows = self.api("GET", "/api/shovels")
+        assert status == 200
+        return list(rows)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path, "a")
+    n.proc.start()
+    yield n
+    n.proc.close()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+        time.sleep(0.1)
+
+
+def publish(url: str, queue: str, bodies: list[bytes], durable: bool = True) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=durable)
+    ch.confirm_delivery()
+    for body in bodies:
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
+                                                               headers={"h": 1}))
+    conn.close()
+
+
+def drain(url: str, queue: str) -> list[tuple[bytes, Any]]:
+    """Every message of ``queue`` (body, properties), taken with basic.get."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    got = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        got.append((body, props))
+    conn.close()
+    return got
+
+
+def put_shovel(node: Node, name: str, value: dict[str, Any], vhost: str = "/") -> int:
+    status, _ = node.api("PUT", f"/api/parameters/shovel/{quote(vhost, safe='')}/{name}",
+                         {"value": value})
+    return status
+
+
+def test_shovel_between_two_queues_of_one_broker(node: Node) -> None:
+    bodies = [f"m{i}".encode() for i in range(500)]
+    publish(node.url, "src", bodies)
+    assert put_shovel(node, "s1", {"src-uri": "amqp://", "src-queue": "src",
+                                   "dest-uri": "amqp://", "dest-queue": "dst",
+                                   "dest-add-forward-headers": True,
+                                   "dest-add-timestamp-header": True}) == 201
+    wait_for(lambda: node.count("dst") == 500 and node.count("src") == 0, what="500 moved")
+    got = drain(node.url, "dst")
+    assert [b for b, _ in got] == bodies  # in order
+    headers = got[0][1].headers
+    assert headers["h"] == 1 and isinstance(headers["x-shovelled-timestamp"], int)
+    forward = headers["x-shovelled"][0]
+    assert forward["shovel-name"] == "s1" and forward["shovel-type"] == "dynamic"
+    assert forward["src-queue"] == "src" and forward["dest-queue"] == "dst"
+    assert got[0][1].delivery_mode == 2
+    # a second PUT replaces it (204), the shovel goes on with the new value
+    assert put_shovel(node, "s1", {"src-uri": "amqp://", "src-queue": "src",
+                                   "dest-uri": "amqp://", "dest-queue": "dst2"}) == 204
+    wait_for(lambda: any(r.get("dest_queue") == "dst2" for r in node.shovels()),
+             what="the new value running")
+    publish(node.url, "src", [b"late"])
+    wait_for(lambda: node.count("dst2") == 1, what="the late message in dst2")
+    assert node.api("DELETE", "/api/parameters/shovel/%2F/s1")[0] == 204
+    wait_for(lambda: node.shovels() == [], what="no shovel left")
+    assert node.api("DELETE", "/api/parameters/shovel/%2F/s1")[0] == 404
+
+
+def test_status_fields_masked_uri_and_restart(node: Node) -> None:
+    assert put_shovel(node, "st", {"src-uri": f"amqp://guest:guest@127.0.0.1:{node.proc.port}",
+                                   "src-exchange": "amq.topic", "src-exchange-key": "a.#",
+                                   "dest-uri": "amqp://", "dest-exchange": "amq.direct",
+                                   "dest-exchange-key": "k"}) == 201
+    row = wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"],
+                   what="running")[0]
+    assert row["name"] == "st" and row["vhost"] == "/" and row["type"] == "dynamic"
+    assert row["src_uri"] == f"amqp://127.0.0.1:{node.proc.port}"  # no credentials
+    assert row["dest_uri"] == "amqp://" and row["src_protocol"] == "amqp091"
+    assert row["dest_protocol"] == "amqp091"
+    assert (row["src_exchange"], row["src_exchange_key"]) == ("amq.topic", "a.#")
+    assert (row["dest_exchange"], row["dest_exchange_key"]) == ("amq.direct", "k")
+    assert "src_queue" not in row and "reason" not in row and row["node"]
+    assert time.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S")
+    status, one = node.api("GET", "/api/shovels/vhost/%2F/st")
+    assert status == 200 and one["name"] == "st"
+    assert node.api("GET", "/api/shovels/%2F")[1][0]["name"] == "st"
+    assert node.api("GET", "/api/shovels/vhost/%2F/nope")[0] == 404
+    assert node.api("DELETE", "/api/shovels/vhost/%2F/nope/restart")[0] == 404
+    # routed through amq.topic -> shovel -> amq.direct "k" -> q
+    conn = pika.BlockingConnection(pika.URLParameters(node.url))
+    ch = conn.channel()
+    ch.queue_declare("q")
+    ch.queue_bind("q", "amq.direct", "k")
+    ch.basic_publish("amq.topic", "a.b", b"x")
+    ch.basic_publish("amq.topic", "b.b", b"not matched")
+    conn.close()
+    wait_for(lambda: node.count("q") == 1, what="the routed message")
+    assert node.api("DELETE", "/api/shovels/vhost/%2F/st/restart")[0] == 204
+    wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"],
+             what="running again")
+
+
+def test_unreachable_source_is_a_status_with_a_reason(node: Node) -> None:
+    dead = free_port()
+    assert put_shovel(node, "bad", {"src-uri": f"amqp://u:secretpw@127.0.0.1:{dead}",
+                                    "src-queue": "a", "dest-uri": "amqp://",
+                                    "dest-queue": "b", "reconnect-delay": 1}) == 201
+    row = wait_for(lambda: [r for r in node.shovels() if r["state"] == "terminated"],
+                   what="terminated")[0]
+    assert "could not connect to source" in row["reason"]
+    assert "secretpw" not in json.dumps(node.shovels())
+    assert "secretpw" not in node.proc.log_text()
+    # after reconnect-delay it tries again (starting), and stays a status, never a crash
+    wait_for(lambda: node.proc.log_text().count("could not connect to source") >= 2,
+             what="a second attempt")
+    assert node.api("GET", "/api/overview")[0] == 200
+
+
+def test_delete_after_queue_length(node: Node) -> None:
+    publish(node.url, "src", [b"%d" % i for i in range(50)])
+    assert put_shovel(node, "once", {"src-uri": "amqp://", "src-queue": "src",
+                                     "dest-uri": "amqp://", "dest-queue": "dst",
+                                     "src-delete-after": "queue-length"}) == 201
+    wait_for(lambda: node.api("GET", "/api/parameters/shovel/%2F/once")[0] == 404,
+             what="the shovel deleted itself")
+    assert node.count("dst") == 50
+    publish(node.url, "src", [b"after"])
+    time.sleep(0.5)  # nothing may move it any more: give a stray shovel the chance to
+    assert node.count("src") == 1 and node.shovels() == []
+
+
+def test_delete_after_number_and_no_ack(node: Node) -> None:
+    publish(node.url, "src", [b"%d" % i for i in range(30)])
+    assert put_shovel(node, "ten", {"src-uri": "amqp://", "src-queue": "src",
+                                    "dest-uri": "amqp://", "dest-queue": "dst",
+                                    "src-delete-after": 10, "ack-mode": "on-publish",
+                                    "src-prefetch-count": 4}) == 201
+    wait_for(lambda: node.api("GET", "/api/parameters/shovel/%2F/ten")[0] == 404,
+             what="the shovel deleted itself")
+    wait_for(lambda: node.count("src") == 20, what="20 left (prefetched ones requeued)")
+    assert node.count("dst") == 10
+    assert put_shovel(node, "na", {"src-uri": "amqp://", "src-queue": "src",
+                                   "dest-uri": "amqp://", "dest-queue": "dst",
+                                   "ack-mode": "no-ack"}) == 201
+    wait_for(lambda: node.count("dst") == 30, what="the rest moved with no-ack")
+
+
+def test_definitions_round_trip_and_restart(node: Node, tmp_path: Path) -> None:
+    value = {"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp://",
+             "dest-queue": "dst", "ack-mode": "on-confirm", "reconnect-delay": 2}
+    assert put_shovel(node, "kept", value) == 201
+    status, doc = node.api("GET", "/api/definitions")
+    assert status == 200
+    params = [p for p in doc["parameters"] if p["component"] == "shovel"]
+    assert params == [{"value": value, "vhost": "/", "component": "shovel", "name": "kept"}]
+    # another broker imports it and runs it
+    other = Node(tmp_path, "b")
+    other.proc.start()
+    try:
+        assert other.api("POST", "/api/definitions", doc)[0] in (200, 201, 204)
+        wait_for(lambda: [r for r in other.shovels() if r["state"] == "running"],
+                 what="the imported shovel running")
+        publish(other.url, "src", [b"x"])
+        wait_for(lambda: other.count("dst") == 1, what="moved on the importing broker")
+    finally:
+        other.proc.close()
+    # a restart starts it from the stored parameter
+    node.proc.restart()
+    wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"],
+             what="running after a restart")
+    publish(node.url, "src", [b"y"])
+    wait_for(lambda: node.count("dst") == 1, what="moved after the restart")
+
+
+def test_on_confirm_destination_killed_mid_transfer(tmp_path: Path) -> None:
+    """From one amqpq broker to another, on-confirm: the destination is killed -9 while
+    messages move and started again; every message ends in the destination queue (some
+    twice at most), none is left behind or lost."""
+    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
+    src.proc.start()
+    dest.proc.start()
+    try:
+        n = 20_000
+        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
+        dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
+        assert put_shovel(src, "move", {"src-uri": "amqp://", "src-queue": "orders",
+                                        "dest-uri": dest_uri, "dest-queue": "orders",
+                                        "reconnect-delay": 1, "src-prefetch-count": 500}
+                          ) == 201
+        wait_for(lambda: dest.count("orders") > 2000, what="the transfer under way")
+        dest.proc.kill()
+        dest.proc.start()  # same port, same data dir
+        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
+                 timeout=120, what="every message moved")
+        got = [body for body, _ in drain(dest.url, "orders")]
+        assert set(got) == {b"%06d" % i for i in range(n)}
+        assert len(got) - n <= 500  # duplicates: at most the unconfirmed window
+        row = wait_for(lambda: [r for r in src.shovels() if r["state"] == "running"],
+                       what="running again")[0]
+        assert row["dest_uri"] == f"amqp://127.0.0.1:{dest.proc.port}/%2F"
+        assert "reconnecting" in src.proc.log_text()
+    finally:
+        src.proc.close()
+        dest.proc.close()
+
+
+def ctl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "amqpqctl", "--port", str(node.http),
+                           *args], capture_output=True, text=True, env=broker_env(),
+                          timeout=30)
+
+
+def test_cli(node: Node) -> None:
+    value = json.dumps({"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp://",
+                        "dest-queue": "dst"})
+    res = ctl(node, "set_parameter", "shovel", "c1", value)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith('Setting runtime parameter "c1" for component "shovel"')
+    wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"], what="running")
+    res = ctl(node, "shovel_status")
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("Shovel status on node ")
+    assert lines[1].split("\t") == ["destination", "last_changed", "name", "source", "state",
+                                    "termination_reason", "type", "vhost"]
+    cells = lines[2].split("\t")
+    assert cells[0] == "amqp://" and cells[2] == "c1" and cells[4] == "running"
+    assert cells[6:] == ["dynamic", "/"]
+    rows = json.loads(ctl(node, "shovel_status", "--formatter", "json").stdout)
+    assert rows[0]["source_queue"] == "src" and rows[0]["destination_queue"] == "dst"
+    listed = ctl(node, "list_parameters").stdout.splitlines()
+    assert listed[1:] == ["component\tname\tvalue",
+                          f"shovel\tc1\t{json.dumps(json.loads(value), separators=(',', ':'))}"]
+    res = ctl(node, "restart_shovel", "c1")
+    assert res.returncode == 0 and res.stdout.startswith("Restarting dynamic Shovel c1 in "
+                                                         "virtual host / on node ")
+    bad = ctl(node, "set_parameter", "shovel", "c2", '{"src-uri": "amqp://"}')
+    assert bad.returncode == 1 and "Must specify 'src-exchange' or 'src-queue'" in bad.stderr
+    res = ctl(node, "delete_shovel", "c1")
+    assert res.returncode == 0 and res.stdout == "Deleting shovel c1 in vhost /\n"
+    missing = ctl(node, "delete_shovel", "c1")
+    assert missing.returncode == 1
+    assert "shovel 'c1' in vhost '/' does not exist" in missing.stderr
+    assert ctl(node, "restart_shovel", "c1").returncode == 1
+    wait_for(lambda: node.shovels() == [], what="deleted")
