@@ -44,6 +44,8 @@ log = logging.getLogger("amqpq.cluster")
 
 AUTHENTICATE = "/etcdserverpb.Auth/Authenticate"
 WATCH = "/etcdserverpb.Watch/Watch"
+#: gRPC's 4 MiB default would refuse the answer to a node's start-up read of a big log
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 512 * 1024 * 1024)]
 
 
 class AuthenticationFailed(aetcd.exceptions.ClientError):
@@ -238,10 +240,11 @@ class EtcdClient(aetcd.Client):
             interceptors: list[Any] = [] if self._auth is None else \
                 [_UnaryToken(self._auth), _StreamToken(self._auth)]
             if self._tls is None:
-                self.channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
+                self.channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS,
+                                                         interceptors=interceptors)
             else:
                 self.channel = grpc.aio.secure_channel(
-                    target, grpc.ssl_channel_credentials(*self._tls),
+                    target, grpc.ssl_channel_credentials(*self._tls), options=CHANNEL_OPTIONS,
                     interceptors=interceptors)
             self.kvstub = rpc.KVStub(self.channel)
             self.clusterstub = rpc.ClusterStub(self.channel)
@@ -262,6 +265,24 @@ class EtcdClient(aetcd.Client):
             raise
         finally:
             self._is_connecting = False
+
+    async def keys_created_up_to(self, prefix: bytes, revision: int,
+                                 page: int = 1000) -> AsyncIterator[list[bytes]]:
+        """The keys under ``prefix`` created at or before etcd ``revision``, ``page`` at a
+        time (keys only: a log of 100,000 records is read in pages, never in one answer).
+        Raises aetcd.exceptions.ClientError (etcd unreachable)."""
+        end = aetcd.utils.prefix_range_end(prefix)
+        start = prefix
+        while True:
+            request = rpc.RangeRequest(key=start, range_end=end, limit=page, keys_only=True,
+                                       max_create_revision=revision)
+            response = await self.kvstub.Range(request, timeout=self._timeout)
+            keys = [bytes(kv.key) for kv in response.kvs]
+            if keys:
+                yield keys
+            if not response.more or not keys:
+                return
+            start = keys[-1] + b"\0"
 
 
 def open_client(options: EtcdOptions) -> EtcdClient:

@@ -19,8 +19,17 @@ broker (:mod:`amqp_server.workers.runtime`), and etcd plays the supervisor's ord
   the dead registration's lease) by whichever node saw it first, or by the node itself at its
   next start. So a node starting later replays the death at the same place.
 
-The log is never compacted yet: a node starting reads every record since the cluster began
-(a few hundred bytes each).
+* **Compaction**: one node (the running node of the lowest index, as etcd's registrations
+  say) writes a *snapshot* every :data:`SNAPSHOT_RECORDS` log records, or after
+  :data:`SNAPSHOT_SECONDS` when fewer came: the records that rebuild its whole state at the
+  etcd revision it has applied (:mod:`amqp_server.cluster.log_snapshot`), in chunks under
+  ``snapshot-data/<id>/``, then the pointer ``snapshot`` (``{"revision", "id", "chunks"}``)
+  by a compare-and-swap on its previous version (two nodes cannot both install one). Then it
+  deletes the log's records created at or before that revision (``down-*`` records stay:
+  each is written once per death) and compacts etcd's history to it. A node starting applies
+  the snapshot, then the log records created after its revision. A node whose watch cannot go
+  on because its revision was compacted (it was cut off from etcd meanwhile) reads the
+  snapshot and the tail again: what the snapshot lacks is removed, the rest applied over.
 
 Source: etcd's watch and transaction API (https://etcd.io/docs/v3.4/learning/api/);
 RabbitMQ keeps its metadata in Mnesia (3.13) or Khepri (Raft), replicated on every node.
@@ -30,11 +39,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
+from amqp_server.cluster.log_snapshot import removals
 from amqp_server.cluster.membership import Membership, load_info
 from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import CONTROL
@@ -43,7 +55,15 @@ from broker.topology_records import WorkerDown, to_wire
 log = logging.getLogger("amqpq.cluster")
 
 Records = list[tuple[int, bytes]]
+Wire = dict[str, Any]
 RETRY = 1.0  # seconds before a failed etcd write or a broken watch is tried again
+#: log records after which a snapshot is written (env AMQPQ_METADATA_SNAPSHOT_RECORDS)
+SNAPSHOT_RECORDS = int(os.environ.get("AMQPQ_METADATA_SNAPSHOT_RECORDS", "10000"))
+#: seconds after which a snapshot is written when fewer records came (at least one;
+#: env AMQPQ_METADATA_SNAPSHOT_SECONDS)
+SNAPSHOT_SECONDS = float(os.environ.get("AMQPQ_METADATA_SNAPSHOT_SECONDS", "600"))
+CHUNK_BYTES = 512 * 1024  # a snapshot's chunk (etcd refuses requests over 1.5 MiB)
+DELETES_PER_TXN = 100  # etcd's --max-txn-ops is 128 by default
 
 
 class EtcdHub:
@@ -68,28 +88,39 @@ class EtcdHub:
         self._writes: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._revision = 0  # the last revision applied
+        self._seen = 0  # the last revision the watch gave (applied at the next _flush)
+        self._batch: Records = []  # records of the watch's events, not yet handed over
+        self._flush_scheduled = False
         self.names: dict[int, str] = {}  # node index -> name (registered nodes)
         self.running: set[int] = {membership.index}  # indexes of registered nodes
         self.watchers: list[Callable[[str, bytes, bytes | None], None]] = []
+        #: the records rebuilding this node's state (:func:`log_snapshot.state_records`)
+        self.state_source: Callable[[], list[Wire]] | None = None
+        self.snapshot_key = membership.root + b"snapshot"
+        self.snapshot_prefix = membership.root + b"snapshot-data/"
+        self.snapshot: dict[str, Any] = {}  # the pointer's value, as last seen
+        self._snapshot_mod = 0  # the pointer's mod revision (0: none yet)
+        self.since_snapshot = 0  # log records written since the last snapshot (about)
+        self._last_record = 0  # the revision of the last log record seen
+        self._snapshot_time = time.monotonic()
+        self.snapshots_written = 0
 
     @property
     def client(self) -> Any:
         return self.m.client
 
     async def hello(self) -> None:
-        """Record the death of this name's previous run, read the whole log and the running
-        nodes, hand them to the runtime (then ``synced``), and start watching."""
+        """Record the death of this name's previous run, read the latest snapshot, the log
+        after it and the running nodes, hand them to the runtime (then ``synced``), and start
+        watching (and compacting, when this node is the one that does)."""
         if self.m.previous_lease:
             await self._record_down(self.m.node, self.m.index, self.m.previous_lease)
-        everything = await self.client.get_prefix(self.m.root, sort_order="ascend",
-                                                  sort_target="create")
-        self._revision = revision = everything.header.revision  # the watch goes on from here
-        replayed: Records = []
+        started = time.monotonic()
+        snapshot, tail, others = await self._read_all()
+        replayed = [(CONTROL, value) for value in snapshot + tail]
         peers: Records = []
-        for kv in everything:
-            if kv.key.startswith(self.log_prefix):
-                replayed.append((CONTROL, self._replayed(link_values.decode(kv.value))))
-            elif kv.key.startswith(self.m.prefix):
+        for kv in others:
+            if kv.key.startswith(self.m.prefix):
                 info = load_info(kv.value)
                 if "index" in info and info.get("name") != self.m.node:
                     self._learn(info)
@@ -99,10 +130,56 @@ class EtcdHub:
                     watcher("PUT", kv.key, kv.value)
         records = [*replayed, *peers, (CONTROL, link_values.encode(("synced",)))]
         self.on_records(-1, records)
-        log.info("cluster metadata: %d log records replayed (etcd revision %d)",
-                 len(replayed), revision)
+        log.info("cluster metadata: %d snapshot records (etcd revision %d) and %d log records "
+                 "replayed in %.2f s (etcd revision %d)", len(snapshot),
+                 int(self.snapshot.get("revision", 0)), len(tail),
+                 time.monotonic() - started, self._revision)
         self._tasks.append(asyncio.create_task(self._write_loop()))
         self._tasks.append(asyncio.create_task(self._watch_loop()))
+        self._tasks.append(asyncio.create_task(self._compact_loop()))
+
+    async def _read_all(self) -> tuple[list[bytes], list[bytes], list[Any]]:
+        """One read of everything at one etcd revision (then :attr:`_revision`): the
+        snapshot's ``apply`` records, the log's records created after it (each as the runtime
+        takes it), and the other keys (registrations, quorum queue states...)."""
+        everything = await self.client.get_prefix(self.m.root, sort_order="ascend",
+                                                  sort_target="create")
+        self._flush()  # anything a broken watch gave first
+        self._revision = self._seen = everything.header.revision  # the watch goes on from here
+        pointer: dict[str, Any] = {}
+        chunks: dict[bytes, bytes] = {}
+        logs: list[Any] = []
+        others: list[Any] = []
+        for kv in everything:
+            if kv.key == self.snapshot_key:
+                pointer = load_info(kv.value)
+                self._snapshot_mod = kv.mod_revision
+            elif kv.key.startswith(self.snapshot_prefix):
+                chunks[bytes(kv.key)] = bytes(kv.value)
+            elif kv.key.startswith(self.log_prefix):
+                logs.append(kv)
+            else:
+                others.append(kv)
+        self.snapshot = pointer
+        base = int(pointer.get("revision", 0))
+        snapshot: list[bytes] = []
+        if pointer:
+            prefix = self.snapshot_prefix + str(pointer.get("id")).encode() + b"/"
+            for key in sorted(k for k in chunks if k.startswith(prefix)):
+                snapshot.extend(line for line in chunks[key].split(b"\n") if line)
+        after = [kv for kv in logs if kv.create_revision > base]
+        tail = [self._own(kv.value) for kv in after]
+        self._last_record = max([self._last_record, *(kv.create_revision for kv in after)])
+        self.since_snapshot = len(after)
+        return snapshot, tail, others
+
+    def _own(self, value: bytes) -> bytes:
+        """A log record as the runtime takes it: one written by this node in an earlier run
+        as replayed (nobody here waits for it)."""
+        rec = link_values.decode(value)
+        if rec[1] == self.m.index and (len(rec) < 5 or rec[4] != self.incarnation):
+            return self._replayed(rec)
+        return value
 
     @staticmethod
     def _replayed(rec: tuple[Any, ...]) -> bytes:
@@ -171,6 +248,7 @@ class EtcdHub:
     # ---- the watch -----------------------------------------------------------------------
 
     async def _watch_loop(self) -> None:
+        import aetcd
         while True:
             try:
                 watch = await self.client.watch_prefix(self.m.root,
@@ -180,18 +258,66 @@ class EtcdHub:
                     self._on_event(event)
             except asyncio.CancelledError:
                 raise
+            except aetcd.exceptions.RevisionCompactedError as exc:
+                log.warning("etcd watch: revision %d was compacted (%s); reading the metadata "
+                            "snapshot and the log after it again", self._revision + 1, exc)
+                try:
+                    await self._resync()
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as again:
+                    log.warning("reading the metadata snapshot failed (%r); trying again",
+                                again)
             except Exception as exc:
                 log.warning("etcd watch broke (%r); watching again from revision %d", exc,
                             self._revision + 1)
             await asyncio.sleep(RETRY)
 
+    async def _resync(self) -> None:
+        """The watch cannot go on (its revision was compacted): make this node's state the
+        snapshot's (what it lacks removed, the rest applied over what is here), then apply
+        the log after it, and learn the registrations again."""
+        snapshot, tail, others = await self._read_all()
+        want = [link_values.decode(v)[3] for v in snapshot]
+        have = self.state_source() if self.state_source is not None else []
+        gone = [link_values.encode(("apply", -1, 0, w)) for w in removals(have, want)]
+        records = [(CONTROL, v) for v in gone + snapshot + tail]
+        for kv in others:
+            if kv.key.startswith(self.m.prefix):
+                info = load_info(kv.value)
+                index = int(info.get("index", -1))
+                if index >= 0 and info.get("name") != self.m.node and index not in self.running:
+                    self._learn(info)
+                    records.append((CONTROL, link_values.encode(("peer_up", index))))
+            else:
+                for watcher in self.watchers:
+                    watcher("PUT", kv.key, kv.value)
+        self.on_records(-1, records)
+        log.info("cluster metadata read again: %d removed, %d snapshot and %d log records "
+                 "applied (etcd revision %d)", len(gone), len(snapshot), len(tail),
+                 self._revision)
+
     def _on_event(self, event: Any) -> None:
         kv = event.kv
-        self._revision = max(self._revision, kv.mod_revision)
+        self._seen = max(self._seen, kv.mod_revision)
+        if not self._flush_scheduled:  # once the watch waits: every event it had, at once
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
         key: bytes = kv.key
         if key.startswith(self.log_prefix):
             if event.kind == "PUT" and kv.version == 1:
+                self.since_snapshot += 1
+                self._last_record = kv.mod_revision
                 self._on_log(kv.value)
+            return
+        if key == self.snapshot_key or key.startswith(self.snapshot_prefix):
+            if key == self.snapshot_key and event.kind == "PUT":
+                self.snapshot = load_info(kv.value)
+                self._snapshot_mod = kv.mod_revision
+                self.since_snapshot = 0
+                self._snapshot_time = time.monotonic()
+            return
         elif key.startswith(self.m.prefix):
             if event.kind == "PUT" and kv.version == 1:
                 info = load_info(kv.value)
@@ -199,8 +325,8 @@ class EtcdHub:
                     self._learn(info)
                     log.info("node %s (index %s) is up: linking to it", info.get("name"),
                              info["index"])
-                    self.on_records(-1, [(CONTROL, link_values.encode(
-                        ("peer_up", int(info["index"]))))])
+                    self._batch.append((CONTROL, link_values.encode(
+                        ("peer_up", int(info["index"])))))
             elif event.kind == "DELETE" and event.prev_kv is not None:
                 info = load_info(event.prev_kv.value)
                 if "index" in info and "lease" in info:
@@ -217,10 +343,96 @@ class EtcdHub:
     def _on_log(self, value: bytes) -> None:
         """A new log record: passed on as it is (the runtime reads ``apply``'s first four
         items; the fifth, the writer's incarnation, tells an earlier run's records)."""
-        rec = link_values.decode(value)
-        if rec[1] == self.m.index and rec[4] != self.incarnation:
-            value = self._replayed(rec)
-        self.on_records(-1, [(CONTROL, value)])
+        self._batch.append((CONTROL, self._own(value)))
+
+    def _flush(self) -> None:
+        """Hand the records of the events the watch had to the runtime in one batch (one
+        definitions save for a burst of declares, not one each); the revision applied is then
+        the last event's."""
+        self._flush_scheduled = False
+        batch, self._batch = self._batch, []
+        if batch:
+            self.on_records(-1, batch)
+        self._revision = max(self._revision, self._seen)
+
+    # ---- compaction ----------------------------------------------------------------------
+
+    async def _compact_loop(self) -> None:
+        """Once a second: this node writes a snapshot when it is the running node of the
+        lowest index and :data:`SNAPSHOT_RECORDS` records came since the last one (or
+        :data:`SNAPSHOT_SECONDS` passed and at least one came)."""
+        while True:
+            await asyncio.sleep(1.0)
+            behind = self._last_record > int(self.snapshot.get("revision", 0))
+            due = behind and (self.since_snapshot >= SNAPSHOT_RECORDS
+                              or time.monotonic() - self._snapshot_time >= SNAPSHOT_SECONDS)
+            if not due or self.state_source is None or min(self.running) != self.m.index:
+                continue
+            try:
+                await self.write_snapshot()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("metadata snapshot failed (%r); trying again later", exc)
+                self._snapshot_time = time.monotonic()
+
+    async def write_snapshot(self) -> bool:
+        """Write a snapshot of this node's state at the revision it has applied, delete the
+        log records it covers and compact etcd's history to it (see the module docstring).
+        False when another node installed one meanwhile (nothing of this one is kept).
+
+        Raises:
+            aetcd.exceptions.ClientError: etcd unreachable (what was written stays
+            consistent: the pointer is written last, records deleted after it).
+        """
+        assert self.state_source is not None
+        started = time.monotonic()
+        revision, expected, old = self._revision, self._snapshot_mod, self.snapshot.get("id")
+        lines = [link_values.encode(("apply", -1, 0, w)) for w in self.state_source()]
+        count = self.since_snapshot
+        chunks: list[bytes] = []
+        current: list[bytes] = []
+        size = 0
+        for line in lines:
+            if current and size + len(line) > CHUNK_BYTES:
+                chunks.append(b"\n".join(current))
+                current, size = [], 0
+            current.append(line)
+            size += len(line) + 1
+        chunks.append(b"\n".join(current))
+        sid = f"{revision:016x}-{os.urandom(3).hex()}"
+        prefix = self.snapshot_prefix + sid.encode() + b"/"
+        for i, chunk in enumerate(chunks):
+            await self.client.put(prefix + f"{i:06d}".encode(), chunk)
+        tx = self.client.transactions
+        guard = (tx.create(self.snapshot_key) == 0) if not expected else \
+            (tx.mod(self.snapshot_key) == expected)
+        pointer = json.dumps({"revision": revision, "id": sid, "chunks": len(chunks),
+                              "records": len(lines), "node": self.m.node}).encode()
+        ok, _ = await self.client.transaction(
+            compare=[guard], success=[tx.put(self.snapshot_key, pointer)], failure=[])
+        if not ok:
+            await self.client.delete_prefix(prefix)
+            return False
+        if old:
+            await self.client.delete_prefix(self.snapshot_prefix + str(old).encode() + b"/")
+        deleted = 0
+        down = self.log_prefix + b"down-"
+        async for keys in self.client.keys_created_up_to(self.log_prefix, revision):
+            keys = [k for k in keys if not k.startswith(down)]
+            for i in range(0, len(keys), DELETES_PER_TXN):
+                batch = keys[i:i + DELETES_PER_TXN]
+                await self.client.transaction(compare=[],
+                                              success=[tx.delete(k) for k in batch],
+                                              failure=[])
+                deleted += len(batch)
+        await self.client.compact(revision)
+        self.snapshots_written += 1
+        log.info("metadata snapshot at etcd revision %d: %d records in %d chunk(s) after %d "
+                 "log records; %d log records deleted, etcd history compacted (%.2f s)",
+                 revision, len(lines), len(chunks), count, deleted,
+                 time.monotonic() - started)
+        return True
 
     def close(self) -> None:
         for task in self._tasks:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amqp_server.cluster.log_snapshot import state_records
 from amqp_server.cluster.membership import ClusterError, Membership, read_secret_file
 from amqp_server.cluster.metadata import EtcdHub
 from amqp_server.cluster.node_links import NodeLinks, tls_contexts
@@ -159,6 +160,8 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
                                           membership.index, rec, lost, full, tls),
         Path(config.data_dir), lambda: _declared_down(broker))
+    node = runtime
+    hub.state_source = lambda: state_records(broker, node.index, node.home_of)
     await runtime.quorum.load_states()
     try:
         port = await runtime.links.listen()  # type: ignore[attr-defined]
