@@ -191,6 +191,10 @@ def validate(name: str, value: Any) -> list[str]:
         errors.append("Must specify 'src-exchange' or 'src-queue'")
     if "dest-queue" in value and "dest-exchange" in value:
         errors.append("Cannot specify 'dest-exchange' and 'dest-queue'")
+    delete_after = value.get("src-delete-after", value.get("delete-after"))
+    if value.get("ack-mode") == "no-ack" and isinstance(delete_after, int) \
+            and not isinstance(delete_after, bool):
+        errors.append("Cannot specify 'no-ack' and numerical 'delete-after'")
     unknown = [(k, v) for k, v in value.items() if k not in KNOWN_KEYS]
     if unknown:
         terms = ",".join(f"{{{_p(k)},{_p(v)}}}" for k, v in unknown)

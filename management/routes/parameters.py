@@ -17,7 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
-from management.auth import OBJECT_REFUSED, accessible_vhosts, require_admin, require_policymaker
+from management.auth import (
+    OBJECT_REFUSED,
+    accessible_vhosts,
+    principal,
+    require_admin,
+    require_policymaker,
+)
 from management.errors import bad_request, not_found
 from management.routes.common import (
     created,
@@ -30,7 +36,7 @@ from management.routes.common import (
 from management.state import state
 from shovel import manager_of
 from shovel.params import COMPONENT as SHOVEL_COMPONENT
-from shovel.params import ShovelParamError, validate
+from shovel.params import ShovelParamError, endpoint, validate
 from vhosts.limits import LimitsError, validate_limits
 
 routes = web.RouteTableDef()
@@ -136,7 +142,7 @@ async def delete_parameter(request: web.Request) -> web.Response:
 
 def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.Response:
     """Store a shovel parameter once it validates and have the manager (re)start it."""
-    errors = validate(name, value)
+    errors = validate(name, value) or _local_vhost_errors(request, value)
     if errors:
         raise bad_request(ShovelParamError("\n".join(errors)).reason)
     kept = state(request).broker.extras.parameters
@@ -146,6 +152,22 @@ def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.
     kept.append({"value": value, "vhost": vhost, "component": SHOVEL_COMPONENT, "name": name})
     _poke(request)
     return created(not was)
+
+
+def _local_vhost_errors(request: web.Request, value: dict[str, Any]) -> list[str]:
+    """RabbitMQ's check of a local URI (``amqp://``, ``amqp:///vhost``): the user setting
+    the shovel must be allowed into that vhost (``user "u" may not connect to vhost "v"``)."""
+    who = principal(request)
+    broker = state(request).broker
+    errors = []
+    for key in ("src-uri", "dest-uri"):
+        uris = value[key] if isinstance(value[key], list) else [value[key]]
+        for uri in uris:
+            ep = endpoint(uri)
+            if ep.local and (ep.vhost not in broker.vhosts
+                             or broker.permissions.get(who.name, ep.vhost) is None):
+                errors.append(f'user "{who.name}" may not connect to vhost "{ep.vhost}"')
+    return errors
 
 
 def _poke(request: web.Request) -> None:
