@@ -86,6 +86,17 @@ etcd-deps:
 	@{ command -v etcd && command -v etcdctl; } >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq etcd-server etcd-client; } \
 	  || echo "warning: could not install etcd-server and etcd-client (apt-get failed): the cluster tests will be skipped"
 
+# The reference RabbitMQ (3.10.8 from Debian's packages, with the management, shovel and
+# federation plugins) that the comparison tests (-m reference), the differential interop run
+# and the benchmarks use when it is up: AMQP on 127.0.0.1:5672, HTTP API on 15672, guest/guest.
+# Installs rabbitmq-server with apt-get the first time (root or passwordless sudo).
+.PHONY: reference-rabbitmq reference-rabbitmq-stop
+reference-rabbitmq:
+	tools/reference-rabbitmq start
+
+reference-rabbitmq-stop:
+	tools/reference-rabbitmq stop
+
 # benchmark suite, amqpq vs the reference RabbitMQ (on demand only; not part of `make test`):
 #   make bench BENCH_ARGS="--quick"      BENCH_ARGS="--only 1,3,7 --reps 5 --no-rabbitmq"
 BENCH_ARGS ?=
@@ -119,6 +130,16 @@ soak: install
 # needs etcd: make etcd-deps). make test runs 3 rounds.
 failover: install
 	$(PY) -m pytest -q -s -m slow tests/test_cluster_failover.py
+
+# The deterministic simulation of quorum queue replication (tests/sim): SEEDS seeds of three
+# nodes under crashes, pauses, cut links, a flaky network, slow fsyncs and etcd faults, on
+# JOBS processes; prints seeds run, failures (each replays: python -m tests.sim --seed N
+# --trace) and faults by kind. make test runs 2000 short ones (tests/test_replication_sim.py).
+SEEDS ?= 100000
+JOBS ?= 2
+.PHONY: sim
+sim: install
+	$(PY) -m tests.sim --seeds $(SEEDS) --jobs $(JOBS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache *.egg-info

@@ -3,7 +3,7 @@
 * :class:`Amqpq`: a fresh ``python -m amqp_server`` on a free port with a temporary data
   directory (started per run, so its VmHWM is the run's peak; see tests/support).
 * :class:`RabbitMQ`: the reference RabbitMQ on 127.0.0.1:5672 (started with
-  ``/work/shared/tools/reference-rabbitmq start`` when it is not up); its processes are the
+  ``tools/reference-rabbitmq start``, i.e. ``make reference-rabbitmq``, when it is not up); its processes are the
   beam.smp running ``rabbit boot`` (not ``rabbitmqctl``'s short-lived beam.smp).
 
 CPU seconds are utime+stime from ``/proc/<pid>/stat``; memory is VmRSS / VmHWM from
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from tests.support.broker_process import BrokerProcess, BrokerStartError
 
-RABBIT_TOOL = Path("/work/shared/tools/reference-rabbitmq")
+#: the repository's own starter of the reference RabbitMQ (make reference-rabbitmq)
+RABBIT_TOOL = Path(__file__).resolve().parents[1] / "tools" / "reference-rabbitmq"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

@@ -19,7 +19,7 @@ AMQP frames and drops them, to compare the two PySpark writer APIs where the bro
 the bottleneck.
 
 amqpq is started as a fresh process on a free port; the reference RabbitMQ is the one
-``/work/shared/tools/reference-rabbitmq start`` runs on 127.0.0.1:5672 (skipped when
+``make reference-rabbitmq`` (tools/reference-rabbitmq) runs on 127.0.0.1:5672 (skipped when
 unreachable). Targets checked at the end: spark sink into amqpq >= 30,000 rows/s, and not
 slower than the pika window publisher in the same run.
 """
