@@ -137,6 +137,8 @@ class Replica:
         self.committed = 0  # leader: entries committed; follower: the leader's hw known
         self._changing: int | None = None  # version a swap of ours is based on
         self.proposed: tuple[int, ...] | None = None  # ISR asked of etcd (maximal ISR)
+        self._proposed_base = 0  # the version that ISR swap is based on
+        self.lease_until = float("inf")  # this node's etcd session is valid until then
         self.alive: frozenset[int] = frozenset()
         self._fetched_at = -1e9  # follower: when the last fetch was sent
 
@@ -145,6 +147,16 @@ class Replica:
     @property
     def leading(self) -> bool:
         return self.lead is not None
+
+    def serving(self, now: float) -> bool:
+        """May the leader's queue deliver now? Only when everything in the log when elected
+        is committed (before, an operation the last leader committed, a return say, may not
+        be applied yet and a delivery count could go down; Kafka's leader answers
+        OFFSET_NOT_AVAILABLE until its high watermark reaches its epoch start, KIP-207), and
+        while this node's etcd session is surely alive (after it, another node may have
+        been elected: a paused or cut-off leader stops delivering stale state)."""
+        return (self.lead is not None and self.committed >= self.lead.epoch_start
+                and now < self.lease_until)
 
     @property
     def log_end(self) -> int:
@@ -218,7 +230,8 @@ class Replica:
         if f.offset > 0:
             found, end = self.epoch_end(f.last_epoch)
             if found != f.last_epoch or end < f.offset:
-                out.append(Send(peer, Diverging(self.epoch, found, end)))
+                out.append(Send(peer, Diverging(self.epoch, f.offset, f.last_epoch, found,
+                                                end)))
                 return
         # its log up to f.offset is ours: what it has on disk there counts
         lead.ready.add(peer)
@@ -262,6 +275,8 @@ class Replica:
         if self.lead is not None or self.state is None or peer != self.state.leader \
                 or d.epoch != self.epoch:
             return
+        if d.offset != len(self.log) or d.last_epoch != self.last_epoch():
+            return  # the answer to an older fetch
         _, mine = self.epoch_end(d.end_epoch)
         cut = min(d.end_offset, mine, len(self.log))
         if cut < len(self.log):
@@ -320,7 +335,9 @@ class Replica:
             return out
         self.state = state
         if self._changing is not None and state.version > self._changing:
-            self._changing, self.proposed = None, None
+            self._changing = None
+        if self.proposed is not None and state.version > self._proposed_base:
+            self.proposed = None  # etcd's state says what the ISR is now
         if state.leader == self.me:
             if state.run != self.run:
                 self._step_down(out)
@@ -350,15 +367,32 @@ class Replica:
             self.lead = None
             out.append(StepDown(self.epoch))
 
-    def cas_result(self, base: int, won: bool) -> None:
-        """etcd answered the swap based on version ``base``: lost means the state stays
-        what the watch says (the proposal never applies); won waits for the watch."""
-        if not won and self._changing == base:
-            self._changing, self.proposed = None, None
+    def cas_result(self, base: int, won: bool | None) -> None:
+        """etcd answered the swap based on version ``base``: True (won), False (lost: etcd
+        holds a newer version) or None (unknown, a timeout). Another swap may be tried from
+        now; a proposed ISR stays counted by the high watermark until the watch brings a
+        state newer than ``base`` (even a lost swap: a retry may lose because the first
+        try won), and a leader whose proposal's outcome is unknown asks for it again."""
+        if self._changing == base:
+            self._changing = None
+
+    def session(self, run: int, valid_until: float) -> list[Action]:
+        """etcd confirmed this node's session ``run`` until ``valid_until`` (a keep-alive
+        answered; measured from when it was sent). A new ``run`` (the old lease expired:
+        others may have elected a leader meanwhile) is a new incarnation: a leader steps
+        down and takes a new epoch before leading again."""
+        out: list[Action] = []
+        self.lease_until = valid_until
+        if run != self.run:
+            self.run = run
+            self._step_down(out)
+        return out
 
     def _cas(self, new: GroupState, why: str, out: list[Action]) -> None:
         assert self.state is not None
         self._changing = self.state.version
+        if new.isr != self.state.isr and new.leader == self.state.leader:
+            self._proposed_base = self.state.version
         out.append(Cas(new.but(version=self.state.version), why))
 
     def _elect(self, out: list[Action], why: str) -> None:
@@ -383,14 +417,16 @@ class Replica:
             elif now - self._fetched_at >= self.timing.fetch_interval:
                 self._fetch(out, now)
             return out
-        if self._changing is None:
+        if self._changing is None and self.proposed is not None:
+            self._cas(s.but(isr=self.proposed), "the in-sync replicas asked again", out)
+        elif self._changing is None:
             silent = {m: now - max(lead.last_fetch.get(m, lead.since), lead.since)
                       for m in s.members if m != self.me}
             linked = {self.me} | {m for m, t in silent.items() if t < self.timing.lag_timeout}
             change = self.rules.isr_change(self.replicas(), linked, lead.ready, silent,
                                            lead.mark)
             if change is not None:
-                self.proposed = change[0]
+                self.proposed = change[0]  # counted by the high watermark from now on
                 self._cas(s.but(isr=change[0]), change[1], out)
         lead.mark = self.durable
         self._advance(out)

@@ -85,10 +85,15 @@ class Records:
 
 @dataclass(frozen=True)
 class Diverging:
-    """Leader -> follower: your entry at ``offset - 1`` is not mine: my largest epoch not
-    above yours is ``end_epoch`` and it ends at ``end_offset``; truncate and fetch again."""
+    """Leader -> follower: your entry at ``offset - 1`` (of epoch ``last_epoch``, as your
+    fetch said) is not mine: my largest epoch not above yours is ``end_epoch`` and it ends at
+    ``end_offset``; truncate and fetch again. A follower whose log end or last epoch is no
+    longer the fetch's ignores it (a late or duplicated answer must not cut a log that has
+    caught up meanwhile)."""
 
     epoch: int
+    offset: int
+    last_epoch: int
     end_epoch: int
     end_offset: int
 
