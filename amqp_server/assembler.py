@@ -9,7 +9,8 @@ only, through three calls on its :class:`CommandSink`::
 
     method frame (not Publish, not Ack) --> sink.handle_method(decoded method)
     Basic.Ack method frame              --> sink.ack(delivery_tag, multiple)   (hand-parsed)
-    Publish + header + body frames      --> sink.publish(fields, properties_raw, body)
+    Publish + header + body frames      --> sink.publish(names, bits, properties_raw, body,
+                                                         flags)
 
 States (``expecting``)::
 
@@ -18,9 +19,10 @@ States (``expecting``)::
 
 A frame out of turn is 505 UNEXPECTED_FRAME with RabbitMQ's texts; a body larger than its
 header said is 501 FRAME_ERROR; a size above ``max_message_size`` is 406 at the header, before
-any body is buffered. :meth:`CommandAssembler.publish_triple` is the fast path for the common
-publish (method, header and one body frame in the same read): the same checks, fewer calls.
-Property bytes are checked once here and forwarded unchanged, never decoded.
+any body is buffered. Property bytes are checked once (:func:`check_content_properties`) and
+forwarded unchanged, never decoded. The common publish (method, header and one body frame in
+the same read) does not come here: :meth:`amqp_common.framing.FrameReader.read` fuses it and
+the connection hands it to the channel with the same checks while ``pending`` is None.
 
 Source: AMQP 0-9-1 spec 2.3.5 and 4.2.6; RabbitMQ ``rabbit_command_assembler.erl``.
 """
@@ -47,12 +49,13 @@ from amqp_common.properties import check_properties
 
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ's max_message_size default (bytes)
 
-#: (exchange, routing_key, exchange+routing key as wire shortstrs, mandatory, immediate)
-PublishFields = tuple[str, str, bytes, bool, bool]
+#: (exchange, routing_key, exchange+routing key as wire shortstrs), as
+#: :func:`amqp_common.framing.publish_names` gives them (one object per distinct pair)
+PublishNames = tuple[str, str, bytes]
 
 _content_head = struct.Struct(">HHQ")
 _method_index = struct.Struct(">I")
-_NO_PROPERTIES = b"\x00\x00"  # property flags with no property set
+NO_PROPERTIES = b"\x00\x00"  # property flags with no property set
 
 
 class CommandSink(Protocol):
@@ -62,7 +65,21 @@ class CommandSink(Protocol):
 
     def ack(self, tag: int, multiple: bool) -> None: ...
 
-    def publish(self, fields: PublishFields, properties_raw: bytes, body: bytes) -> None: ...
+    def publish(self, names: PublishNames, bits: int, properties_raw: bytes, body: bytes,
+                flags: int) -> None: ...
+
+
+def check_content_properties(props: bytes) -> None:
+    """Check a content header's property flags and list (``props``, as received), which
+    are forwarded unchanged, never decoded.
+
+    Raises:
+        SyntaxError_ (502): malformed property list (class 60, method 40: Basic.Publish).
+    """
+    try:
+        check_properties(props)
+    except ValueError as exc:
+        raise SyntaxError_(f"malformed content properties: {exc}", 60, 40) from None
 
 
 def decode_method(payload: bytes) -> Any:
@@ -98,11 +115,13 @@ def decode_method(payload: bytes) -> Any:
 class CommandAssembler:
     """One channel's frames -> whole commands for ``sink`` (see the module docstring)."""
 
-    __slots__ = ("sink", "_fields", "_props", "_size", "_body", "_got")
+    __slots__ = ("sink", "pending", "_props", "_size", "_body", "_got")
 
     def __init__(self, sink: CommandSink) -> None:
         self.sink = sink
-        self._fields: PublishFields | None = None  # a publish whose content is due
+        # a publish whose content is due: parse_publish's (exchange, routing key, raw,
+        # mandatory, immediate)
+        self.pending: tuple[str, str, bytes, bool, bool] | None = None
         self._props = b""  # its properties once the header came; b"": header still due
         self._size = 0  # body size the header announced (bytes)
         self._body: list[bytes] = []
@@ -110,14 +129,14 @@ class CommandAssembler:
 
     def reset(self) -> None:
         """Forget a partial command (the channel closed)."""
-        self._fields = None
+        self.pending = None
         self._props = b""
         self._body = []
         self._got = 0
 
     def expect_method(self) -> None:
         """Raises UnexpectedFrame (505) when a publish's content frames are still due."""
-        if self._fields is not None:
+        if self.pending is not None:
             raise UnexpectedFrame(
                 "expected content header for class 60, got non content header frame instead",
                 60, 40)
@@ -132,12 +151,12 @@ class CommandAssembler:
             SyntaxError_ (502), CommandInvalid (503): undecodable or unknown method.
             AMQPError: whatever the sink raises for the command.
         """
-        if self._fields is not None:
+        if self.pending is not None:
             self.expect_method()  # raises
         index = _method_index.unpack_from(payload)[0] if len(payload) >= 4 else 0
         if index == framing.BASIC_PUBLISH:
             try:
-                self._fields = parse_publish(payload)
+                self.pending = parse_publish(payload)
             except (ValueError, IndexError):
                 raise SyntaxError_("cannot decode basic.publish") from None
             return
@@ -159,7 +178,7 @@ class CommandAssembler:
             PreconditionFailed (406): body larger than max_message_size.
             SyntaxError_ (502): malformed property list.
         """
-        if self._fields is None:
+        if self.pending is None:
             raise UnexpectedFrame("expected method frame, got non method frame instead")
         if self._props:
             raise UnexpectedFrame(
@@ -172,16 +191,13 @@ class CommandAssembler:
                 f"expected content header for class 60, got one for class {class_id} "
                 "instead", 60, 40)
         if size > MAX_MESSAGE_SIZE:
-            self._fields = None
+            self.pending = None
             raise PreconditionFailed(
                 f"message size {size} is larger than configured max size {MAX_MESSAGE_SIZE}",
                 60, 40)
         props = payload[12:]
-        if props != _NO_PROPERTIES:  # forwarded as is later: a malformed one must stop here
-            try:
-                check_properties(props)
-            except ValueError as exc:
-                raise SyntaxError_(f"malformed content properties: {exc}", 60, 40) from None
+        if props != NO_PROPERTIES:  # forwarded as is later: a malformed one must stop here
+            check_content_properties(props)
         self._props = props
         self._size = size
         if size == 0:
@@ -195,7 +211,7 @@ class CommandAssembler:
             FrameError (501): more body than the header announced.
         """
         if not self._props:
-            if self._fields is None:
+            if self.pending is None:
                 raise UnexpectedFrame("expected method frame, got non method frame instead")
             raise UnexpectedFrame(
                 "expected content header for class 60, got non content header frame instead",
@@ -211,27 +227,17 @@ class CommandAssembler:
                 raise FrameError(f"content body {got} bytes > announced {self._size} bytes")
             self._complete(b"".join(self._body))
 
-    def publish_triple(self, method: bytes, header: bytes, body: bytes) -> None:
-        """Basic.Publish, its content header and a single body frame, read together: the
-        checks of :meth:`method_frame`, :meth:`header_frame` and :meth:`body_frame`."""
-        if self._fields is not None:
-            self.expect_method()  # raises
-        try:
-            self._fields = parse_publish(method)
-        except (ValueError, IndexError):
-            raise SyntaxError_("cannot decode basic.publish") from None
-        self.header_frame(header)
-        if self._fields is not None:  # not already complete with an empty body
-            self.body_frame(body)
-
     def _complete(self, body: bytes) -> None:
-        fields, props = self._fields, self._props
-        self._fields = None
+        fields, props = self.pending, self._props
+        self.pending = None
         self._props = b""
         self._body = []
         self._got = 0
+        exchange, routing_key, raw, mandatory, immediate = fields  # type: ignore[misc]
+        flags = props[0] << 8 | props[1]
         try:
-            self.sink.publish(fields, props, body)  # type: ignore[arg-type]
+            self.sink.publish((exchange, routing_key, raw), mandatory | immediate << 1, props,
+                              body, flags)
         except AMQPError as exc:
             if not exc.class_id:  # raised while handling a content frame: name the command
                 exc.class_id, exc.method_id = 60, 40

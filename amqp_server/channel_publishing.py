@@ -31,7 +31,7 @@ from pamqp import commands
 
 from amqp_common import framing
 from amqp_common.errors import NotImplemented_, PreconditionFailed
-from amqp_server.assembler import PublishFields
+from amqp_server.assembler import PublishNames
 from amqp_server.confirms import Confirms
 from broker import direct_reply_to
 from exchanges.exchange import Exchange
@@ -62,8 +62,16 @@ class ChannelPublishing:
             self._write_cache = set()
         return self._write_cache
 
-    def publish(self, fields: PublishFields, properties_raw: bytes, body: bytes) -> None:
+    def publish(self, names: PublishNames, bits: int, properties_raw: bytes, body: bytes,
+                flags: int) -> None:
         """A whole Basic.Publish command: checked, then routed (or kept for Tx.Commit).
+
+        Args:
+            names: ``(exchange, routing_key, both as received)``
+                (:func:`amqp_common.framing.publish_names`).
+            bits: Basic.Publish's flags: mandatory 1, immediate 2.
+            properties_raw, body: the content, as received; ``flags`` the first word of
+                ``properties_raw`` (which properties are present).
 
         Raises:
             NotImplemented_ (540): immediate=true (RabbitMQ 3.x).
@@ -71,11 +79,12 @@ class ChannelPublishing:
             NotFound (404): no such exchange.
             PreconditionFailed (406): user_id not the connection's user, a bad expiration.
         """
-        exchange, rk, ex_rk_raw, mandatory, immediate = fields
+        exchange, rk, ex_rk_raw = names
         if not self.connection.has_published:
             self.connection.first_publish()
-        if immediate:
+        if bits & 2:
             raise NotImplemented_("immediate=true")
+        mandatory = bits & 1 == 1
         if exchange not in self._write_ok:
             self.check_permission("write", "exchange", exchange)
             self._write_ok.add(exchange)
@@ -87,7 +96,7 @@ class ChannelPublishing:
                 raise x.internal_error(self.vhost.name)
             if x.type_name == "topic":
                 self.check_topic_permission("write", exchange, rk)
-        msg = Message(exchange, rk, ex_rk_raw, properties_raw, body)
+        msg = Message(exchange, rk, ex_rk_raw, properties_raw, body, flags)
         if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
             # https://www.rabbitmq.com/docs/validated-user-id
             raise PreconditionFailed(f"user_id property set to '{msg.user_id}' but "

@@ -56,7 +56,8 @@ from amqp_common.errors import (
     UnexpectedFrame,
 )
 from amqp_server import connection_log
-from amqp_server.assembler import decode_method
+from amqp_server.assembler import NO_PROPERTIES as _NO_PROPERTIES
+from amqp_server.assembler import check_content_properties, decode_method
 from amqp_server.channel import Channel
 from amqp_server.handshake import TRANSITIONS, State, server_properties
 from broker.broker import Broker
@@ -72,6 +73,8 @@ CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
 OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 _method_index = struct.Struct(">I")
+_FUSED = framing.FRAME_PUBLISH
+_OPEN = State.OPEN
 _serials = itertools.count(1)
 
 
@@ -202,7 +205,7 @@ class Connection:
             if not data:
                 return
         try:
-            frames = self.reader.feed(data)
+            frames = self.reader.read(data)
         except FrameError as exc:
             frames = []
             self._fail(0, exc)
@@ -212,26 +215,44 @@ class Connection:
             return
         self._process(frames)
 
-    def _process(self, frames: list[tuple[int, int, bytes]]) -> None:
+    def _process(self, frames: list[tuple[Any, ...]]) -> None:
+        """Handle frames from :meth:`FrameReader.read <amqp_common.framing.FrameReader.read>`:
+        a fused publish goes straight to its channel's :meth:`Channel.publish` when the
+        channel takes it as the frames would reach it (open, nothing half-assembled),
+        else as its three frames."""
+        channels = self.channels
         i, n = 0, len(frames)
         while i < n:
-            if self.state is State.CLOSED:
+            if self.state is not _OPEN and self.state is State.CLOSED:
                 break
             if self._held is not None:  # a handler suspended the connection
                 self._held.extend(frames[i:])
                 break
-            ftype, channel, payload = frames[i]
+            item = frames[i]
             i += 1
-            try:
-                if (ftype == framing.FRAME_METHOD and i + 1 < n
-                        and payload[:4] == framing.PUBLISH_PREFIX
-                        and frames[i][0] == framing.FRAME_HEADER
-                        and frames[i + 1][0] == framing.FRAME_BODY
-                        and frames[i][1] == channel == frames[i + 1][1]
-                        and self._publish_triple(channel, payload, frames[i][2],
-                                                 frames[i + 1][2])):
-                    i += 2  # the common publish: method, header, one body frame
+            channel = item[1]
+            if item[0] == _FUSED:  # a whole publish (method, header, one body frame)
+                ch = channels.get(channel)
+                if (ch is None or ch.closing or self.state is not _OPEN
+                        or not self.has_published or ch.assembler.pending is not None):
+                    frames[i - 1:i] = framing.unfuse(item)  # frame by frame, as sent
+                    n += 2
+                    i -= 1
                     continue
+                props = item[5]
+                try:
+                    if props != _NO_PROPERTIES:  # forwarded as is: a bad one stops here
+                        check_content_properties(props)
+                    ch.publish(item[2], item[3], props, item[6], item[4])
+                except AMQPError as exc:
+                    self._fail(channel, exc, framing.PUBLISH_PREFIX)
+                except Exception as exc:
+                    log.exception("internal error on channel %d", channel)
+                    self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"),
+                               framing.PUBLISH_PREFIX)
+                continue
+            ftype, _, payload = item
+            try:
                 self._frame = payload
                 self._handle_frame(ftype, channel, payload)
             except AMQPError as exc:
@@ -320,15 +341,6 @@ class Connection:
                 ch.assembler.body_frame(payload)
             else:
                 ch.assembler.header_frame(payload)
-
-    def _publish_triple(self, number: int, method: bytes, header: bytes, body: bytes) -> bool:
-        """Fast path for Basic.Publish + content header + one body frame on an open channel
-        (the assembler's same checks); False to take the frame-by-frame path."""
-        ch = self.channels.get(number)
-        if ch is None or ch.closing or self.state is not State.OPEN or not self.has_published:
-            return False
-        ch.assembler.publish_triple(method, header, body)
-        return True
 
     def _channel_method(self, number: int, payload: bytes) -> None:
         if self.state is not State.OPEN:

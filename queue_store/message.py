@@ -50,6 +50,7 @@ class Message:
         ex_rk_raw: bytes,
         properties_raw: bytes,
         body: bytes,
+        flags: int = -1,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -58,8 +59,11 @@ class Message:
         self.body = body
         self._props: commands.Basic.Properties | None = None
         self.store_id = 0  # msg_id in the vhost's message store, 0 when not stored
-        # the first property-flags word: which properties are present (spec 4.2.6.1)
-        self.flags = (properties_raw[0] << 8 | properties_raw[1]) if len(properties_raw) > 1 else 0
+        # the first property-flags word: which properties are present (spec 4.2.6.1); given
+        # by the channel, which read it with the content header (-1: read it here)
+        if flags < 0:
+            flags = (properties_raw[0] << 8 | properties_raw[1]) if len(properties_raw) > 1 else 0
+        self.flags = flags
 
     @classmethod
     def create(cls, exchange: str, routing_key: str, properties_raw: bytes, body: bytes

@@ -73,6 +73,79 @@ def test_reader_any_split_gives_the_same_frames(specs: list[tuple[int, int, byte
     assert reader.buffered == 0
 
 
+def unfused(items: list[tuple]) -> list[tuple[int, int, bytes]]:
+    out: list[tuple[int, int, bytes]] = []
+    for item in items:
+        out.extend(framing.unfuse(item) if item[0] == framing.FRAME_PUBLISH else [item])
+    return out
+
+
+# publishes (some fused by FrameReader.read, some not: a ticket, a weight, an empty or a split
+# body, another channel's frame in between, a body size that is not the header's) mixed with
+# other frames
+publish_parts = st.tuples(
+    st.integers(0, 3), st.sampled_from(("", "amq.direct", "x\u00e9")), st.text(max_size=20),
+    st.binary(min_size=0, max_size=40), st.integers(0, 3),
+    st.sampled_from((b"\x00\x00", b"\x10\x00\x02", b"\x80\x00\x04text")),
+    st.sampled_from(("plain", "ticket", "weight", "interleaved", "size", "split", "tail")))
+
+
+def publish_frames(channel: int, exchange: str, rk: str, body: bytes, bits: int, props: bytes,
+                   variant: str) -> bytes:
+    method = F.method_payload(commands.Basic.Publish, exchange=exchange, routing_key=rk,
+                              mandatory=bool(bits & 1), immediate=bool(bits & 2))
+    if variant == "ticket":
+        method = method[:4] + b"\x00\x07" + method[6:]
+    if variant == "tail":
+        method += b"\x00"
+    size = len(body) + (1 if variant == "size" else 0)
+    out = [F.frame(1, channel, method),
+           F.content_header(channel, size, props, weight=1 if variant == "weight" else 0)]
+    if variant == "interleaved":
+        out.append(F.HEARTBEAT)
+    if variant == "split" and len(body) > 1:
+        out += [F.body(channel, body[:1]), F.body(channel, body[1:])]
+    elif body:
+        out.append(F.body(channel, body))
+    return b"".join(out)
+
+
+@FAST
+@given(st.lists(st.one_of(publish_parts, st.tuples(st.sampled_from((1, 2, 3, 8)),
+                                                   st.integers(0, 3), st.binary(max_size=30))),
+                max_size=8),
+       st.lists(st.integers(0, 10_000), max_size=4), st.sampled_from((4096, 131072)))
+def test_read_is_feed_with_whole_publishes_fused(parts: list[tuple], cuts: list[int],
+                                                  frame_max: int) -> None:
+    """FrameReader.read gives feed's frames (a fused publish unfused: its three frames),
+    whatever the split; a fused publish carries its names, flags, properties and body."""
+    data = b"".join(publish_frames(*p) if len(p) == 7 else F.frame(*p) for p in parts)
+    expected = framing.FrameReader(frame_max).feed(data)
+    reader = framing.FrameReader(frame_max)
+    got: list[tuple] = []
+    for piece in splits(data, cuts):
+        got.extend(reader.read(piece))
+    assert unfused(got) == expected
+    assert reader.buffered == 0
+    for item in got:
+        if item[0] == framing.FRAME_PUBLISH:
+            _, _, (exchange, rk, raw), bits, flags, props, body = item
+            method = framing.unfuse(item)[0][2]
+            assert framing.parse_publish(method) == (exchange, rk, raw, bool(bits & 1),
+                                                     bool(bits & 2))
+            assert flags == int.from_bytes(props[:2], "big") and body
+
+
+def test_read_fuses_a_whole_publish_in_one_chunk_only() -> None:
+    data = F.publish(5, "amq.direct", "k", b"abc", props=b"\x10\x00\x02", mandatory=True)
+    (item,) = framing.FrameReader().read(data)
+    assert item == (framing.FRAME_PUBLISH, 5, ("amq.direct", "k", b"\x0aamq.direct\x01k"), 1,
+                    0x1000, b"\x10\x00\x02", b"abc")
+    reader = framing.FrameReader()
+    assert [f[0] for f in reader.read(data[:-3])] == [1, 2]  # the body is not in yet
+    assert reader.read(data[-3:]) == [(3, 5, b"abc")]
+
+
 @FAST
 @given(st.binary(max_size=200), st.lists(st.integers(0, 500), max_size=4),
        st.sampled_from((4096, 131072)))
