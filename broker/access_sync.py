@@ -9,6 +9,13 @@ node — permissions, policies, parameters, limits), the rest imported as
 ``POST /api/definitions`` would. A definitions import (``POST /api/definitions``) carries
 its queues, exchanges and bindings too (added where missing, never deleted by this path).
 
+In a cluster (``--cluster-etcd``) a change of users, vhosts, permissions, topic permissions
+and policies over HTTP is instead a *delta* (:func:`change_access`): ``{"op": "put_user",
+...}`` ordered through etcd's log before it is applied anywhere, applied by every node in that
+order (:func:`apply_delta`), the asking node answering once it applied its own copy; two
+changes made at once on two nodes therefore both hold. A delta carries a password's hash,
+never the password. Definitions imports and parameters still travel as the whole document.
+
 Source: RabbitMQ keeps these in its metadata store, replicated to every node.
 """
 
@@ -16,14 +23,18 @@ from __future__ import annotations
 
 import logging
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.topology_records import AccessChange
 from vhosts.definitions import (
     OPERATOR_POLICY,
     DefinitionsError,
     export_definitions,
     import_definitions,
 )
+from vhosts.limits import LimitsError
+from vhosts.policies import PolicyError
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -46,15 +57,18 @@ def access_document(broker: Broker, with_topology: bool = False) -> dict[str, An
     return doc
 
 
-def apply_access(broker: Broker, doc: dict[str, Any]) -> bool:
+def apply_access(broker: Broker, doc: dict[str, Any]) -> Any:
     """Make ``broker``'s users, vhosts, permissions, policies, parameters and limits those
     of ``doc``. True when done; False when the document does not apply here (logged as an
     error naming the entry and why, e.g. ``parameters[0] (component 'federation-upstream'
-    name 'up' in vhost 'fv'): no vhost 'fv'``).
+    name 'up' in vhost 'fv'): no vhost 'fv'``). A delta (``doc`` with an ``"op"``) is
+    applied by :func:`apply_delta`, whose result is returned.
 
     Never raises: a caller logging the failed record would log ``doc``, password hashes
     included. What is logged here carries no value of the document.
     """
+    if "op" in doc:
+        return apply_delta(broker, doc)
     try:
         _apply(broker, doc)
     except DefinitionsError as exc:  # its message names the entry, never a hash
@@ -94,3 +108,172 @@ def _apply(broker: Broker, doc: dict[str, Any]) -> None:
     broker.limits.users.clear()
     broker.limits.vhosts.clear()
     import_definitions(broker, doc)
+
+
+# ---- deltas (a cluster: ordered through etcd) --------------------------------------------
+
+
+class Refusal(NamedTuple):
+    """A delta not applied, the same on every node: the HTTP status (400, 404) and the
+    reason of RabbitMQ's error body (None: the status's default body)."""
+    status: int
+    reason: Any = None
+
+
+def orders_access(broker: Broker) -> bool:
+    """True when access changes are deltas ordered through etcd (a cluster node)."""
+    return broker.workers is not None and broker.cluster is not None
+
+
+async def change_access(broker: Broker, delta: dict[str, Any]) -> Any:
+    """Apply ``delta`` (see :func:`apply_delta`) and return its result (a :class:`Refusal`
+    when refused): at once on one node (or a ``--workers N`` broker, which then shares the
+    whole document), in a cluster once etcd ordered it and this node applied it."""
+    if orders_access(broker):
+        assert broker.workers is not None
+        return await broker.workers.submit_async(AccessChange(delta))
+    return apply_delta(broker, delta)
+
+
+def apply_delta(broker: Broker, delta: dict[str, Any]) -> Any:
+    """Apply one access delta; returns True when it created something (201), False when it
+    changed or deleted something (204), or a :class:`Refusal`. Deterministic: the same delta
+    on the same state gives the same result on every node.
+
+    Deltas (fields): ``put_user`` (name, password_hash, tags, limits), ``delete_user``
+    (name), ``delete_users`` (names), ``put_vhost`` (name, description, tags, creator),
+    ``delete_vhost`` (name), ``put_permission`` (user, vhost, configure, write, read),
+    ``delete_permission`` (user, vhost), ``put_topic_permission`` (user, vhost, exchange,
+    write, read), ``delete_topic_permission`` (user, vhost, exchange or None: all),
+    ``put_policy`` / ``put_operator_policy`` (vhost, name, pattern, definition, priority,
+    apply_to), ``delete_policy`` / ``delete_operator_policy`` (vhost, name).
+    """
+    handler = _DELTAS.get(str(delta.get("op")))
+    if handler is None:
+        log.error("access delta %r not understood (written by a newer amqpq?): skipped",
+                  str(delta.get("op"))[:40])
+        return Refusal(400, "unknown access change")
+    try:
+        return handler(broker, delta)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.error("access delta %r malformed: %s", str(delta.get("op"))[:40],
+                  type(exc).__name__)
+        return Refusal(400, "malformed access change")
+
+
+def _put_user(broker: Broker, d: dict[str, Any]) -> Any:
+    was_new = d["name"] not in broker.users.users
+    broker.users.add(d["name"], None, list(d["tags"]), password_hash=d["password_hash"])
+    if d.get("limits"):
+        try:
+            broker.limits.set("user", d["name"], dict(d["limits"]))
+        except LimitsError as exc:
+            return Refusal(400, str(exc))
+    return was_new
+
+
+def _delete_user(broker: Broker, d: dict[str, Any]) -> Any:
+    return False if broker.delete_user(d["name"]) else Refusal(404)
+
+
+def _delete_users(broker: Broker, d: dict[str, Any]) -> Any:
+    for name in d["names"]:
+        if name not in broker.users.users:
+            return Refusal(400, ["no_such_user", name])
+    for name in d["names"]:
+        broker.delete_user(name)
+    return False
+
+
+def _put_vhost(broker: Broker, d: dict[str, Any]) -> Any:
+    name = d["name"]
+    was_new = name not in broker.vhosts
+    broker.add_vhost(name)
+    broker.extras.set_metadata(name, d.get("description"), d.get("tags"))
+    creator = d.get("creator")
+    if was_new and creator and broker.permissions.get(creator, name) is None:
+        broker.permissions.set(creator, name, ".*", ".*", ".*")
+    return was_new
+
+
+def _delete_vhost(broker: Broker, d: dict[str, Any]) -> Any:
+    return False if broker.delete_vhost(d["name"]) else Refusal(404)
+
+
+def _both_exist(broker: Broker, d: dict[str, Any]) -> bool:
+    return d["user"] in broker.users.users and d["vhost"] in broker.vhosts
+
+
+def _put_permission(broker: Broker, d: dict[str, Any]) -> Any:
+    if not _both_exist(broker, d):
+        return Refusal(400, "vhost_or_user_not_found")
+    was_new = broker.permissions.get(d["user"], d["vhost"]) is None
+    try:
+        broker.permissions.set(d["user"], d["vhost"], d["configure"], d["write"], d["read"])
+    except ValueError as exc:
+        return Refusal(400, str(exc))
+    return was_new
+
+
+def _delete_permission(broker: Broker, d: dict[str, Any]) -> Any:
+    if not _both_exist(broker, d) or broker.permissions.get(d["user"], d["vhost"]) is None:
+        return Refusal(404)
+    broker.permissions.clear(d["user"], d["vhost"])
+    return False
+
+
+def _put_topic_permission(broker: Broker, d: dict[str, Any]) -> Any:
+    if not _both_exist(broker, d):
+        return Refusal(400, "vhost_or_user_not_found")
+    entries = broker.permissions.topic_permissions.get((d["user"], d["vhost"]), {})
+    was_new = d["exchange"] not in entries
+    try:
+        broker.permissions.set_topic(d["user"], d["vhost"], d["exchange"], d["write"],
+                                     d["read"])
+    except ValueError as exc:
+        return Refusal(400, str(exc))
+    return was_new
+
+
+def _delete_topic_permission(broker: Broker, d: dict[str, Any]) -> Any:
+    if not _both_exist(broker, d) or not broker.permissions.clear_topic(
+            d["user"], d["vhost"], d.get("exchange")):
+        return Refusal(404)
+    return False
+
+
+def _put_policy(operator: bool) -> Callable[[Broker, dict[str, Any]], Any]:
+    def put(broker: Broker, d: dict[str, Any]) -> Any:
+        vhost = broker.vhosts.get(d["vhost"])
+        if vhost is None:
+            return Refusal(404, "vhost_not_found")
+        existing = vhost.operator_policies if operator else vhost.policies
+        was_new = d["name"] not in existing
+        change = vhost.set_operator_policy if operator else vhost.set_policy
+        try:
+            change(d["name"], d["pattern"], d["definition"], d["priority"], d["apply_to"])
+        except PolicyError as exc:
+            return Refusal(400, str(exc))
+        return was_new
+    return put
+
+
+def _delete_policy(operator: bool) -> Callable[[Broker, dict[str, Any]], Any]:
+    def delete(broker: Broker, d: dict[str, Any]) -> Any:
+        vhost = broker.vhosts.get(d["vhost"])
+        if vhost is None:
+            return Refusal(404)
+        clear = vhost.clear_operator_policy if operator else vhost.clear_policy
+        return False if clear(d["name"]) else Refusal(404)
+    return delete
+
+
+_DELTAS: dict[str, Callable[[Broker, dict[str, Any]], Any]] = {
+    "put_user": _put_user, "delete_user": _delete_user, "delete_users": _delete_users,
+    "put_vhost": _put_vhost, "delete_vhost": _delete_vhost,
+    "put_permission": _put_permission, "delete_permission": _delete_permission,
+    "put_topic_permission": _put_topic_permission,
+    "delete_topic_permission": _delete_topic_permission,
+    "put_policy": _put_policy(False), "delete_policy": _delete_policy(False),
+    "put_operator_policy": _put_policy(True), "delete_operator_policy": _delete_policy(True),
+}

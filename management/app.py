@@ -25,6 +25,7 @@ from aiohttp import web
 
 from amqp_common.errors import AMQPError
 from broker.access_sync import ACCESS_PATHS
+from management.access_changes import ORDERED
 from management.auth import Handler, auth_middleware
 from management.bodies import content_type_middleware
 from management.errors import ApiError, from_amqp, not_found
@@ -70,8 +71,10 @@ async def persist_middleware(request: web.Request, handler: Handler) -> web.Stre
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             broker = request.app[STATE_KEY].broker
             workers = getattr(broker, "workers", None)
-            if workers is not None and request.path.startswith(ACCESS_PATHS):
+            if workers is not None and request.path.startswith(ACCESS_PATHS) \
+                    and not request.get(ORDERED):
                 # --workers N: the other workers take the same users, vhosts, policies...
+                # (a cluster orders most such changes as deltas: management.access_changes)
                 workers.share_access(request.path.startswith("/api/definitions"))
             for hook in ("mark_changed", "after_batch"):
                 fn = getattr(broker, hook, None)

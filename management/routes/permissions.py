@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from management.access_changes import ordered_change
 from management.auth import require_admin
 from management.errors import bad_request, not_found
 from management.messages import require_keys
@@ -66,12 +67,10 @@ async def put_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
     if user not in broker.users.users or vhost not in broker.vhosts:
         raise bad_request("vhost_or_user_not_found")
-    was_new = broker.permissions.get(user, vhost) is None
-    try:
-        broker.permissions.set(user, vhost, text(body, "configure"), text(body, "write"),
-                               text(body, "read"))
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
+    was_new = await ordered_change(request, {
+        "op": "put_permission", "user": user, "vhost": vhost,
+        "configure": text(body, "configure"), "write": text(body, "write"),
+        "read": text(body, "read")})
     return created(was_new)
 
 
@@ -82,7 +81,7 @@ async def delete_permission(request: web.Request) -> web.Response:
     broker = state(request).broker
     if broker.permissions.get(user, vhost) is None:
         raise not_found()
-    broker.permissions.clear(user, vhost)
+    await ordered_change(request, {"op": "delete_permission", "user": user, "vhost": vhost})
     return no_content()
 
 
@@ -112,14 +111,10 @@ async def put_topic_permission(request: web.Request) -> web.Response:
     user, vhost = request.match_info["user"], request.match_info["vhost"]
     if user not in broker.users.users or vhost not in broker.vhosts:
         raise bad_request("vhost_or_user_not_found")
-    exchange = text(body, "exchange")
-    entries = broker.permissions.topic_permissions.get((user, vhost), {})
-    was_new = exchange not in entries
-    try:
-        broker.permissions.set_topic(user, vhost, exchange, text(body, "write"),
-                                     text(body, "read"))
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
+    was_new = await ordered_change(request, {
+        "op": "put_topic_permission", "user": user, "vhost": vhost,
+        "exchange": text(body, "exchange"), "write": text(body, "write"),
+        "read": text(body, "read")})
     return created(was_new)
 
 
@@ -127,7 +122,6 @@ async def put_topic_permission(request: web.Request) -> web.Response:
 async def delete_topic_permissions(request: web.Request) -> web.Response:
     require_admin(request)
     user, vhost = _user_and_vhost(request)
-    exchange = request.query.get("exchange")
-    if not state(request).broker.permissions.clear_topic(user, vhost, exchange):
-        raise not_found()
+    await ordered_change(request, {"op": "delete_topic_permission", "user": user,
+                                   "vhost": vhost, "exchange": request.query.get("exchange")})
     return no_content()

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from management.access_changes import ordered_change
 from management.auth import (
     OBJECT_REFUSED,
     accessible_vhosts,
@@ -36,7 +37,7 @@ from management.routes.common import (
 )
 from management.state import state
 from vhosts.definitions import jsonable
-from vhosts.policies import APPLY_TO, Policy, PolicyError, escape_html_tags
+from vhosts.policies import APPLY_TO, Policy, escape_html_tags
 from vhosts.vhost import VirtualHost
 
 routes = web.RouteTableDef()
@@ -107,11 +108,11 @@ async def put_policy(request: web.Request) -> web.Response:
     vhost = target_vhost(request, reason=OBJECT_REFUSED)
     name = request.match_info["name"]
     pattern, definition, priority, apply_to = await _policy_body(request, "all")
-    was_new = name not in vhost.policies
-    try:
-        vhost.set_policy(name, pattern, definition, priority, apply_to)
-    except PolicyError as exc:  # this endpoint HTML-escapes its reason, as RabbitMQ's does
-        raise bad_request(escape_html_tags(f"Validation failed\n\n{exc}\n")) from None
+    was_new = await ordered_change(
+        request, {"op": "put_policy", "vhost": vhost.name, "name": name, "pattern": pattern,
+                  "definition": definition, "priority": priority, "apply_to": apply_to},
+        # this endpoint HTML-escapes its reason, as RabbitMQ's does
+        lambda reason: bad_request(escape_html_tags(f"Validation failed\n\n{reason}\n")))
     return created(was_new)
 
 
@@ -120,8 +121,10 @@ async def delete_policy(request: web.Request) -> web.Response:
     """204; 401 as for a PUT, then 404 for an unknown vhost or policy."""
     require_policymaker(request)
     vhost = readable_vhost(request, reason=OBJECT_REFUSED)
-    if not vhost.clear_policy(request.match_info["name"]):
+    name = request.match_info["name"]
+    if name not in vhost.policies:
         raise not_found()
+    await ordered_change(request, {"op": "delete_policy", "vhost": vhost.name, "name": name})
     return no_content()
 
 
@@ -165,17 +168,21 @@ async def put_operator_policy(request: web.Request) -> web.Response:
     vhost = target_vhost(request)
     name = request.match_info["name"]
     pattern, definition, priority, apply_to = await _policy_body(request, "queues")
-    was_new = name not in vhost.operator_policies
-    try:
-        vhost.set_operator_policy(name, pattern, definition, priority, apply_to)
-    except PolicyError as exc:
-        raise bad_request(f"Validation failed\n\n{exc}\n") from None
+    was_new = await ordered_change(
+        request, {"op": "put_operator_policy", "vhost": vhost.name, "name": name,
+                  "pattern": pattern, "definition": definition, "priority": priority,
+                  "apply_to": apply_to},
+        lambda reason: bad_request(f"Validation failed\n\n{reason}\n"))
     return created(was_new)
 
 
 @routes.delete("/api/operator-policies/{vhost}/{name}")
 async def delete_operator_policy(request: web.Request) -> web.Response:
     require_admin(request)
-    if not vhost_of(request).clear_operator_policy(request.match_info["name"]):
+    vhost = vhost_of(request)
+    name = request.match_info["name"]
+    if name not in vhost.operator_policies:
         raise not_found()
+    await ordered_change(request, {"op": "delete_operator_policy", "vhost": vhost.name,
+                                   "name": name})
     return no_content()

@@ -14,6 +14,7 @@ import binascii
 
 from aiohttp import web
 
+from management.access_changes import ordered_change
 from management.auth import require_admin
 from management.errors import bad_request, not_found
 from management.routes.common import created, no_content, ok, read_json, table
@@ -21,8 +22,7 @@ from management.routes.permissions import topic_permission_rows
 from management.serializers import permission_json, user_json
 from management.state import state
 from vhosts.definitions import parse_tags
-from vhosts.limits import LimitsError
-from vhosts.users import HASHING_ALGORITHM
+from vhosts.users import HASHING_ALGORITHM, hash_password
 
 routes = web.RouteTableDef()
 
@@ -54,8 +54,7 @@ async def bulk_delete(request: web.Request) -> web.Response:
     for name in names:
         if name not in broker.users.users:
             raise bad_request(["no_such_user", name])
-    for name in names:
-        broker.delete_user(name)
+    await ordered_change(request, {"op": "delete_users", "names": names})
     return no_content()
 
 
@@ -96,15 +95,11 @@ async def put_user(request: web.Request) -> web.Response:
             raise bad_request(f"unsupported hashing_algorithm '{algorithm}' (only "
                               f"{HASHING_ALGORITHM} hashes are accepted)")
     limits = table(body, "limits")
-    broker = state(request).broker
-    was_new = name not in broker.users.users
-    broker.users.add(name, password, tags,
-                     password_hash=password_hash if password is None else None)
-    if limits:
-        try:
-            broker.limits.set("user", name, limits)
-        except LimitsError as exc:
-            raise bad_request(str(exc)) from None
+    # the password is hashed here: the change (ordered through etcd in a cluster) carries
+    # the hash only
+    was_new = await ordered_change(request, {
+        "op": "put_user", "name": name, "tags": tags, "limits": limits,
+        "password_hash": hash_password(password) if password is not None else password_hash})
     return created(was_new)
 
 
@@ -112,9 +107,9 @@ async def put_user(request: web.Request) -> web.Response:
 async def delete_user(request: web.Request) -> web.Response:
     require_admin(request)
     name = request.match_info["user"]
-    broker = state(request).broker
-    if not broker.delete_user(name):
+    if name not in state(request).broker.users.users:
         raise not_found()
+    await ordered_change(request, {"op": "delete_user", "name": name})
     return no_content()
 
 

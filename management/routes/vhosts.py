@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from management.access_changes import ordered_change
 from management.auth import principal, require_admin, visible_vhosts
 from management.errors import bad_request, not_found
 from management.routes.common import (
@@ -51,7 +52,6 @@ async def put_vhost(request: web.Request) -> web.Response:
     who = require_admin(request)
     name = request.match_info["vhost"]
     body = await read_json(request)
-    broker = state(request).broker
     description = body.get("description")
     if description is not None and not isinstance(description, str):
         raise bad_request("description must be a string")
@@ -59,21 +59,19 @@ async def put_vhost(request: web.Request) -> web.Response:
         tags = parse_tags(body["tags"]) if "tags" in body else None
     except ValueError as exc:
         raise bad_request(str(exc)) from None
-    was_new = name not in broker.vhosts
-    broker.add_vhost(name)
-    broker.extras.set_metadata(name, description, tags)
-    if was_new and broker.permissions.get(who.name, name) is None:
-        broker.permissions.set(who.name, name, ".*", ".*", ".*")
+    was_new = await ordered_change(request, {
+        "op": "put_vhost", "name": name, "description": description, "tags": tags,
+        "creator": who.name})
     return created(was_new)
 
 
 @routes.delete("/api/vhosts/{vhost}")
 async def delete_vhost(request: web.Request) -> web.Response:
     require_admin(request)
-    broker = state(request).broker
     name = request.match_info["vhost"]
-    if not broker.delete_vhost(name):
+    if name not in state(request).broker.vhosts:
         raise not_found()
+    await ordered_change(request, {"op": "delete_vhost", "name": name})
     return no_content()
 
 
