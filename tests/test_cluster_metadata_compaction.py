@@ -115,7 +115,7 @@ async def _log_state(etcd: Etcd) -> tuple[dict[str, Any], int]:
     try:
         pointer = await client.get(ROOT + b"snapshot")
         left = 0
-        async for keys in client.keys_created_up_to(LOG, 1 << 62):
+        async for keys in client.key_revisions(LOG):
             left += len(keys)
     finally:
         await client.close()
@@ -134,10 +134,11 @@ def _compacted_start(etcd: Etcd, nodes: list[BrokerProcess], tmp: Path, total: i
     exchanges, queues = _kept(total, tag)
     for node in nodes:  # every running node applied them as they came
         wait_until(lambda node=node: _names(node, "queues", tag) == queues,
-                   f"{node} has the kept queues", timeout=120)
+                   f"{node} has the kept queues", timeout=max(60, total / 200))
     pointer, left = wait_until(
         lambda: (s := asyncio.run(_log_state(etcd)))[0].get("revision", 0) >= revision
-        and s[1] < 50 and s, "a snapshot after the last record, the log deleted", timeout=120)
+        and s[1] < 50 and s, "a snapshot after the last record, the log deleted",
+        timeout=max(60, total / 200))
     print(f"snapshot at revision {pointer['revision']}: {pointer['records']} records, "
           f"{left} log records left")
     fourth = cluster_node(tmp, f"n4-{tag}", etcd)
@@ -175,6 +176,7 @@ def test_a_fourth_node_starts_from_the_snapshot_after_5000_records(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_fourth_node_starts_from_the_snapshot_after_100000_records(
         etcd: Etcd, nodes: list[BrokerProcess], tmp_path: Path) -> None:
     _compacted_start(etcd, nodes, tmp_path, 100_000, "c100k")

@@ -266,23 +266,22 @@ class EtcdClient(aetcd.Client):
         finally:
             self._is_connecting = False
 
-    async def keys_created_up_to(self, prefix: bytes, revision: int,
-                                 page: int = 1000) -> AsyncIterator[list[bytes]]:
-        """The keys under ``prefix`` created at or before etcd ``revision``, ``page`` at a
+    async def key_revisions(self, prefix: bytes, page: int = 5000
+                            ) -> AsyncIterator[list[tuple[bytes, int]]]:
+        """``(key, create revision)`` of the keys under ``prefix`` in key order, ``page`` at a
         time (keys only: a log of 100,000 records is read in pages, never in one answer).
         Raises aetcd.exceptions.ClientError (etcd unreachable)."""
         end = aetcd.utils.prefix_range_end(prefix)
         start = prefix
         while True:
-            request = rpc.RangeRequest(key=start, range_end=end, limit=page, keys_only=True,
-                                       max_create_revision=revision)
+            request = rpc.RangeRequest(key=start, range_end=end, limit=page, keys_only=True)
             response = await self.kvstub.Range(request, timeout=self._timeout)
-            keys = [bytes(kv.key) for kv in response.kvs]
+            keys = [(bytes(kv.key), int(kv.create_revision)) for kv in response.kvs]
             if keys:
                 yield keys
             if not response.more or not keys:
                 return
-            start = keys[-1] + b"\0"
+            start = keys[-1][0] + b"\0"
 
 
 def open_client(options: EtcdOptions) -> EtcdClient:

@@ -216,10 +216,49 @@ class EtcdHub:
 
     async def _write(self, record: tuple[Any, ...]) -> None:
         if record[0] == "submit":
-            key = self.log_prefix + f"{self.m.node}-{self.incarnation}-{next(self._seq)}".encode()
+            # (zero-padded: one run's records sort in the order written, see _delete_log_up_to)
+            key = self.log_prefix + \
+                f"{self.m.node}-{self.incarnation}-{next(self._seq):012d}".encode()
             value = link_values.encode(("apply", self.m.index, record[1], record[2],
                                         self.incarnation))
             await self.client.put(key, value)
+
+    async def _delete_log_up_to(self, revision: int) -> int:
+        """Delete the log's records created at or before ``revision`` (not ``down-*``): each
+        run of such keys in key order is one range deletion, guarded by a comparison that
+        every key in the range is that old (a record written meanwhile whose key falls in the
+        range fails the guard; that run is then deleted key by key). Returns how many."""
+        runs: list[tuple[bytes, bytes, list[bytes]]] = []  # (first, range end, keys)
+        current: list[bytes] = []
+        down = self.log_prefix + b"down-"
+        async for page in self.client.key_revisions(self.log_prefix):
+            for key, created in page:
+                if created <= revision and not key.startswith(down):
+                    current.append(key)
+                elif current:
+                    runs.append((current[0], current[-1] + b"\0", current))
+                    current = []
+        if current:
+            runs.append((current[0], current[-1] + b"\0", current))
+        tx = self.client.transactions
+        deleted = 0
+        for i in range(0, len(runs), DELETES_PER_TXN // 2):
+            batch = runs[i:i + DELETES_PER_TXN // 2]
+            ok, _ = await self.client.transaction(
+                compare=[tx.create(first, range_end=end) < revision + 1
+                         for first, end, _ in batch],
+                success=[tx.delete(first, range_end=end) for first, end, _ in batch],
+                failure=[])
+            if ok:
+                deleted += sum(len(keys) for _, _, keys in batch)
+                continue
+            for _, _, keys in batch:  # one by one: each of these keys is old
+                for j in range(0, len(keys), DELETES_PER_TXN):
+                    await self.client.transaction(
+                        compare=[], success=[tx.delete(k) for k in keys[j:j + DELETES_PER_TXN]],
+                        failure=[])
+                    deleted += len(keys[j:j + DELETES_PER_TXN])
+        return deleted
 
     async def barrier(self, timeout: float = 2.0) -> None:
         """Return once this node applied every record etcd held when called (a write of
@@ -416,16 +455,7 @@ class EtcdHub:
             return False
         if old:
             await self.client.delete_prefix(self.snapshot_prefix + str(old).encode() + b"/")
-        deleted = 0
-        down = self.log_prefix + b"down-"
-        async for keys in self.client.keys_created_up_to(self.log_prefix, revision):
-            keys = [k for k in keys if not k.startswith(down)]
-            for i in range(0, len(keys), DELETES_PER_TXN):
-                batch = keys[i:i + DELETES_PER_TXN]
-                await self.client.transaction(compare=[],
-                                              success=[tx.delete(k) for k in batch],
-                                              failure=[])
-                deleted += len(batch)
+        deleted = await self._delete_log_up_to(revision)
         await self.client.compact(revision)
         self.snapshots_written += 1
         log.info("metadata snapshot at etcd revision %d: %d records in %d chunk(s) after %d "
