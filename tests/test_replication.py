@@ -15,6 +15,7 @@ from amqp_server.cluster.replication_types import (
     Fetch,
     Fsync,
     GroupState,
+    Install,
     Records,
     Send,
     StepDown,
@@ -149,3 +150,28 @@ def test_a_silent_follower_leaves_the_isr_and_a_dead_leader_is_replaced() -> Non
     follower.on_alive((1, 2))  # etcd: node 0's lease expired
     (elect,) = [a for a in follower.tick(11.0) if isinstance(a, Cas)]
     assert (elect.new.leader, elect.new.epoch, elect.new.isr) == (1, 2, (1, 2))
+
+
+def test_a_follower_below_the_leaders_compacted_start_gets_the_snapshot_then_the_tail() -> None:
+    log = [(1, "a"), (1, "b"), (1, "c")]
+    c = Cluster({0: log, 1: log})
+    s = state(isr=(0, 1), version=2)
+    for i in (0, 1):
+        c.do(i, c.r[i].on_state(s, 0.0))
+    leader = c.r[0]
+    c.deliver()
+    assert leader.committed == 3
+    assert leader.compact(2, "state after a, b")
+    assert not leader.compact(4, "x")  # not past what is committed
+    assert not leader.compact(1, "x")  # only forward
+    c.do(0, leader.append("d", 0.0)[1])
+    c.do(2, c.r[2].on_state(s, 0.0))
+    c.deliver()  # node 2 (empty) fetches from 0: the snapshot
+    follower = c.r[2]
+    installs = [a for a in c.actions[2] if isinstance(a, Install)]
+    assert installs == [Install(2, 1, "state after a, b")]
+    c.sync(2)
+    c.deliver()  # then it fetches from 2: the tail
+    assert (follower.start, follower.snapshot, follower.log) == (
+        2, "state after a, b", [(1, "c"), (1, "d")])
+    assert follower.entries(2, 4) == [(1, "c"), (1, "d")]

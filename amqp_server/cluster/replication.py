@@ -53,8 +53,10 @@ from amqp_server.cluster.replication_types import (
     Fetch,
     Fsync,
     GroupState,
+    Install,
     Records,
     Send,
+    Snapshot,
     StepDown,
     Truncate,
     Write,
@@ -124,17 +126,23 @@ class Replica:
     """
 
     def __init__(self, me: int, run: int, entries: Sequence[Entry] = (),
-                 timing: Timing = Timing(), rules: Rules = Rules()) -> None:
+                 timing: Timing = Timing(), rules: Rules = Rules(), *, start: int = 0,
+                 start_epoch: int = 0, snapshot: Any = None) -> None:
         self.me, self.run = me, run
         self.timing, self.rules = timing, rules
+        self.start = start  # offset of log[0]: what is before is in the snapshot
+        self.start_epoch = start_epoch  # epoch of the entry at start - 1
+        self.snapshot = snapshot  # the driver's state at ``start`` (opaque here)
         self.log: list[Entry] = list(entries)
-        self.durable = len(self.log)
+        self.durable = self.log_end
         self.gen = 0  # truncations so far: an fsync asked before one does not count
         self._syncing = False
         self.state: GroupState | None = None
         self.epoch = 0  # the epoch this replica leads or follows
         self.lead: _Lead | None = None
-        self.committed = 0  # leader: entries committed; follower: the leader's hw known
+        # leader: entries committed; follower: the leader's high watermark as far as known
+        # (a snapshot holds committed entries only)
+        self.committed = start
         self._changing: int | None = None  # version a swap of ours is based on
         self.proposed: tuple[int, ...] | None = None  # ISR asked of etcd (maximal ISR)
         self._proposed_base = 0  # the version that ISR swap is based on
@@ -160,27 +168,31 @@ class Replica:
 
     @property
     def log_end(self) -> int:
-        return len(self.log)
+        return self.start + len(self.log)
 
     def entries(self, start: int, end: int) -> list[Entry]:
-        """Entries ``[start, end)`` of this replica's log (for a Commit action)."""
-        return self.log[start:end]
+        """Entries ``[start, end)`` of this replica's log (for a Commit action);
+        ``start`` is not below :attr:`start` (before it: :attr:`snapshot`)."""
+        assert start >= self.start, (start, self.start)
+        return self.log[start - self.start:end - self.start]
 
     def last_epoch(self, offset: int | None = None) -> int:
         """Epoch of the entry before ``offset`` (default: the log end); 0 before the first."""
-        offset = len(self.log) if offset is None else offset
-        return self.log[offset - 1][0] if offset > 0 else 0
+        offset = self.log_end if offset is None else offset
+        if offset > self.start:
+            return self.log[offset - 1 - self.start][0]
+        return self.start_epoch if offset == self.start else 0
 
     def epoch_end(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch: the largest epoch <= ``epoch`` in this log and the
         offset where it ends (the start of the next epoch, or the log end); (0, 0) if none."""
-        found, end = 0, 0
-        for off in range(len(self.log) - 1, -1, -1):  # entries carry their epoch
-            e = self.log[off][0]
+        for i in range(len(self.log) - 1, -1, -1):  # entries carry their epoch
+            e = self.log[i][0]
             if e <= epoch:
-                found, end = e, off + 1
-                break
-        return found, end
+                return e, self.start + i + 1
+        if self.start and self.start_epoch <= epoch:
+            return self.start_epoch, self.start
+        return 0, 0  # compacted away (or none): the follower starts over from a snapshot
 
     def replicas(self) -> Replicas:
         """The leader's view for the ISR rules (:mod:`amqp_server.cluster.isr`); the epoch
@@ -188,7 +200,7 @@ class Replica:
         may have committed)."""
         assert self.state is not None and self.lead is not None
         return Replicas(self.me, self.state.members, self.state.isr, self.proposed,
-                        self.durable, len(self.log), self.lead.progress,
+                        self.durable, self.log_end, self.lead.progress,
                         max(self.committed, self.lead.epoch_start))
 
     # ---- inputs: leader --------------------------------------------------------------------
@@ -198,7 +210,7 @@ class Replica:
         driver nacks it), and the actions (write, fsync, answer parked fetches)."""
         if self.lead is None:
             return None, []
-        offset = len(self.log)
+        offset = self.log_end
         entry = (self.epoch, payload)
         self.log.append(entry)
         out: list[Action] = [Write(offset, (entry,))]
@@ -210,11 +222,16 @@ class Replica:
     def _answer(self, peer: int, f: Fetch, out: list[Action]) -> None:
         """Answer a fetch that matched this log: entries from its offset, or park it."""
         assert self.lead is not None
-        if f.offset >= len(self.log):
+        if f.offset >= self.log_end:
             self.lead.parked[peer] = f
             return
         self.lead.parked.pop(peer, None)
-        chunk = tuple(self.log[f.offset:f.offset + self.timing.batch])
+        if f.offset < self.start:  # compacted past it: the state at start, then the tail
+            out.append(Send(peer, Snapshot(self.epoch, self.start, self.start_epoch,
+                                           self.snapshot, self.committed)))
+            return
+        first = f.offset - self.start
+        chunk = tuple(self.log[first:first + self.timing.batch])
         out.append(Send(peer, Records(self.epoch, f.offset, self.last_epoch(f.offset), chunk,
                                       self.committed)))
 
@@ -227,6 +244,9 @@ class Replica:
             return
         lead = self.lead
         lead.last_fetch[peer] = now
+        if f.offset < self.start:  # below what this log still holds: nothing to check
+            self._answer(peer, f, out)
+            return
         if f.offset > 0:
             found, end = self.epoch_end(f.last_epoch)
             if found != f.last_epoch or end < f.offset:
@@ -254,20 +274,20 @@ class Replica:
         if self.lead is None and self.state is not None and self.state.leader != self.me \
                 and self.me in self.state.members:
             self._fetched_at = now
-            out.append(Send(self.state.leader, Fetch(self.epoch, len(self.log),
+            out.append(Send(self.state.leader, Fetch(self.epoch, self.log_end,
                                                      self.last_epoch(), self.durable)))
 
     def _on_records(self, peer: int, r: Records, now: float, out: list[Action]) -> None:
         if self.lead is not None or self.state is None or peer != self.state.leader \
                 or r.epoch != self.epoch:
             return
-        if r.first != len(self.log) or self.last_epoch() != r.prev_epoch:
+        if r.first != self.log_end or self.last_epoch() != r.prev_epoch:
             return  # an answer to an older fetch (reordered or duplicated)
         if r.entries:
             self.log.extend(r.entries)
             out.append(Write(r.first, r.entries))
             self._sync(out)
-        self.committed = max(self.committed, min(r.hw, len(self.log)))
+        self.committed = max(self.committed, min(r.hw, self.log_end))
         if len(r.entries) == self.timing.batch or not r.entries:
             self._fetch(out, now)  # more to take (else the fsync's end fetches: the ack)
 
@@ -275,16 +295,44 @@ class Replica:
         if self.lead is not None or self.state is None or peer != self.state.leader \
                 or d.epoch != self.epoch:
             return
-        if d.offset != len(self.log) or d.last_epoch != self.last_epoch():
+        if d.offset != self.log_end or d.last_epoch != self.last_epoch():
             return  # the answer to an older fetch
         _, mine = self.epoch_end(d.end_epoch)
-        cut = min(d.end_offset, mine, len(self.log))
-        if cut < len(self.log):
+        cut = min(d.end_offset, mine, self.log_end)
+        if cut < self.start:  # the snapshot itself is not the leader's: start over
+            self.start, self.start_epoch, self.snapshot = 0, 0, None
+            self.log.clear()
+            cut = 0
+        if cut < self.log_end or cut == 0:
             self._truncate(cut, out)
         self._fetch(out, now)
 
+    def _on_snapshot(self, peer: int, s: Snapshot, now: float, out: list[Action]) -> None:
+        if self.lead is not None or self.state is None or peer != self.state.leader \
+                or s.epoch != self.epoch or s.offset <= self.log_end:
+            return  # not our leader's, or we have that much already (a late answer)
+        self.start, self.start_epoch, self.snapshot = s.offset, s.last_epoch, s.state
+        self.log.clear()
+        self.durable = 0
+        self.committed = s.offset
+        self.gen += 1
+        out.append(Install(s.offset, s.last_epoch, s.state))
+        self._sync(out)
+
+    def compact(self, upto: int, snapshot: Any) -> bool:
+        """The driver stored ``snapshot``, its state after the entries below ``upto``:
+        drop them from the log (only committed entries on disk: ``upto`` is not above
+        :attr:`committed` nor :attr:`durable`). A follower fetching below ``upto`` gets
+        the snapshot, then the tail. False if ``upto`` is not allowed (nothing done)."""
+        if not self.start < upto <= min(self.committed, self.durable):
+            return False
+        self.start_epoch = self.log[upto - 1 - self.start][0]
+        del self.log[:upto - self.start]
+        self.start, self.snapshot = upto, snapshot
+        return True
+
     def _truncate(self, offset: int, out: list[Action]) -> None:
-        del self.log[offset:]
+        del self.log[offset - self.start:]
         self.durable = min(self.durable, offset)
         self.committed = min(self.committed, offset)
         self.gen += 1
@@ -292,7 +340,8 @@ class Replica:
 
     # ---- inputs: both ------------------------------------------------------------------------
 
-    def receive(self, peer: int, record: Fetch | Records | Diverging, now: float) -> list[Action]:
+    def receive(self, peer: int, record: Fetch | Records | Diverging | Snapshot,
+                now: float) -> list[Action]:
         """A record from node ``peer`` (any order, maybe duplicated or stale)."""
         out: list[Action] = []
         if isinstance(record, Fetch):
@@ -301,12 +350,14 @@ class Replica:
             self._on_records(peer, record, now, out)
         elif isinstance(record, Diverging):
             self._on_diverging(peer, record, now, out)
+        elif isinstance(record, Snapshot):
+            self._on_snapshot(peer, record, now, out)
         return out
 
     def _sync(self, out: list[Action]) -> None:
-        if not self._syncing and self.durable < len(self.log):
+        if not self._syncing and self.durable < self.log_end:
             self._syncing = True
-            out.append(Fsync((self.gen, len(self.log))))
+            out.append(Fsync((self.gen, self.log_end)))
 
     def fsync_done(self, token: tuple[int, int], now: float) -> list[Action]:
         """An fsync asked by ``Fsync(token)`` finished (the file is on disk up to there,
@@ -316,7 +367,7 @@ class Replica:
         gen, end = token
         before = self.durable
         if gen == self.gen:
-            self.durable = max(self.durable, min(end, len(self.log)))
+            self.durable = max(self.durable, min(end, self.log_end))
         self._sync(out)
         if self.lead is not None:
             self._advance(out)
@@ -356,8 +407,8 @@ class Replica:
 
     def _become(self, epoch: int, now: float, out: list[Action]) -> None:
         self.epoch = epoch
-        self.committed = min(self.committed, len(self.log))
-        self.lead = _Lead(epoch_start=len(self.log), since=now, mark=self.durable)
+        self.committed = min(self.committed, self.log_end)
+        self.lead = _Lead(epoch_start=self.log_end, since=now, mark=self.durable)
         out.append(Become(epoch, self.committed))
         self._sync(out)
         self._advance(out)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
-    "Become", "Cas", "Commit", "Diverging", "Entry", "Fetch", "Fsync", "GroupState", "Records",
-    "Send", "StepDown", "Truncate", "Write",
+    "Become", "Cas", "Commit", "Diverging", "Entry", "Fetch", "Fsync", "GroupState", "Install",
+    "Records", "Send", "Snapshot", "StepDown", "Truncate", "Write",
 ]
 
 Entry = tuple[int, Any]  # (leader epoch that appended it, payload)
@@ -98,6 +98,19 @@ class Diverging:
     end_offset: int
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """Leader -> follower that fetched below the leader's compacted log start: the state
+    after the entries below ``offset`` (opaque: the driver's, e.g. the queue's live
+    messages), whose last entry had epoch ``last_epoch``; then it fetches from ``offset``."""
+
+    epoch: int
+    offset: int
+    last_epoch: int
+    state: Any
+    hw: int
+
+
 # ---- actions for the driver ------------------------------------------------------------------
 
 
@@ -106,7 +119,7 @@ class Send:
     """Send ``record`` (Fetch, Records or Diverging) to node ``to``; it may be lost."""
 
     to: int
-    record: Fetch | Records | Diverging
+    record: Fetch | Records | Diverging | Snapshot
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,16 @@ class Truncate:
     """Cut the replica's file to ``offset`` entries (a divergent tail of an older epoch)."""
 
     offset: int
+
+
+@dataclass(frozen=True)
+class Install:
+    """Replace the replica's file by ``state`` (a snapshot at ``offset``, whose last entry
+    had epoch ``last_epoch``) and no entries; an Fsync follows."""
+
+    offset: int
+    last_epoch: int
+    state: Any
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from amqp_server.cluster.replication_types import (
     Commit,
     Fsync,
     GroupState,
+    Install,
     Send,
     StepDown,
     Truncate,
@@ -55,7 +56,7 @@ FAULTS = ("crash", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "fla
 class Config:
     """A run's knobs (seconds of simulated time)."""
 
-    nodes: int = 3
+    nodes: int = 0  # 0: three nodes, or five for one seed in four
     duration: float = 20.0  # faults and traffic
     settle: float = 12.0  # then every fault healed, no traffic
     tick: float = 0.25
@@ -91,6 +92,7 @@ class Node:
         self.disk = Disk()
         self.paused_until = 0.0
         self.slow_fsync_until = 0.0
+        self.compacted = 0  # the replica's log start when it crashed
         self.queue: QueueView | None = None  # when leading
         self.pending: dict[int, int] = {}  # offset -> message id awaiting its confirm
 
@@ -102,13 +104,14 @@ class World:
         self.seed = seed
         self.cfg = cfg = config or Config()
         self.rng = random.Random(seed)
+        n = cfg.nodes or (5 if self.rng.random() < 0.25 else 3)
         self.trace = trace
         self.now = 0.0
         self.events: list[tuple[float, int, str, tuple[Any, ...]]] = []
         self.seq = 0
         self.check = Checker(seed)
         self.faults: Counter[str] = Counter()
-        self.nodes = [Node(i) for i in range(cfg.nodes)]
+        self.nodes = [Node(i) for i in range(n)]
         self.runs = 0
         self.cut: set[tuple[int, int]] = set()
         self.isolated: dict[int, float] = {}
@@ -119,10 +122,10 @@ class World:
         self.faulting = True
         self.dirty = False
         # etcd
-        members = tuple(range(cfg.nodes))
+        members = tuple(range(n))
         self.version = 1
-        self.expiry = [0.0] * cfg.nodes
-        self.was_alive = [True] * cfg.nodes
+        self.expiry = [0.0] * n
+        self.was_alive = [True] * n
         for node in self.nodes:
             self._start(node)
         first = self.nodes[0]
@@ -179,8 +182,14 @@ class World:
         node.run = node.session = self.runs
         self.expiry[node.index] = max(self.expiry[node.index], self.now + self.cfg.lease)
         node.disk.current = list(node.disk.synced)
-        node.replica = Replica(node.index, node.run, node.disk.synced, self.cfg.timing,
-                               self.cfg.rules)
+        synced = node.disk.synced
+        # the log read back from its snapshot (committed entries) and tail, or whole
+        start = node.compacted if len(synced) >= node.compacted and self.rng.random() < 0.7 \
+            else 0
+        node.replica = Replica(node.index, node.run, synced[start:], self.cfg.timing,
+                               self.cfg.rules, start=start,
+                               start_epoch=synced[start - 1][0] if start else 0,
+                               snapshot=tuple(synced[:start]) if start else None)
         node.queue = None
         node.pending.clear()
 
@@ -199,6 +208,11 @@ class World:
         alive = self._alive()
         r.on_alive(alive)
         self._do(node, r.tick(self.now))
+        upto = min(r.committed, r.durable)
+        if upto - r.start >= 16 and self.rng.random() < 0.2:  # the driver compacts its log
+            prefix = tuple(r.snapshot or ()) + tuple(r.entries(r.start, upto))
+            r.compact(upto, prefix)
+            self.faults["compaction"] += 1
         self.at(self.cfg.tick, "tick", i, run)
 
     def _alive(self) -> list[int]:
@@ -226,6 +240,12 @@ class World:
                 node.disk.current.extend(a.entries)
             elif isinstance(a, Truncate):
                 del node.disk.current[a.offset:]
+            elif isinstance(a, Install):  # the sim's snapshot: the entries it stands for
+                self.faults["snapshot_installed"] += 1
+                if len(a.state) != a.offset:
+                    self.check.fail(f"node {node.index}: a snapshot of {len(a.state)} entries "
+                                    f"at offset {a.offset}")
+                node.disk.current = list(a.state)
             elif isinstance(a, Fsync):
                 slow = node.slow_fsync_until > self.now
                 delay = self.rng.uniform(0.05, 0.6) if slow else self.rng.uniform(0.001, 0.01)
@@ -234,7 +254,8 @@ class World:
                 self.at(self.rng.uniform(0.001, 0.02), "cas", node.index, node.run, a.new)
             elif isinstance(a, Commit):
                 self.dirty = True
-                self.check.on_commit(node.index, r.epoch, r.log, a.end)
+                full = list(r.snapshot or ()) + r.log  # the sim's snapshot: its entries
+                self.check.on_commit(node.index, r.epoch, full, a.end)
                 if node.queue is not None:
                     node.queue.apply(a.start, r.entries(a.start, a.end))
                 for off in range(a.start, a.end):
@@ -243,7 +264,8 @@ class World:
                         self.check.confirmed.add(mid)
             elif isinstance(a, Become):
                 node.queue = QueueView()
-                node.queue.apply(0, r.entries(0, a.committed))
+                node.queue.apply(0, tuple(r.snapshot or ()) + tuple(r.entries(r.start,
+                                                                             a.committed)))
                 node.pending.clear()
             elif isinstance(a, StepDown):
                 node.queue = None
@@ -374,6 +396,7 @@ class World:
         node = rng.choice(self.nodes)
         i = node.index
         if kind == "crash" and node.replica is not None:
+            node.compacted = node.replica.start
             node.replica = None
             node.queue = None
             node.pending.clear()
