@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,3 +206,44 @@ def test_snapshot_records_rebuild_a_broker_and_removals_name_what_it_lacks() -> 
     vhost.delete_queue("q2")
     gone = [tr.from_wire(w) for w in removals(wires, state_records(source, 0, lambda q: 0))]
     assert gone == [tr.QueueForget("/", "q2")]
+
+
+def test_a_node_whose_watch_fell_behind_a_compaction_reads_the_snapshot_again(
+        etcd: Etcd, nodes: list[BrokerProcess]) -> None:
+    """n3 is stopped (shorter than its lease) while records come, a snapshot is written and
+    etcd's history compacted, and etcd restarts (every watch breaks): n3's watch from its old
+    revision is refused as compacted; it reads the snapshot and the tail again, removing an
+    exchange deleted meanwhile and adding what was declared."""
+    n1, _, n3 = nodes
+    conn = connect(n1)
+    try:
+        conn.channel().exchange_declare("resync-gone", "fanout")
+    finally:
+        conn.close()
+    wait_until(lambda: "resync-gone" in _names(n3, "exchanges", "resync"), "declared on n3")
+    os.kill(n3.pid, signal.SIGSTOP)
+    try:
+        revision, _ = asyncio.run(_write(etcd, 3_000, "resync"))
+        asyncio.run(_delete_exchange(etcd, "resync-gone"))
+        wait_until(lambda: asyncio.run(_log_state(etcd))[0].get("revision", 0) > revision,
+                   "a snapshot after the records", timeout=20)
+        etcd.restart()
+    finally:
+        os.kill(n3.pid, signal.SIGCONT)
+    exchanges, queues = _kept(3_000, "resync")
+    wait_until(lambda: _names(n3, "queues", "resync") == queues
+               and _names(n3, "exchanges", "resync") == exchanges, "n3 in step again",
+               timeout=60)
+    assert "was compacted" in n3.log_path.read_text()
+
+
+async def _delete_exchange(etcd: Etcd, name: str) -> None:
+    from amqp_server.cluster.etcd_client import open_client
+
+    client = open_client(_options(etcd))
+    await client.connect()
+    try:
+        wire = tr.to_wire(tr.ExchangeDelete("/", name, False))
+        await client.put(LOG + b"resync-delete", link_values.encode(("apply", -1, 0, wire, "")))
+    finally:
+        await client.close()

@@ -64,6 +64,8 @@ SNAPSHOT_RECORDS = int(os.environ.get("AMQPQ_METADATA_SNAPSHOT_RECORDS", "10000"
 SNAPSHOT_SECONDS = float(os.environ.get("AMQPQ_METADATA_SNAPSHOT_SECONDS", "600"))
 CHUNK_BYTES = 512 * 1024  # a snapshot's chunk (etcd refuses requests over 1.5 MiB)
 DELETES_PER_TXN = 100  # etcd's --max-txn-ops is 128 by default
+KEYS_PER_TXN = 1000  # log records deleted by one transaction (each is a watch event)
+YIELD_EVERY = 200  # watch events handled before the loop lets other tasks run
 
 
 class EtcdHub:
@@ -235,15 +237,24 @@ class EtcdHub:
             for key, created in page:
                 if created <= revision and not key.startswith(down):
                     current.append(key)
-                elif current:
+                    if len(current) < KEYS_PER_TXN:
+                        continue
+                if current:
                     runs.append((current[0], current[-1] + b"\0", current))
                     current = []
         if current:
             runs.append((current[0], current[-1] + b"\0", current))
+        batches: list[list[tuple[bytes, bytes, list[bytes]]]] = [[]]
+        for run in runs:  # at most KEYS_PER_TXN keys and DELETES_PER_TXN / 2 ranges each
+            if batches[-1] and (len(batches[-1]) >= DELETES_PER_TXN // 2 or sum(
+                    len(r[2]) for r in batches[-1]) + len(run[2]) > KEYS_PER_TXN):
+                batches.append([])
+            batches[-1].append(run)
         tx = self.client.transactions
         deleted = 0
-        for i in range(0, len(runs), DELETES_PER_TXN // 2):
-            batch = runs[i:i + DELETES_PER_TXN // 2]
+        for batch in batches:
+            if not batch:
+                continue
             ok, _ = await self.client.transaction(
                 compare=[tx.create(first, range_end=end) < revision + 1
                          for first, end, _ in batch],
@@ -293,8 +304,12 @@ class EtcdHub:
                 watch = await self.client.watch_prefix(self.m.root,
                                                        start_revision=self._revision + 1,
                                                        prev_kv=True)
+                seen = 0
                 async for event in watch:
                     self._on_event(event)
+                    seen += 1
+                    if seen % YIELD_EVERY == 0:  # a burst (a compaction's deletions) must
+                        await asyncio.sleep(0)  # not starve the lease refresh
             except asyncio.CancelledError:
                 raise
             except aetcd.exceptions.RevisionCompactedError as exc:
