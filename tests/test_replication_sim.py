@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from tests.sim.broken import BROKEN
 from tests.sim.world import Config, SimFailure, World, old_rejoin_rules, quick, run_seed
 
 # short runs (tests.sim.world.quick: ~10 ms of CPU a seed); the module takes ~25 s of CPU
@@ -55,6 +56,13 @@ def test_the_old_rejoin_rule_fails_a_seed_and_it_replays_exactly() -> None:
         run_seed(seed, quick(rules=old_rejoin_rules()))
     assert str(again.value) == failure
     run_seed(seed, quick())  # the same seed with today's rule keeps every invariant
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_each_broken_rule_fails_a_seed(name: str) -> None:
+    failure = first_failure(quick(rules=BROKEN[name]), range(400))
+    assert failure is not None, name
+    assert "is in the ISR with" in failure
 
 
 def test_a_seed_is_one_run() -> None:

@@ -1,0 +1,33 @@
+"""Replication rules with one known flaw each, that the simulation must catch (a check
+that no seed can fail is no check): ``tests/test_replication_sim.py`` asserts each fails a
+seed. The ISR rejoin rule before #30 is :func:`tests.sim.world.old_rejoin_rules`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+
+from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
+from amqp_server.cluster.replication import Rules
+from tests.sim.world import old_rejoin_rules
+
+
+def _hw_without_the_proposed_isr(r: Replicas) -> int | None:
+    """The high watermark over etcd's ISR only: a member being added is not counted while
+    the swap is on its way (the code before #30; Kafka's KIP-497 counts it)."""
+    return high_watermark(dataclasses.replace(r, proposed=None))
+
+
+def _expand_at_the_high_watermark_only(r: Replicas, linked: Collection[int],
+                                       ready: Collection[int], silent_for: Mapping[int, float],
+                                       mark: int) -> tuple[tuple[int, ...], str] | None:
+    """Rejoin once at the leader's current high watermark, forgetting its epoch start (a
+    new leader's high watermark starts below what the last leader committed)."""
+    return isr_change(dataclasses.replace(r, committed=0), linked, ready, silent_for)
+
+
+BROKEN: dict[str, Rules] = {
+    "old rejoin rule": old_rejoin_rules(),
+    "high watermark without the proposed ISR": Rules(high_watermark=_hw_without_the_proposed_isr),
+    "rejoin without the epoch start": Rules(isr_change=_expand_at_the_high_watermark_only),
+}
