@@ -4,7 +4,9 @@
 DataFrame schema, refuse save modes that have no AMQP meaning, and (``preflight``, default
 on) connect once to check the exchange exists or declare it (``declareExchange``) and, for a
 target queue through the default exchange (``save("orders")``), that the queue exists, so a
-bad job fails before any task starts. Their errors reach the user as one line
+bad job fails before any task starts; with ``exactlyOnce`` it declares or checks a
+deduplicating target instead (:mod:`spark_sink.exactly_once`). A batch write's ``jobId`` (the
+first part of every row id) is fixed here, on the driver, so a retried task reuses it. Their errors reach the user as one line
 (``[PYTHON_DATA_SOURCE_ERROR] Failed to initialize Python data source writer:
 spark_sink.options.AmqpqOptionError: amqpq sink: option 'x' ...``), without a traceback.
 
@@ -118,8 +120,15 @@ def preflight(config: SinkConfig) -> None:
 
     Raises:
         AmqpqOptionError: no broker reachable ('uri'), the exchange is missing ('exchange'),
-            or the target queue is missing ('path' or 'routingKey').
+            or the target queue is missing ('path' or 'routingKey'); with ``exactlyOnce``,
+            the target does not deduplicate and cannot be declared so ('exactlyOnce'; see
+            :func:`spark_sink.exactly_once.prepare_target`).
     """
+    if config.exactly_once:
+        from spark_sink.exactly_once import prepare_target
+
+        log.info("amqpq sink: exactlyOnce: %s", prepare_target(config))
+        return
     publisher = ConfirmPublisher(config.addresses, timeout=min(config.timeout, 10.0),
                                  tls=config.tls)
     try:

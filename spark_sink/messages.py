@@ -17,7 +17,7 @@ from spark_sink.encoding import (
     json_bodies,
     string_values,
 )
-from spark_sink.options import OCTET_PROPERTIES, SinkConfig
+from spark_sink.options import DEDUP_HEADER, OCTET_PROPERTIES, SinkConfig
 
 
 class MessageBuilder:
@@ -27,7 +27,8 @@ class MessageBuilder:
         config: the validated options.
         schema: the DataFrame's Spark schema (for Avro).
         frame_max: the connection's negotiated frame_max (bytes).
-        id_prefix: automatic message ids are ``f"{id_prefix}{row_index}"``.
+        id_prefix: a row's id is ``f"{id_prefix}{row_index}"``: its automatic message_id
+            and, with ``exactlyOnce``, its ``x-deduplication-header`` (a long string).
     """
 
     def __init__(self, config: SinkConfig, schema: T.StructType, frame_max: int,
@@ -35,6 +36,7 @@ class MessageBuilder:
         self.config = config
         self.encoder = frames.PublishEncoder(config.exchange, config.mandatory, frame_max)
         self.id_prefix = id_prefix.encode("utf-8")
+        self._dedup_key = frames.shortstr(DEDUP_HEADER, "header name") + b"S"
         self._constant_rk = frames.shortstr(config.routing_key, "routingKey")
         self._const_props = {name: frames.encode_property(name, value)
                              for name, value in config.properties.items()}
@@ -74,17 +76,23 @@ class MessageBuilder:
             routing_keys = [b"\x00" if k is None else k
                             for k in frames.shortstrs(keys, "routing key")]
         values: dict[str, frames.PropertyValue] = dict(self._const_props)
-        if config.message_id == "auto":
-            prefix = self.id_prefix
-            plen = len(prefix)
+        prefix = self.id_prefix
+        plen = len(prefix)
+        digits: list[bytes] = []
+        if config.message_id == "auto" or config.exactly_once:
             digits = [str(i).encode() for i in range(first_row, first_row + n)]
+        if config.message_id == "auto":
             values["message_id"] = [bytes((plen + len(d),)) + prefix + d for d in digits]
         if config.timestamp_now:
             values["timestamp"] = frames.encode_property("timestamp", int(time.time()))
         for name, column in config.property_columns.items():
             values[name] = _property_column(name, batch.column(column))
-        if config.headers_columns or self._const_headers:
+        if config.headers_columns or self._const_headers or config.exactly_once:
             entries = [frames.table_entries(c, batch.column(c)) for c in config.headers_columns]
+            if config.exactly_once:  # the row's id as the deduplication key (long string)
+                key = self._dedup_key
+                entries.append([key + (plen + len(d)).to_bytes(4, "big") + prefix + d
+                                for d in digits])
             values["headers"] = frames.header_tables(self._const_headers, entries, n)
         flags, props = frames.property_lists(values, n)
         for start in range(0, n, size):

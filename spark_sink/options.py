@@ -23,6 +23,8 @@ from spark_sink.uri import BrokerAddress, UriError, parse_uri_list
 FORMATS = ("json", "csv", "avro")
 EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
 ON_UNROUTABLE = ("fail", "drop")
+DEDUP_HEADER = "x-deduplication-header"  # the deduplication plugin's per-message key header
+DEDUP_OPTIONS = ("dedupCacheSize", "dedupCacheTtl", "managementUri")
 DEFAULT_CONTENT_TYPE = {"json": "application/json", "csv": "text/csv", "avro": "avro/binary"}
 
 # documented spelling of every option (Spark lower-cases the keys)
@@ -33,7 +35,7 @@ OPTION_NAMES = {
         "headersColumns", "mandatory", "confirmBatchSize", "maxInFlight", "declareExchange",
         "timeout", "jobId", "summaryPath", "preflight", "api", "username", "password",
         "onUnroutable", "sslCacert", "sslCert", "sslKey", "sslVerify", "sslServerName",
-        "path",
+        "path", "exactlyOnce", "dedupCacheSize", "dedupCacheTtl", "managementUri",
     )
 }
 # keys Spark itself may pass along (streaming checkpoints; "path", from save(path), is parsed)
@@ -89,6 +91,14 @@ class SinkConfig:
         api: "arrow" (DataSourceArrowWriter) or "row" (DataSourceWriter, for comparison).
         tls: TLS settings for ``amqps://`` URIs.
         path: the ``save(path)`` argument as given (None without one).
+        exactly_once: every row carries its deterministic id in ``x-deduplication-header``
+            and the driver makes sure the target deduplicates (see spark_sink/exactly_once.py).
+        dedup_cache_size: ``x-cache-size`` (messages) for a target the driver declares, or
+            None (exchange: 1,000,000; queue: no limit, the keys of the messages it holds).
+        dedup_cache_ttl: ``x-cache-ttl`` (ms) for a target the driver declares, or None
+            (keys leave by size only / when their message leaves the queue).
+        management_uri: management HTTP API the driver asks whether an existing target queue
+            has ``x-message-deduplication`` (None: ``http://<first uri host>:15672``).
     """
 
     addresses: tuple[BrokerAddress, ...]
@@ -115,6 +125,10 @@ class SinkConfig:
     api: str = "arrow"
     tls: TlsSettings = field(default_factory=TlsSettings)
     path: str | None = None
+    exactly_once: bool = False
+    dedup_cache_size: int | None = None
+    dedup_cache_ttl: int | None = None
+    management_uri: str | None = None
 
     def redacted_uris(self) -> str:
         """The broker list without passwords, for logs."""
@@ -221,6 +235,10 @@ def parse_options(options: Mapping[str, str], schema: T.StructType | None = None
     if api not in ("arrow", "row"):
         raise AmqpqOptionError("api", f"must be arrow or row, got {api!r}")
 
+    exactly_once = _bool(opts, "exactlyOnce", False)
+    dedup = _parse_dedup(opts, exactly_once, exchange, routing_key, routing_key_column,
+                         declare, headers_columns, constant_headers)
+
     return SinkConfig(
         addresses=addresses,
         exchange=exchange,
@@ -246,7 +264,45 @@ def parse_options(options: Mapping[str, str], schema: T.StructType | None = None
         api=api,
         tls=tls,
         path=opts.get("path"),
+        exactly_once=exactly_once,
+        **dedup,
     )
+
+
+def _parse_dedup(opts: Mapping[str, str], exactly_once: bool, exchange: str, routing_key: str,
+                 routing_key_column: str | None, declare: str | None,
+                 headers_columns: tuple[str, ...],
+                 constant_headers: tuple[tuple[str, str], ...]) -> dict[str, int | str | None]:
+    """``exactlyOnce``'s companion options, checked against the target and the headers."""
+    if not exactly_once:
+        for name in DEDUP_OPTIONS:
+            if name.lower() in opts:
+                raise AmqpqOptionError(name, "applies only with exactlyOnce=true")
+        return {}
+    if declare is not None:
+        raise AmqpqOptionError("declareExchange", "does not apply with exactlyOnce=true (the "
+                                                  "driver declares a missing exchange as "
+                                                  "x-message-deduplication itself)")
+    if exchange == "" and (routing_key_column is not None or not routing_key):
+        raise AmqpqOptionError("exactlyOnce", "needs one target queue (save('queue')) or an "
+                                              "x-message-deduplication exchange (save("
+                                              "'exchange/')); rows routed by "
+                                              "routingKeyColumn through the default exchange "
+                                              "go to queues the driver cannot check")
+    if exchange.startswith("amq."):
+        raise AmqpqOptionError("exactlyOnce", f"needs an x-message-deduplication exchange; "
+                                              f"{exchange!r} is predeclared and does not "
+                                              "deduplicate")
+    if DEDUP_HEADER in headers_columns or any(k == DEDUP_HEADER for k, _ in constant_headers):
+        raise AmqpqOptionError("exactlyOnce", f"sets the header {DEDUP_HEADER!r} itself: "
+                                              "remove it from headersColumns/headers.*")
+    size = _int(opts, "dedupCacheSize", 0, 1, 1_000_000_000) or None
+    ttl = _int(opts, "dedupCacheTtl", 0, 1, 2**32 - 1) or None
+    management = opts.get("managementuri", "").strip().rstrip("/") or None
+    if management is not None and not management.startswith(("http://", "https://")):
+        raise AmqpqOptionError("managementUri", f"must be an http:// or https:// URL, got "
+                                                f"{management!r}")
+    return {"dedup_cache_size": size, "dedup_cache_ttl": ttl, "management_uri": management}
 
 
 def _target(opts: Mapping[str, str]) -> tuple[str, str]:

@@ -235,15 +235,24 @@ class ConfirmPublisher:
 
     # ------------------------------------------------------------------ topology
     def declare_exchange(self, name: str, kind: str, *, durable: bool = True,
-                         passive: bool = False) -> None:
+                         passive: bool = False, arguments: dict[str, Any] | None = None) -> None:
         """Exchange.Declare and wait for DeclareOk (raises PublishError with the broker's
-        reply, e.g. 404 NOT_FOUND for a passive declare of a missing exchange)."""
+        reply, e.g. 404 NOT_FOUND for a passive declare of a missing exchange, 406
+        PRECONDITION_FAILED ``inequivalent arg 'type' ...`` for one of another type)."""
         self._send_method(
             CHANNEL,
             commands.Exchange.Declare(exchange=name, exchange_type=kind, durable=durable,
-                                      passive=passive),
+                                      passive=passive, arguments=arguments),
         )
         self._expect(commands.Exchange.DeclareOk, time.monotonic() + self.timeout)
+
+    def declare_queue(self, name: str, *, durable: bool = True,
+                      arguments: dict[str, Any] | None = None) -> None:
+        """Queue.Declare (not passive) and wait for DeclareOk (raises PublishError with the
+        broker's reply, e.g. 406 for an existing queue with other settings)."""
+        self._send_method(CHANNEL, commands.Queue.Declare(queue=name, durable=durable,
+                                                          arguments=arguments))
+        self._expect(commands.Queue.DeclareOk, time.monotonic() + self.timeout)
 
     def check_queue(self, name: str) -> None:
         """Queue.Declare passive: raise PublishError (404 NOT_FOUND) unless ``name`` exists.

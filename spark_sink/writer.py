@@ -11,7 +11,9 @@ with backoff, for up to ``timeout`` seconds) and the unconfirmed rows are republ
 it), a closed channel, or a connection that cannot be re-established raise, and Spark retries
 the task from its first row (``spark.task.maxFailures``). Republished rows carry the same
 automatic ``message_id`` (``<jobId>-<partition>-<row>``, streaming: ``<jobId>-<batchId>-
-<partition>-<row>``) so consumers can drop duplicates.
+<partition>-<row>``) so consumers can drop duplicates. With ``exactlyOnce`` the same id is
+also the row's ``x-deduplication-header`` and the target drops the rows it has already taken
+(:mod:`spark_sink.exactly_once`): each row lands once.
 
 Source: PySpark Python Data Source API, https://spark.apache.org/docs/latest/api/python/
 tutorial/sql/python_data_source.html and ``pyspark.sql.datasource`` (DataSourceArrowWriter,
@@ -255,15 +257,18 @@ def summary_line(config: SinkConfig, summary: dict[str, Any]) -> str:
         routed = "0 unroutable"
     counts = f"{summary['published']} rows published, {summary['confirmed']} confirmed, {routed}"
     if summary["reconnects"]:
+        outcome = ("dropped by the target's deduplication: exactlyOnce" if config.exactly_once
+                   else "at-least-once: duplicates possible")
         counts += (f"; {summary['reconnects']} reconnects, {summary['republished']} rows "
-                   "republished (at-least-once: duplicates possible)")
+                   f"republished ({outcome})")
     target = f"exchange {config.exchange!r}" if config.exchange else "the default exchange"
     if summary["status"] == "committed":
         return (f"amqpq sink: {job}: {counts}, from {summary['partitions']} partitions to "
                 f"{target}")
     return (f"amqpq sink: {job} ABORTED: {summary['failed_partitions']} of "
             f"{summary['partitions']} partitions failed; finished partitions: {counts} (a retry "
-            "publishes them again: at-least-once)")
+            "publishes them again: " + ("the target drops the rows it has seen: exactlyOnce)"
+                                        if config.exactly_once else "at-least-once)"))
 
 
 def write_summary(path: str, summary: dict[str, Any], append: bool = False) -> None:
