@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -102,6 +103,7 @@ class Link:
         self._failed: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._acker: _Acker | None = None
 
     async def run(self) -> None:
         """Connect both ends, declare, consume; return when the limit is reached.
@@ -128,6 +130,8 @@ class Link:
             if not self.source.no_ack:
                 await src_ch.basic_qos(prefetch_count=prefetch)
 
+            self._acker = _Acker(src_ch)
+
             async def on_message(message: DeliveredMessage) -> None:
                 await self._forward(message, src_ch, dest_ch)
 
@@ -144,6 +148,10 @@ class Link:
             if self._done.done() and not self._failed.done():
                 if self._pending:
                     await asyncio.gather(*self._pending, return_exceptions=True)
+                await self._acker.drain()
+                # a round trip on the channel: the broker has taken every ack sent before it
+                # (frames queued without waiting would be lost with the connection's close)
+                await src_ch.queue_declare(queue, passive=True)
                 if not self._failed.done():
                     return
             for fut in done:
@@ -167,12 +175,18 @@ class Link:
 
     async def _forward(self, message: DeliveredMessage, src_ch: aiormq.abc.AbstractChannel,
                        dest_ch: aiormq.abc.AbstractChannel) -> None:
+        """Publish one delivery (aiormq runs this as a task per delivery, in delivery
+        order, so publishes keep the source's order) and settle it at the source."""
         assert self._failed is not None and self._done is not None
         tag = message.delivery.delivery_tag
+        acker = self._acker
+        assert acker is not None
         self._received += 1
+        if not self.source.no_ack:
+            acker.received(tag)
         if self.limit is not None and self._received > self.limit:  # prefetched past it
             if not self.source.no_ack:
-                await _quietly(src_ch.basic_nack(tag, requeue=True))
+                acker.nack(tag)
             return
         task = asyncio.current_task()
         assert task is not None
@@ -181,14 +195,14 @@ class Link:
             exchange, routing_key, properties = self.target.route(message)
             result = await dest_ch.basic_publish(message.body, exchange=exchange,
                                                  routing_key=routing_key,
-                                                 properties=properties)
+                                                 properties=properties, wait=False)
             if self.source.no_ack:
                 pass
             elif isinstance(result, spec.Basic.Nack):
-                await src_ch.basic_nack(tag, requeue=True)
+                acker.nack(tag)
                 return
             else:
-                await src_ch.basic_ack(tag)
+                acker.ack(tag)
             self.moved += 1
             if self.limit is not None and self.moved >= self.limit and not self._done.done():
                 self._done.set_result(None)
@@ -199,6 +213,68 @@ class Link:
                 self._failed.set_exception(LinkError(_why(exc)))
         finally:
             self._pending.discard(task)
+
+
+class _Acker:
+    """Settles source deliveries in delivery order: one ``Basic.Ack(multiple)`` for each run
+    of consecutive acked deliveries (per event-loop turn) and a ``Basic.Nack`` (requeue) for
+    each refused one, in order, from one task at a time, so the source sees a few frames
+    rather than one per message and a multiple ack never covers a nacked delivery."""
+
+    def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
+        self.channel = channel
+        self.order: deque[int] = deque()
+        self.settled: dict[int, bool] = {}  # tag -> acked (False: nack it)
+        self.scheduled = False
+        self.sending: asyncio.Task[None] | None = None
+
+    def received(self, tag: int) -> None:
+        self.order.append(tag)
+
+    def ack(self, tag: int) -> None:
+        self._settle(tag, True)
+
+    def nack(self, tag: int) -> None:
+        self._settle(tag, False)
+
+    def _settle(self, tag: int, acked: bool) -> None:
+        self.settled[tag] = acked
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    async def drain(self) -> None:
+        """Send what is settled now and wait until it is handed to the connection."""
+        self._flush()
+        while self.sending is not None and not self.sending.done():
+            await asyncio.gather(self.sending, return_exceptions=True)
+
+    def _flush(self) -> None:
+        self.scheduled = False
+        ops: list[tuple[bool, int]] = []  # (ack multiple up to, or nack) in order
+        while self.order and self.order[0] in self.settled:
+            tag = self.order.popleft()
+            acked = self.settled.pop(tag)
+            if acked and ops and ops[-1][0]:
+                ops[-1] = (True, tag)
+            else:
+                ops.append((acked, tag))
+        if ops:
+            previous = self.sending
+            self.sending = asyncio.ensure_future(self._send(previous, ops))
+
+    async def _send(self, previous: asyncio.Task[None] | None,
+                    ops: list[tuple[bool, int]]) -> None:
+        if previous is not None:  # keep the frames in order across flushes
+            await asyncio.gather(previous, return_exceptions=True)
+        try:
+            for acked, tag in ops:
+                if acked:
+                    await self.channel.basic_ack(tag, multiple=True, wait=False)
+                else:
+                    await self.channel.basic_nack(tag, requeue=True, wait=False)
+        except Exception:  # noqa: BLE001 - the channel is gone: the source requeues them
+            pass
 
 
 async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:

@@ -10,6 +10,7 @@ rabbitmq_shovel_management serves them (checked with curl).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import aiormq
 import pika
 import pytest
 
@@ -81,26 +83,38 @@ def node(tmp_path: Path) -> Iterator[Node]:
     n.proc.close()
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+             describe: Callable[[], str] = lambda: "") -> Any:
+    """Poll ``check`` every 0.1 s until it gives a true value (returned)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+            raise AssertionError(f"timed out waiting for {what} (last: {value!r}; "
+                                 f"{describe()})")
         time.sleep(0.1)
 
 
 def publish(url: str, queue: str, bodies: list[bytes], durable: bool = True) -> None:
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    ch.queue_declare(queue, durable=durable)
-    ch.confirm_delivery()
-    for body in bodies:
-        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
-                                                               headers={"h": 1}))
-    conn.close()
+    """Declare ``queue`` and publish ``bodies`` to it persistent, confirms pipelined
+    (aiormq; pika's blocking confirms take a round trip each)."""
+
+    async def run() -> None:
+        conn = await aiormq.connect(url)
+        try:
+            ch = await conn.channel()
+            await ch.queue_declare(queue, durable=durable)
+            props = aiormq.spec.Basic.Properties(delivery_mode=2, headers={"h": 1})
+            for start in range(0, len(bodies), 1000):
+                await asyncio.gather(*(ch.basic_publish(body, routing_key=queue,
+                                                        properties=props)
+                                       for body in bodies[start:start + 1000]))
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
 
 
 def drain(url: str, queue: str) -> list[tuple[bytes, Any]]:
@@ -222,7 +236,8 @@ def test_delete_after_number_and_no_ack(node: Node) -> None:
                                     "src-prefetch-count": 4}) == 201
     wait_for(lambda: node.api("GET", "/api/parameters/shovel/%2F/ten")[0] == 404,
              what="the shovel deleted itself")
-    wait_for(lambda: node.count("src") == 20, what="20 left (prefetched ones requeued)")
+    wait_for(lambda: node.count("src") == 20, what="20 left (prefetched ones requeued)",
+             timeout=10, describe=lambda: f"src {node.count('src')} dst {node.count('dst')}")
     assert node.count("dst") == 10
     assert put_shovel(node, "na", {"src-uri": "amqp://", "src-queue": "src",
                                    "dest-uri": "amqp://", "dest-queue": "dst",

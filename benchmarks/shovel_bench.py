@@ -1,0 +1,157 @@
+"""Shovel throughput, on demand: an on-confirm dynamic shovel moving N persistent 200-byte
+messages from a durable queue to a durable queue, timed from the ``PUT`` of the parameter
+until the destination holds all N (passive declares every 0.1 s).
+
+Pairs, in one run:
+
+1. amqpq -> amqpq, the shovel in the source amqpq;
+2. RabbitMQ -> amqpq, the shovel in amqpq (the migration case);
+3. amqpq -> amqpq, RabbitMQ's own shovel (running in the reference RabbitMQ);
+4. RabbitMQ -> amqpq, RabbitMQ's own shovel.
+
+The reference RabbitMQ is the one ``make reference-rabbitmq`` starts (127.0.0.1:5672, HTTP
+15672, shovel plugin enabled); without it only pair 1 runs.
+
+    python -m benchmarks.shovel_bench                 # 100,000 messages per pair
+    python -m benchmarks.shovel_bench --messages 20000 --prefetch 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import aiormq
+
+from tests.support.broker_process import BrokerProcess, free_port
+
+RABBIT_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
+RABBIT_HTTP = "http://127.0.0.1:15672"
+AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+
+def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Authorization": AUTH,
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except OSError:
+        return 0, None
+
+
+async def fill(url: str, queue: str, n: int) -> None:
+    """Declare ``queue`` (durable, emptied) and publish ``n`` persistent 200-byte messages
+    with pipelined confirms."""
+    conn = await aiormq.connect(url)
+    ch = await conn.channel()
+    await ch.queue_declare(queue, durable=True)
+    await ch.queue_purge(queue)
+    props = aiormq.spec.Basic.Properties(delivery_mode=2)
+    body = b"x" * 200
+    for start in range(0, n, 2000):
+        await asyncio.gather(*(ch.basic_publish(body, routing_key=queue, properties=props)
+                               for _ in range(min(2000, n - start))))
+    await conn.close()
+
+
+async def count(url: str, queue: str) -> int:
+    conn = await aiormq.connect(url)
+    try:
+        ch = await conn.channel()
+        ok = await ch.queue_declare(queue, passive=True)
+        return int(ok.message_count or 0)
+    except aiormq.exceptions.ChannelNotFoundEntity:
+        return 0
+    finally:
+        await conn.close()
+
+
+async def prepare_dest(url: str, queue: str) -> None:
+    conn = await aiormq.connect(url)
+    ch = await conn.channel()
+    await ch.queue_declare(queue, durable=True)
+    await ch.queue_purge(queue)
+    await conn.close()
+
+
+def run_pair(label: str, runner_http: str, src_url: str, src_uri: str, dest_url: str,
+             dest_uri: str, n: int, prefetch: int) -> float:
+    """Fill the source, start the shovel on ``runner_http``, wait; returns msg/s."""
+    queue_src, queue_dst = "bench-shovel-src", "bench-shovel-dst"
+    asyncio.run(fill(src_url, queue_src, n))
+    asyncio.run(prepare_dest(dest_url, queue_dst))
+    value = {"src-uri": src_uri, "src-queue": queue_src, "dest-uri": dest_uri,
+             "dest-queue": queue_dst, "ack-mode": "on-confirm",
+             "src-prefetch-count": prefetch}
+    started = time.monotonic()
+    status, _ = http(runner_http, "PUT", "/api/parameters/shovel/%2F/bench", {"value": value})
+    assert status in (201, 204), status
+    try:
+        while asyncio.run(count(dest_url, queue_dst)) < n:
+            time.sleep(0.1)
+            if time.monotonic() - started > 1800:
+                raise TimeoutError(label)
+        elapsed = time.monotonic() - started
+    finally:
+        http(runner_http, "DELETE", "/api/parameters/shovel/%2F/bench")
+    rate = n / elapsed
+    print(f"{label:<58} {n:>9,} msgs {elapsed:8.2f} s {rate:>10,.0f} msg/s", flush=True)
+    return rate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--prefetch", type=int, default=1000)
+    a = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="shovel-bench-"))
+    http_a, http_b = free_port(), free_port()
+    a_proc = BrokerProcess(tmp / "a", tmp / "a.log", management=http_a)
+    b_proc = BrokerProcess(tmp / "b", tmp / "b.log", management=http_b)
+    a_proc.start()
+    b_proc.start()
+    results: dict[str, float] = {}
+    try:
+        a_url = f"amqp://guest:guest@127.0.0.1:{a_proc.port}/%2F"
+        b_url = f"amqp://guest:guest@127.0.0.1:{b_proc.port}/%2F"
+        a_http, b_http = f"http://127.0.0.1:{http_a}", f"http://127.0.0.1:{http_b}"
+        results["amqpq->amqpq (amqpq shovel)"] = run_pair(
+            "1 amqpq -> amqpq, shovel in amqpq", a_http, a_url, "amqp://", b_url, b_url,
+            a.messages, a.prefetch)
+        if http(RABBIT_HTTP, "GET", "/api/shovels")[0] != 200:
+            print("reference RabbitMQ (with rabbitmq_shovel) not reachable: pairs 2-4 "
+                  "skipped (make reference-rabbitmq)")
+            return
+        results["rabbitmq->amqpq (amqpq shovel)"] = run_pair(
+            "2 RabbitMQ -> amqpq, shovel in amqpq", b_http, RABBIT_AMQP, RABBIT_AMQP,
+            b_url, "amqp://", a.messages, a.prefetch)
+        results["amqpq->amqpq (RabbitMQ shovel)"] = run_pair(
+            "3 amqpq -> amqpq, RabbitMQ's shovel", RABBIT_HTTP, a_url, a_url, b_url, b_url,
+            a.messages, a.prefetch)
+        results["rabbitmq->amqpq (RabbitMQ shovel)"] = run_pair(
+            "4 RabbitMQ -> amqpq, RabbitMQ's shovel", RABBIT_HTTP, RABBIT_AMQP, "amqp://",
+            b_url, b_url, a.messages, a.prefetch)
+    finally:
+        a_proc.close()
+        b_proc.close()
+        out = Path(__file__).parent / "results" / "shovel.json"
+        out.write_text(json.dumps({"messages": a.messages, "prefetch": a.prefetch,
+                                   "msg_per_s": results}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
