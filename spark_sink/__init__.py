@@ -68,8 +68,18 @@ declareExchange             ``direct``/``fanout``/``topic``/``headers``: declare
                             (durable) exchange on the driver first
 timeout                     seconds to connect, without confirm progress, and to get a new
                             connection after one drops (default 30)
-jobId                       first part of the automatic message ids (default: random per
-                            batch write; the query id for streaming)
+jobId                       first part of the row ids (default: random per batch write,
+                            drawn on the driver before any task; the query id for
+                            streaming)
+exactlyOnce                 ``true``: each row lands once in spite of task retries and
+                            streaming restarts (see "Exactly once" below; default false)
+dedupCacheSize              exactlyOnce: ``x-cache-size`` (messages) of a target the driver
+                            declares (exchange: 1000000; queue: none, i.e. every message it
+                            holds)
+dedupCacheTtl               exactlyOnce: ``x-cache-ttl`` (ms) of a target the driver
+                            declares (default none: ids leave by size only)
+managementUri               exactlyOnce with an existing target queue: the management API
+                            that tells its arguments (``http://<uri host>:15672``)
 summaryPath                 file the driver writes the JSON summary to (streaming: one line
                             per micro-batch)
 preflight                   ``false`` skips the driver's connect + exchange/queue check
@@ -88,6 +98,26 @@ task and Spark retries it from its first row (local mode retries only with
 on a retry as long as the partition's row order is deterministic, so consumers can drop
 duplicates. Save mode: ``append`` only; ``overwrite`` is refused (publishing cannot replace
 queued messages), and Spark itself refuses ``errorifexists``/``ignore``.
+
+Exactly once (``exactlyOnce=true``): every row carries an id that is the same each time Spark
+runs its partition again, ``<jobId>-<partition>-<row>`` (streaming ``<queryId>-<batchId>-
+<partition>-<row>``, where the query id comes from the checkpoint; ``jobId`` replaces the
+query id when given; ``<row>`` counts from 0 in the partition), in the
+``x-deduplication-header`` header and as ``message_id`` (unless ``properties.message_id`` says
+otherwise), and the target drops an id it has seen. The driver, before any task, declares a
+missing target exchange as ``x-message-deduplication`` (durable; ``x-cache-size``
+``dedupCacheSize``, ``x-cache-ttl`` ``dedupCacheTtl``, ``x-cache-persistence: disk``) or a
+missing target queue with ``x-message-deduplication: true``, and refuses with one line an
+existing exchange of another type or a queue without that argument (asked of the management
+API). It covers task retries, speculative tasks, recomputed stages and a streaming query
+restarted from its checkpoint, provided a partition's rows come in the same order each time
+(as from files, ``range`` or a sorted DataFrame). The window: a replay is dropped only while
+its id is remembered: an exchange remembers the last ``x-cache-size`` ids for ``x-cache-ttl``
+ms whether or not they were consumed; a queue remembers the ids of the messages it still holds,
+so a row a consumer already acked comes again if its partition is replayed (consumers reading
+while the job runs: use an exchange target). A new batch job draws a new ``jobId``: running the
+same job again publishes every row again unless it sets the same ``jobId`` (and then rows with
+the same ids are dropped even if their contents changed). See :mod:`spark_sink.exactly_once`.
 
 Counts: each commit message carries the partition's counts; the driver prints one line,
 ``amqpq sink: job …: N rows published, C confirmed, U unroutable`` (plus reconnects and
