@@ -32,7 +32,7 @@ def test_every_seed_keeps_the_invariants(chunk: int) -> None:
     print(f"seeds {chunk * size}..{min(SEEDS, (chunk + 1) * size) - 1}: faults {dict(faults)}")
     assert failures == []
     # the runs did inject every kind of fault
-    for kind in ("crash", "pause", "cut", "isolate", "etcd_cut", "slow_fsync", "cas_conflict",
+    for kind in ("crash", "kill", "pause", "cut", "isolate", "etcd_cut", "slow_fsync", "cas_conflict",
                  "drop", "duplicate", "reorder", "lease_expiry", "new_session", "cas_lost",
                  "cas_unknown"):
         assert faults[kind] > 0, kind

@@ -8,12 +8,13 @@ exactly (``python -m tests.sim --seed N --trace``). The world holds:
 * **network**: per-record delay, drop, duplication, reordering (a long delay), links cut and
   healed, a node isolated from the others;
 * **disk** per node: writes land in ``current``; an fsync copies what was written when it
-  was asked into ``synced`` after a delay (slow at times); a crash keeps only ``synced``;
+  was asked into ``synced`` after a delay (slow at times); a crash keeps only ``synced``, a
+  kill -9 of the process keeps what it wrote (fsynced at the restart);
 * **etcd**: the group's state changed by compare-and-swap only (a conflicting swap loses; a
   stranger's write bumps the version at times); node sessions with a lease refreshed at
   every tick of a running node, so a crashed or paused node is seen down after ``lease``;
   a watch per node delivering every new state after a delay;
-* **nodes** that crash and restart (a new run, the log read back from ``synced``), pause and
+* **nodes** that crash or are killed and restart (a new run, the log read back from ``synced``), pause and
   resume (their events wait);
 * **traffic**: publishes to the leader (confirmed on commit), deliveries from its committed
   queue, then an ack or a requeue.
@@ -49,7 +50,9 @@ from amqp_server.cluster.replication_types import (
 )
 from tests.sim.checks import Checker, QueueView, SimFailure
 
-FAULTS = ("crash", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
+CLOCK_DRIFT = 0.02  # a node's clock runs up to 2% fast or slow
+LEASE_MARGIN = 0.1  # a leader counts its etcd session valid for 90% of the lease
+FAULTS = ("crash", "kill", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
 
 
 @dataclass
@@ -93,6 +96,8 @@ class Node:
         self.paused_until = 0.0
         self.slow_fsync_until = 0.0
         self.compacted = 0  # the replica's log start when it crashed
+        self.clock_offset = 0.0
+        self.clock_rate = 1.0
         self.queue: QueueView | None = None  # when leading
         self.pending: dict[int, int] = {}  # offset -> message id awaiting its confirm
 
@@ -112,6 +117,9 @@ class World:
         self.check = Checker(seed)
         self.faults: Counter[str] = Counter()
         self.nodes = [Node(i) for i in range(n)]
+        for node in self.nodes:
+            node.clock_offset = self.rng.uniform(0, 1000)
+            node.clock_rate = 1 + self.rng.uniform(-CLOCK_DRIFT, CLOCK_DRIFT)
         self.runs = 0
         self.cut: set[tuple[int, int]] = set()
         self.isolated: dict[int, float] = {}
@@ -204,16 +212,22 @@ class World:
                 self.faults["new_session"] += 1
                 node.session = self.runs
             self.expiry[i] = self.now + self.cfg.lease
-            self._do(node, r.session(node.session, self.expiry[i]))
+            # on the node's clock, less a margin for its drift (LEASE_MARGIN)
+            until = self.clock(node) + self.cfg.lease * (1 - LEASE_MARGIN)
+            self._do(node, r.session(node.session, until))
         alive = self._alive()
         r.on_alive(alive)
-        self._do(node, r.tick(self.now))
+        self._do(node, r.tick(self.clock(node)))
         upto = min(r.committed, r.durable)
         if upto - r.start >= 16 and self.rng.random() < 0.2:  # the driver compacts its log
             prefix = tuple(r.snapshot or ()) + tuple(r.entries(r.start, upto))
             r.compact(upto, prefix)
             self.faults["compaction"] += 1
         self.at(self.cfg.tick, "tick", i, run)
+
+    def clock(self, node: Node) -> float:
+        """The node's clock: its own offset, and a rate off by up to CLOCK_DRIFT."""
+        return node.clock_offset + self.now * node.clock_rate
 
     def _alive(self) -> list[int]:
         alive = []
@@ -278,7 +292,7 @@ class World:
             return
         node.disk.synced = snapshot
         self.dirty = True
-        self._do(node, r.fsync_done(token, self.now))
+        self._do(node, r.fsync_done(token, self.clock(node)))
 
     # ---- network -----------------------------------------------------------------------------
 
@@ -304,7 +318,7 @@ class World:
         node = self.nodes[dst]
         r = self._live(node, node.run, "msg", (src, dst, record))
         if r is not None:
-            self._do(node, r.receive(src, record, self.now))
+            self._do(node, r.receive(src, record, self.clock(node)))
 
     # ---- etcd --------------------------------------------------------------------------------
 
@@ -317,7 +331,7 @@ class World:
         if r is not None and i in self.etcd_cut:
             self.at(0.05, "watch", i, run, state)  # the watch catches up once reconnected
         elif r is not None:
-            self._do(node, r.on_state(state, self.now))
+            self._do(node, r.on_state(state, self.clock(node)))
 
     def _put(self, state: GroupState) -> None:
         self.version += 1
@@ -352,11 +366,14 @@ class World:
     # ---- traffic -------------------------------------------------------------------------------
 
     def _leader(self) -> Node | None:
-        for node in self.nodes:
-            r = node.replica
-            if r is not None and r.leading and node.paused_until <= self.now:
-                return node
-        return None
+        """A running node that believes it leads (a client's view: clients of a cut-off
+        old leader still reach it); one of them at random when two do."""
+        leaders = [node for node in self.nodes if node.replica is not None
+                   and node.replica.leading and node.paused_until <= self.now]
+        if len(leaders) > 1:
+            self.faults["two_leaders_seen"] += 1
+            return self.rng.choice(leaders)
+        return leaders[0] if leaders else None
 
     def _ev_publish(self) -> None:
         if not self.faulting:
@@ -364,7 +381,7 @@ class World:
         node = self._leader()
         if node is not None and node.replica is not None:
             self.next_id += 1
-            offset, actions = node.replica.append(("enq", self.next_id), self.now)
+            offset, actions = node.replica.append(("enq", self.next_id), self.clock(node))
             if offset is not None:
                 node.pending[offset] = self.next_id
             self._do(node, actions)
@@ -375,14 +392,14 @@ class World:
             return
         node = self._leader()
         if node is not None and node.queue is not None and node.replica is not None \
-                and node.replica.serving(self.now):
+                and node.replica.serving(self.clock(node)):
             ready = node.queue.deliverable()
             if ready:
                 mid = ready[0] if self.rng.random() < 0.7 else self.rng.choice(ready)
                 self.check.delivered(mid, node.queue.messages[mid])
                 node.queue.out.add(mid)
                 op = "ack" if self.rng.random() < 0.75 else "ret"
-                _, actions = node.replica.append((op, mid), self.now)
+                _, actions = node.replica.append((op, mid), self.clock(node))
                 self._do(node, actions)
         self.at(self.rng.expovariate(1 / self.cfg.consume_every), "consume")
 
@@ -395,12 +412,19 @@ class World:
         kind = rng.choice(FAULTS)
         node = rng.choice(self.nodes)
         i = node.index
-        if kind == "crash" and node.replica is not None:
+        if kind in ("crash", "kill") and node.replica is not None:
+            # crash: the machine fails, what was not fsynced is lost; kill: the process
+            # dies (kill -9), what it wrote survives in the page cache, and the restarted
+            # process fsyncs its file before reading it
             node.compacted = node.replica.start
             node.replica = None
             node.queue = None
             node.pending.clear()
-            node.disk.current = list(node.disk.synced)
+            if kind == "crash":
+                node.disk.current = list(node.disk.synced)
+            else:
+                node.disk.synced = list(node.disk.current)
+                self.dirty = True
             self.at(rng.uniform(0.05, 4.0), "restart", i)
         elif kind == "pause" and node.replica is not None and node.paused_until <= self.now:
             node.paused_until = self.now + rng.uniform(0.1, 4.0)
