@@ -342,3 +342,28 @@ def test_cli(node: Node) -> None:
     assert "shovel 'c1' in vhost '/' does not exist" in missing.stderr
     assert ctl(node, "restart_shovel", "c1").returncode == 1
     wait_for(lambda: node.shovels() == [], what="deleted")
+
+
+def test_workers_run_each_shovel_once(tmp_path: Path) -> None:
+    """With --workers 2 worker 0 runs the shovels: one status row, every message once."""
+    n = Node(tmp_path, "w")
+    n.proc = BrokerProcess(tmp_path / "w", tmp_path / "w.log", management=n.http,
+                           log_level="info", args=("--workers", "2"))
+    n.proc.start()
+    try:
+        assert put_shovel(n, "w1", {"src-uri": "amqp://", "src-exchange": "amq.fanout",
+                                    "dest-uri": "amqp://", "dest-queue": "dst"}) == 201
+        wait_for(lambda: [r for r in n.shovels() if r["state"] == "running"], what="running")
+        assert len(n.shovels()) == 1
+        conn = pika.BlockingConnection(pika.URLParameters(n.url))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for i in range(200):
+            ch.basic_publish("amq.fanout", "", b"%d" % i)
+        conn.close()
+        wait_for(lambda: n.count("dst") >= 200, what="200 moved")
+        time.sleep(0.5)  # a second shovel (another worker) would add copies by now
+        assert sorted(b for b, _ in drain(n.url, "dst")) == sorted(b"%d" % i
+                                                                  for i in range(200))
+    finally:
+        n.proc.close()
