@@ -175,3 +175,14 @@ def test_a_follower_below_the_leaders_compacted_start_gets_the_snapshot_then_the
     assert (follower.start, follower.snapshot, follower.log) == (
         2, "state after a, b", [(1, "c"), (1, "d")])
     assert follower.entries(2, 4) == [(1, "c"), (1, "d")]
+
+
+def test_the_leader_epoch_checkpoint_answers_where_an_epoch_ends() -> None:
+    r = Replica(0, 10, [(1, "a"), (1, "b"), (2, "c"), (2, "d"), (2, "e"), (4, "f")])
+    assert r.epochs == [(1, 0), (2, 2), (4, 5)]
+    assert [r.epoch_end(e) for e in (0, 1, 2, 3, 4, 9)] == [
+        (0, 0), (1, 2), (2, 5), (2, 5), (4, 6), (4, 6)]
+    # compacted below offset 3: epoch 2 goes on past the start, epoch 1 is gone
+    c = Replica(0, 10, [(2, "d"), (2, "e"), (4, "f")], start=3, start_epoch=2, snapshot="s")
+    assert [c.epoch_end(e) for e in (1, 2, 3, 4)] == [(0, 0), (2, 5), (2, 5), (4, 6)]
+    assert (c.last_epoch(3), c.last_epoch(), c.entries(4, 6)) == (2, 4, [(2, "e"), (4, "f")])

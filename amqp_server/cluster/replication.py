@@ -39,7 +39,8 @@ KIP-497); h11's sans-IO design; tested by the deterministic simulation in ``test
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ from amqp_server.cluster.replication_types import (
 __all__ = ["Replica", "Rules", "Timing", "kafka_isr_change"]
 
 Action = Any  # one of replication_types' action classes
+_MAX = float("inf")
 IsrRule = Callable[[Replicas, Collection[int], Collection[int], Mapping[int, float], int],
                    "tuple[tuple[int, ...], str] | None"]
 
@@ -133,7 +135,12 @@ class Replica:
         self.start = start  # offset of log[0]: what is before is in the snapshot
         self.start_epoch = start_epoch  # epoch of the entry at start - 1
         self.snapshot = snapshot  # the driver's state at ``start`` (opaque here)
-        self.log: list[Entry] = list(entries)
+        self.log: list[Entry] = []
+        # the leader-epoch checkpoint: (epoch, offset of its first entry) in order, for
+        # the entries in ``log`` (Kafka's leader-epoch-checkpoint; here rebuilt from the
+        # entries, which carry their epoch)
+        self.epochs: list[tuple[int, int]] = []
+        self._extend(entries)
         self.durable = self.log_end
         self.gen = 0  # truncations so far: an fsync asked before one does not count
         self._syncing = False
@@ -186,13 +193,20 @@ class Replica:
     def epoch_end(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch: the largest epoch <= ``epoch`` in this log and the
         offset where it ends (the start of the next epoch, or the log end); (0, 0) if none."""
-        for i in range(len(self.log) - 1, -1, -1):  # entries carry their epoch
-            e = self.log[i][0]
-            if e <= epoch:
-                return e, self.start + i + 1
+        i = bisect_right(self.epochs, (epoch, _MAX)) - 1
+        if i >= 0:
+            e = self.epochs[i][0]
+            return e, self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.log_end
         if self.start and self.start_epoch <= epoch:
             return self.start_epoch, self.start
         return 0, 0  # compacted away (or none): the follower starts over from a snapshot
+
+    def _extend(self, entries: Iterable[Entry]) -> None:
+        epochs, log = self.epochs, self.log
+        for entry in entries:
+            if not epochs or epochs[-1][0] != entry[0]:
+                epochs.append((entry[0], self.start + len(log)))
+            log.append(entry)
 
     def replicas(self) -> Replicas:
         """The leader's view for the ISR rules (:mod:`amqp_server.cluster.isr`); the epoch
@@ -212,7 +226,7 @@ class Replica:
             return None, []
         offset = self.log_end
         entry = (self.epoch, payload)
-        self.log.append(entry)
+        self._extend((entry,))
         out: list[Action] = [Write(offset, (entry,))]
         self._sync(out)
         for peer, f in list(self.lead.parked.items()):
@@ -284,7 +298,7 @@ class Replica:
         if r.first != self.log_end or self.last_epoch() != r.prev_epoch:
             return  # an answer to an older fetch (reordered or duplicated)
         if r.entries:
-            self.log.extend(r.entries)
+            self._extend(r.entries)
             out.append(Write(r.first, r.entries))
             self._sync(out)
         self.committed = max(self.committed, min(r.hw, self.log_end))
@@ -302,6 +316,7 @@ class Replica:
         if cut < self.start:  # the snapshot itself is not the leader's: start over
             self.start, self.start_epoch, self.snapshot = 0, 0, None
             self.log.clear()
+            self.epochs.clear()
             cut = 0
         if cut < self.log_end or cut == 0:
             self._truncate(cut, out)
@@ -313,6 +328,7 @@ class Replica:
             return  # not our leader's, or we have that much already (a late answer)
         self.start, self.start_epoch, self.snapshot = s.offset, s.last_epoch, s.state
         self.log.clear()
+        self.epochs.clear()
         self.durable = 0
         self.committed = s.offset
         self.gen += 1
@@ -328,11 +344,18 @@ class Replica:
             return False
         self.start_epoch = self.log[upto - 1 - self.start][0]
         del self.log[:upto - self.start]
+        epochs = self.epochs
+        while len(epochs) > 1 and epochs[1][1] <= upto:  # epochs wholly compacted
+            del epochs[0]
+        if epochs and not self.log:
+            epochs.clear()
         self.start, self.snapshot = upto, snapshot
         return True
 
     def _truncate(self, offset: int, out: list[Action]) -> None:
         del self.log[offset - self.start:]
+        while self.epochs and self.epochs[-1][1] >= offset:
+            self.epochs.pop()
         self.durable = min(self.durable, offset)
         self.committed = min(self.committed, offset)
         self.gen += 1
