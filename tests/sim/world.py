@@ -53,6 +53,8 @@ from tests.sim.checks import Checker, QueueView, SimFailure
 CLOCK_DRIFT = 0.02  # a node's clock runs up to 2% fast or slow
 LEASE_MARGIN = 0.1  # a leader counts its etcd session valid for 90% of the lease
 FAULTS = ("crash", "kill", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
+# what run() counts besides: faults the above bring on a record, and what happened
+INJECTED = frozenset(FAULTS) | {"etcd_cut", "drop", "duplicate", "reorder"}
 
 
 @dataclass
@@ -170,6 +172,9 @@ class World:
                 self.check.isr_holds_committed(self.state.isr,
                                                [n.disk.synced for n in self.nodes])
         self._final()
+        self.faults["elections"] += self.state.epoch - 1
+        self.faults["confirmed"] += len(self.check.confirmed)
+        self.faults["committed_entries"] += len(self.check.committed)
         return self.faults
 
     def _live(self, node: Node, run: int, kind: str, args: tuple[Any, ...]) -> Replica | None:
@@ -494,7 +499,7 @@ def run_seed(seed: int, config: Config | None = None, trace: bool = False) -> Co
     return World(seed, config, trace).run()
 
 
-__all__ = ["Config", "SimFailure", "World", "old_rejoin_rules", "quick", "run_seed"]
+__all__ = ["INJECTED", "Config", "SimFailure", "World", "old_rejoin_rules", "quick", "run_seed"]
 
 
 def old_rejoin_isr_change(r: Replicas, linked: Collection[int], ready: Collection[int],
