@@ -44,7 +44,7 @@ _u64_bit = struct.Struct(">QB")
 
 FRAME_PUBLISH = 0  # not a frame type: a whole publish fused by FrameReader.read
 # a header frame's head and the content header's fixed fields and first flags word
-_header_frame_head = struct.Struct(">BHIHHQH")
+_header_frame_head = struct.Struct(">BHIIQH")  # class and weight as one
 
 # (class_id << 16 | method_id) of hand-parsed methods
 BASIC_PUBLISH = 0x003C0028
@@ -124,8 +124,8 @@ class FrameReader:
         append = frames.append
         unpack = _frame_head.unpack_from
         unpack_header = _header_frame_head.unpack_from
-        starts = data.startswith
         names_of = _publish_names.get
+        publish_head = _PUBLISH_TICKET_0
         pos = 0
         end = len(data)
         limit = self.frame_max or 131072
@@ -134,32 +134,28 @@ class FrameReader:
             if size > limit:
                 raise FrameError(f"type {ftype}, all octets = <<>>: "
                                  f"{{frame_too_large,{size},{limit - FRAME_OVERHEAD}}}")
-            stop = pos + size + FRAME_OVERHEAD
+            stop = pos + size + 8
             if stop > end:
                 break
-            if data[stop - 1] != FRAME_END:
+            if data[stop - 1] != 0xCE:
                 raise FrameError(f"invalid frame end octet on channel {channel}")
-            if ftype == FRAME_METHOD and size > 8 and starts(_PUBLISH_TICKET_0, pos + 7):
+            if ftype == 1 and data[pos + 7:pos + 13] == publish_head and stop + 21 <= end:
                 # Basic.Publish: try to take its header and body frame with it
-                n = data[pos + 13]
-                rk_end = pos + 15 + n + data[pos + 14 + n] if pos + 14 + n < stop else 0
-                if rk_end + 2 == stop and stop + 21 <= end:
-                    htype, hch, hsize, cls, weight, bsize, flags = unpack_header(data, stop)
-                    hstop = stop + hsize + FRAME_OVERHEAD
-                    if (htype == FRAME_HEADER and hch == channel and cls == 60 and not weight
+                n = pos + 14 + data[pos + 13]  # the routing key's length octet
+                if n < stop and n + 3 + data[n] == stop:  # then the bits, then frame end
+                    htype, hch, hsize, class_weight, bsize, flags = unpack_header(data, stop)
+                    hstop = stop + hsize + 8
+                    if (htype == 2 and hch == channel and class_weight == 0x3C0000
                             and 14 <= hsize <= limit and hstop + 7 <= end
-                            and data[hstop - 1] == FRAME_END):
+                            and data[hstop - 1] == 0xCE):
                         btype, bch, bsize2 = unpack(data, hstop)
-                        bstop = hstop + bsize2 + FRAME_OVERHEAD
-                        if (btype == FRAME_BODY and bch == channel and bsize2 == bsize
-                                and bsize and bsize2 <= limit and bstop <= end
-                                and data[bstop - 1] == FRAME_END):
-                            raw = data[pos + 13:rk_end]
-                            names = names_of(raw)
-                            if names is None:
-                                names = publish_names(raw)
+                        bstop = hstop + bsize2 + 8
+                        if (btype == 3 and bch == channel and 0 < bsize2 == bsize <= limit
+                                and bstop <= end and data[bstop - 1] == 0xCE):
+                            raw = data[pos + 13:stop - 2]
+                            names = names_of(raw) or publish_names(raw)
                             if names is not None:
-                                append((FRAME_PUBLISH, channel, names, data[rk_end], flags,
+                                append((0, channel, names, data[stop - 2], flags,
                                         data[stop + 19:hstop - 1], data[hstop + 7:bstop - 1]))
                                 pos = bstop
                                 continue
@@ -289,7 +285,13 @@ def content_frames(
 
 
 _deliver_head = struct.Struct(">HH")
-_tag_bit = struct.Struct(">QB")
+_tag_bit = struct.Struct(">Q?")
+# frame type, channel, size, class and method ids
+_deliver_method_head = struct.Struct(">BHII")
+# the previous frame's end octet, then a header frame's head and the content header's fields
+_deliver_header_head = struct.Struct(">BBHIHHQ")
+# the previous frame's end octet, then a body frame's head
+_deliver_body_head = struct.Struct(">BBHI")
 
 
 def deliver_frame(
@@ -316,18 +318,20 @@ def deliver_bytes(
     properties_raw: bytes, body: bytes, frame_max: int,
 ) -> bytes:
     """Basic.Deliver + content header + body as one bytes object, for a body that fits one
-    frame (the caller checks ``len(body) <= frame_max - 8``); one allocation per delivery."""
-    method = b"".join((b"\x00\x3c\x00\x3c", consumer_tag_raw,
-                       _tag_bit.pack(delivery_tag, 1 if redelivered else 0), ex_rk_raw))
-    head_len = 12 + len(properties_raw)
+    frame (the caller checks ``len(body) <= frame_max - 8``); one allocation per delivery
+    (three packs of the fixed fields, one join)."""
     size = len(body)
-    return b"".join((
-        _frame_head.pack(FRAME_METHOD, channel, len(method)), method, FRAME_END_BYTE,
-        _frame_head.pack(FRAME_HEADER, channel, head_len),
-        _content_head.pack(60, 0, size), properties_raw, FRAME_END_BYTE,
-        _frame_head.pack(FRAME_BODY, channel, size) if size else b"", body,
-        FRAME_END_BYTE if size else b"",
-    ))
+    parts = (
+        _deliver_method_head.pack(FRAME_METHOD, channel,
+                                  13 + len(consumer_tag_raw) + len(ex_rk_raw), 0x003C003C),
+        consumer_tag_raw, _tag_bit.pack(delivery_tag, redelivered), ex_rk_raw,
+        _deliver_header_head.pack(FRAME_END, FRAME_HEADER, channel, 12 + len(properties_raw),
+                                  60, 0, size),
+        properties_raw,
+        _deliver_body_head.pack(FRAME_END, FRAME_BODY, channel, size) if size
+        else FRAME_END_BYTE,
+        body, FRAME_END_BYTE if size else b"")
+    return b"".join(parts)
 
 
 def declare_ok_frame(channel: int, queue: str, message_count: int, consumer_count: int) -> bytes:

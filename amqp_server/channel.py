@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from amqp_server.connection import Connection
 
 SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the smallest frame_max
+OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 Unacked = Delivery  # (message, queue, consumer or None for Basic.Get)
 
@@ -250,26 +251,29 @@ class Channel(ChannelPublishing):
         if self.global_prefetch and len(self.unacked) >= self.global_prefetch:
             return False
         conn = self.connection
-        return conn.writable and not self.closing and not conn.output_full()
+        return conn.writable and not self.closing and (
+            len(conn.output) < OUTPUT_LIMIT or not conn.output_full())
 
     def deliver(self, consumer: Consumer, qm: QueuedMessage, queue: Queue) -> None:
         """Write Basic.Deliver + content for ``qm`` to ``consumer``."""
         tag = self.next_tag
         self.next_tag = tag + 1
-        if not consumer.no_ack:
-            self.unacked[tag] = (qm, queue, consumer)
-        else:
+        if consumer.no_ack:
             self.counters.deliver_no_ack += 1
-        if qm.redelivered:
+        else:
+            self.unacked[tag] = (qm, queue, consumer)
+        redelivered = qm.redelivered
+        if redelivered:
             self.counters.redeliver += 1
             queue.counters.redelivered += 1
         msg = qm.message
-        conn = self.connection
-        if len(msg.body) <= SMALL_BODY:
-            conn.send_frame(framing.deliver_bytes(
-                self.number, consumer.tag_raw, tag, qm.redelivered, msg.ex_rk_raw,
-                msg.properties_raw, msg.body, conn.frame_max))
+        body = msg.body
+        if len(body) <= SMALL_BODY:
+            self.connection.send_frame(framing.deliver_bytes(
+                self.number, consumer.tag_raw, tag, redelivered, msg.ex_rk_raw,
+                msg.properties_raw, body, 0))
             return
+        conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)
         out.insert(
             0, framing.deliver_frame(self.number, consumer.tag_raw, tag, qm.redelivered,

@@ -53,14 +53,16 @@ class ChannelPublishing:
 
     # ---- publishing ----------------------------------------------------------------------
 
-    @property
-    def _write_ok(self) -> set[str]:
-        """Exchanges this channel may publish to, cached until permissions change."""
+    def _check_write(self, exchange: str) -> None:
+        """Write permission on ``exchange`` (403 AccessRefused when missing), remembered
+        in ``_write_cache`` until the permission store's version changes."""
         store = self.connection.broker.permissions
         if self._perm_version != store.version:
             self._perm_version = store.version
             self._write_cache = set()
-        return self._write_cache
+        if exchange not in self._write_cache:
+            self.check_permission("write", "exchange", exchange)
+            self._write_cache.add(exchange)
 
     def publish(self, names: PublishNames, bits: int, properties_raw: bytes, body: bytes,
                 flags: int) -> None:
@@ -80,23 +82,37 @@ class ChannelPublishing:
             PreconditionFailed (406): user_id not the connection's user, a bad expiration.
         """
         exchange, rk, ex_rk_raw = names
-        if not self.connection.has_published:
-            self.connection.first_publish()
+        conn = self.connection
+        if not conn.has_published:
+            conn.first_publish()
         if bits & 2:
             raise NotImplemented_("immediate=true")
-        mandatory = bits & 1 == 1
-        if exchange not in self._write_ok:
-            self.check_permission("write", "exchange", exchange)
-            self._write_ok.add(exchange)
-        if exchange == "":
-            x = None
-        else:
+        if (exchange not in self._write_cache
+                or self._perm_version != conn.broker.permissions.version):
+            self._check_write(exchange)
+        if exchange:
             x = self.vhost.exchange(exchange)
             if x.internal:
                 raise x.internal_error(self.vhost.name)
             if x.type_name == "topic":
                 self.check_topic_permission("write", exchange, rk)
+        else:
+            x = None
         msg = Message(exchange, rk, ex_rk_raw, properties_raw, body, flags)
+        if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO):
+            msg = self._checked_properties(msg)
+        if self.tx is not None:
+            self.tx.append(("publish", (x, msg, bits & 1 == 1)))
+        else:
+            self._route(x, msg, bits & 1 == 1)
+
+    def _checked_properties(self, msg: Message) -> Message:
+        """``user_id`` and ``expiration`` checked; a ``reply_to`` of the direct reply-to
+        pseudo queue rewritten to this channel's reply address.
+
+        Raises:
+            PreconditionFailed (406): user_id not the connection's user, a bad expiration.
+        """
         if msg.flags & FLAG_USER_ID and msg.user_id != self.connection.user:
             # https://www.rabbitmq.com/docs/validated-user-id
             raise PreconditionFailed(f"user_id property set to '{msg.user_id}' but "
@@ -110,15 +126,13 @@ class ChannelPublishing:
                         f"invalid expiration '{msg.expiration}': {exc}") from None
             if msg.reply_to == direct_reply_to.PSEUDO_QUEUE:
                 msg = direct_reply_to.rewrite_reply_to(msg, self.reply_address)
-        if self.tx is not None:
-            self.tx.append(("publish", (x, msg, mandatory)))
-        else:
-            self._route(x, msg, mandatory)
+        return msg
 
     def _route(self, x: Exchange | None, msg: Message, mandatory: bool) -> None:
         """Publish through the vhost's one pipeline, then answer the publisher: a mandatory
         return when unroutable, a confirm (after the fsync for NEEDS_SYNC) or a nack."""
-        if x is None and msg.routing_key.startswith(direct_reply_to.PREFIX):
+        rk = msg.routing_key
+        if x is None and rk[:1] == "a" and rk.startswith(direct_reply_to.PREFIX):
             self._publish_reply(msg, mandatory)
             return
         self.counters.publish += 1

@@ -58,7 +58,7 @@ from amqp_common.errors import (
 from amqp_server import connection_log
 from amqp_server.assembler import NO_PROPERTIES as _NO_PROPERTIES
 from amqp_server.assembler import check_content_properties, decode_method
-from amqp_server.channel import Channel
+from amqp_server.channel import OUTPUT_LIMIT, Channel
 from amqp_server.handshake import TRANSITIONS, State, server_properties
 from broker.broker import Broker
 from queue_store.queue import Queue
@@ -70,7 +70,6 @@ log = logging.getLogger("amqpq.connection")
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
-OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 _method_index = struct.Struct(">I")
 _FUSED = framing.FRAME_PUBLISH
@@ -95,7 +94,7 @@ class Connection:
                  "frame_max", "channel_max", "heartbeat", "channels", "exclusive_queues",
                  "confirms_dirty", "client_properties", "user", "peer_cn", "vhost_name",
                  "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
-                 "_out", "_out_size", "_throttled", "_header_buf", "auth_mechanism",
+                 "output", "_throttled", "_header_buf", "auth_mechanism",
                  "created_at", "last_received", "last_sent", "_close_deadline", "serial", "_held",
                  "_flow_paused", "_reading_paused", "_frame", "_held_frame", "__weakref__")
 
@@ -130,8 +129,9 @@ class Connection:
         self.on_block: Callable[[bool], None] | None = None  # pause/resume reading
         self.has_published = False
         self.blocked = False
-        self._out: list[bytes] = []
-        self._out_size = 0  # bytes in _out
+        # bytes for the transport not yet taken by data_to_send (add with send_frame; read
+        # its length to know how much waits)
+        self.output = bytearray()
         self._throttled = False
         self._header_buf = b""
         self.auth_mechanism = "PLAIN"  # the SASL mechanism of Connection.StartOk
@@ -153,25 +153,24 @@ class Connection:
     # ---- output --------------------------------------------------------------------------
 
     def send_frame(self, data: bytes) -> None:
-        out = self._out
-        out.append(data)
-        self._out_size += len(data)
-        if len(out) == 1 and self.on_output is not None:
+        """Queue ``data`` (whole frames) for the transport: one buffer per connection, taken
+        whole by :meth:`data_to_send`; ``on_output`` hears when it stops being empty."""
+        out = self.output
+        if out:
+            out += data
+            return
+        out += data
+        if self.on_output is not None:
             self.on_output()
 
     def send_frames(self, frames: list[bytes]) -> None:
-        out = self._out
-        was_empty = not out
-        out.extend(frames)
-        for frame in frames:
-            self._out_size += len(frame)
-        if was_empty and self.on_output is not None:
-            self.on_output()
+        """:meth:`send_frame` of several frames."""
+        self.send_frame(b"".join(frames))
 
     def output_full(self) -> bool:
         """True when OUTPUT_LIMIT bytes wait in the output buffer: deliveries pause until
         :meth:`data_to_send` takes them (so a backlog is not copied into RAM at once)."""
-        if self._out_size < OUTPUT_LIMIT:
+        if len(self.output) < OUTPUT_LIMIT:
             return False
         self._throttled = True
         return True
@@ -179,11 +178,10 @@ class Connection:
     def data_to_send(self) -> bytes:
         """All pending output bytes (and clears them). Deliveries paused by a full output
         buffer resume here, so the next call may have more."""
-        if not self._out:
+        if not self.output:
             return b""
-        data = b"".join(self._out)
-        self._out.clear()
-        self._out_size = 0
+        data = bytes(self.output)
+        self.output.clear()
         self.last_sent = self.clock()
         if self._throttled and self.writable:
             self._throttled = False
@@ -575,7 +573,7 @@ class Connection:
         if now - self.last_received > 2 * hb:
             self._terminate(f"missed heartbeats from client, timeout: {hb}s", logging.ERROR)
             return
-        if now - self.last_sent >= hb / 2 and not self._out:
+        if now - self.last_sent >= hb / 2 and not self.output:
             self.send_frame(framing.HEARTBEAT_FRAME)
 
     # ---- flow ----------------------------------------------------------------------------

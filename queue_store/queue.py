@@ -209,11 +209,18 @@ class Queue(QueueSettlement, QueueRecovery):
         if self._plain and not message.flags & FLAG_EXPIRATION and (
                 self.index is None or not (message.persistent or self.quorum)):
             # fast path: no TTL, limits or priorities to consider (most queues, most messages)
-            self._seq += 1
+            seq = self._seq = self._seq + 1
             self.published += 1
-            self.ready.append(QueuedMessage(self._seq, message))
+            qm = QueuedMessage(seq, message)
             if self._levels and not self._dispatching:
+                if (self._picks is None and not self._has_ttl and not self.quorum
+                        and not len(self.ready) and not self.deleted):
+                    self._hand_out_new(qm)
+                    return ACCEPTED
+                self.ready.append(qm)
                 self.dispatch()
+                return ACCEPTED
+            self.ready.append(qm)
             return ACCEPTED
         s = self.settings
         if s.limited and s.overflow != "drop-head" and self._would_overflow(message):
@@ -358,7 +365,9 @@ class Queue(QueueSettlement, QueueRecovery):
             for _ in range(len(consumers)):
                 consumer = consumers[0]
                 consumers.rotate(-1)
-                if consumer.can_take():
+                # Consumer.can_take, inlined (once per delivery)
+                if (consumer.no_ack or not consumer.prefetch
+                        or consumer.unacked < consumer.prefetch) and consumer.channel.can_deliver():
                     return consumer
         return None
 
@@ -422,6 +431,25 @@ class Queue(QueueSettlement, QueueRecovery):
             self._dispatching = False
         if self._has_ttl:
             self._arm_ttl_timer()
+
+    def _hand_out_new(self, qm: QueuedMessage) -> None:
+        """:meth:`dispatch` for a new message that finds nothing ready (no TTL, no quorum
+        delivery count, no ``_picks``, not on disk: the fast path of :meth:`publish`): to the
+        next consumer that can take it, else into ``ready``. What dispatch would do, without
+        the round trip through ``ready``."""
+        consumer = self._next_consumer()
+        if consumer is None:
+            self.ready.append(qm)
+            return
+        self.delivered += 1
+        if not consumer.no_ack:
+            consumer.unacked += 1
+            self.unacked_count += 1
+        self._dispatching = True  # what the delivery causes comes back to dispatch later
+        try:
+            consumer.channel.deliver(consumer, qm, self)
+        finally:
+            self._dispatching = False
 
     #: Basic.Get is counted in ``counters`` (got, got_no_ack, get_empty); False: as
     #: deliveries only (message groups, as they always were)

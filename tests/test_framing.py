@@ -396,13 +396,21 @@ def test_body_longer_than_announced_is_a_hard_error(client: Client) -> None:
 
 
 @pytest.mark.parametrize("body", [b"", b"x", b"y" * 4088])
-def test_deliver_bytes_equals_deliver_frame_plus_content_frames(body: bytes) -> None:
+@pytest.mark.parametrize("redelivered", [True, False])
+def test_deliver_bytes_equals_deliver_frame_plus_content_frames(body: bytes,
+                                                                redelivered: bool) -> None:
     props = ContentHeader(0, len(body), commands.Basic.Properties(
         content_type="text/plain", headers={"a": 1})).marshal()[12:]
     ex_rk = b"\x02ex\x03key"
-    expected = framing.deliver_frame(7, b"\x03tag", 42, True, ex_rk) + b"".join(
+    expected = framing.deliver_frame(7, b"\x03tag", 2**40 + 1, redelivered, ex_rk) + b"".join(
         framing.content_frames(7, props, body, 4096))
-    assert framing.deliver_bytes(7, b"\x03tag", 42, True, ex_rk, props, body, 4096) == expected
+    assert expected == pamqp_frame.marshal(commands.Basic.Deliver(
+        "tag", 2**40 + 1, redelivered, "ex", "key"), 7) + b"".join(
+        pamqp_frame.marshal(f, 7) for f in (ContentHeader(0, len(body), commands.Basic.Properties(
+            content_type="text/plain", headers={"a": 1})), ContentBody(body)) if f.__class__
+        is ContentHeader or body)
+    assert framing.deliver_bytes(7, b"\x03tag", 2**40 + 1, redelivered, ex_rk, props, body,
+                                 4096) == expected
 
 
 # ---- field tables in method frames -----------------------------------------------------------

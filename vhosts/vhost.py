@@ -30,7 +30,7 @@ from exchanges.binding import Binding, Destination
 from exchanges.deduplication import DuplicateMessage
 from exchanges.exchange import Exchange
 from queue_store.dead_letter import dead_letter_message, is_cycle
-from queue_store.message import Message
+from queue_store.message import FLAG_HEADERS, Message
 from queue_store.outcomes import DUPLICATE, ROUTED, UNROUTABLE, PublishContext
 from queue_store.queue import Queue
 from queue_store.queue_args import (
@@ -533,6 +533,9 @@ class VirtualHost:
                 rk = message.routing_key
                 if exchange is None:
                     q = self.queues.get(rk)
+                    if (q is not None and context is None and accept is None
+                            and not message.flags & FLAG_HEADERS):  # no CC/BCC: one queue
+                        return ROUTED | q.publish(message)
                     queues = [q] if q is not None else []
                 else:
                     exchange.published += 1
