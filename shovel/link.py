@@ -30,6 +30,8 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp import commands as spec
 
+from shovel.transport import CoalescingTransportFactory
+
 log = logging.getLogger("amqpq.shovel")
 
 T = TypeVar("T")
@@ -103,7 +105,7 @@ class Link:
         self._failed: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
-        self._acker: _Acker | None = None
+        self._acker: Settler | None = None
 
     async def run(self) -> None:
         """Connect both ends, declare, consume; return when the limit is reached.
@@ -130,7 +132,7 @@ class Link:
             if not self.source.no_ack:
                 await src_ch.basic_qos(prefetch_count=prefetch)
 
-            self._acker = _Acker(src_ch)
+            self._acker = Settler(src_ch)
 
             async def on_message(message: DeliveredMessage) -> None:
                 await self._forward(message, src_ch, dest_ch)
@@ -215,7 +217,7 @@ class Link:
             self._pending.discard(task)
 
 
-class _Acker:
+class Settler:
     """Settles source deliveries in delivery order: one ``Basic.Ack(multiple)`` for each run
     of consecutive acked deliveries (per event-loop turn) and a ``Basic.Nack`` (requeue) for
     each refused one, in order, from one task at a time, so the source sees a few frames
@@ -279,7 +281,8 @@ class _Acker:
 
 async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:
     try:
-        return await asyncio.wait_for(aiormq.connect(url), 30)
+        return await asyncio.wait_for(
+            aiormq.connect(url, transport_factory=CoalescingTransportFactory()), 30)
     except (TimeoutError, aiormq.exceptions.AMQPError, OSError) as exc:
         raise LinkError(f"could not connect to {end}: {_why(exc)}") from None
 
