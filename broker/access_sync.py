@@ -13,8 +13,9 @@ In a cluster (``--cluster-etcd``) a change of users, vhosts, permissions, topic 
 and policies over HTTP is instead a *delta* (:func:`change_access`): ``{"op": "put_user",
 ...}`` ordered through etcd's log before it is applied anywhere, applied by every node in that
 order (:func:`apply_delta`), the asking node answering once it applied its own copy; two
-changes made at once on two nodes therefore both hold. A delta carries a password's hash,
-never the password. Definitions imports and parameters still travel as the whole document.
+changes made at once on two nodes therefore both hold (also vhost and user limits). A delta
+carries a password's hash, never the password. Definitions imports and parameters still
+travel as the whole document.
 
 Source: RabbitMQ keeps these in its metadata store, replicated to every node.
 """
@@ -146,7 +147,8 @@ def apply_delta(broker: Broker, delta: dict[str, Any]) -> Any:
     ``delete_permission`` (user, vhost), ``put_topic_permission`` (user, vhost, exchange,
     write, read), ``delete_topic_permission`` (user, vhost, exchange or None: all),
     ``put_policy`` / ``put_operator_policy`` (vhost, name, pattern, definition, priority,
-    apply_to), ``delete_policy`` / ``delete_operator_policy`` (vhost, name).
+    apply_to), ``delete_policy`` / ``delete_operator_policy`` (vhost, name), ``set_limit``
+    (kind ``vhost`` or ``user``, name, limit, value), ``clear_limit`` (kind, name, limit).
     """
     handler = _DELTAS.get(str(delta.get("op")))
     if handler is None:
@@ -268,6 +270,34 @@ def _delete_policy(operator: bool) -> Callable[[Broker, dict[str, Any]], Any]:
     return delete
 
 
+def _known(broker: Broker, d: dict[str, Any]) -> Refusal | None:
+    """A refusal when the vhost or user of a limit delta does not exist."""
+    if d["kind"] == "vhost":
+        return None if d["name"] in broker.vhosts else Refusal(404, "vhost_not_found")
+    if d["name"] not in broker.users.users:
+        return Refusal(400, ["no_such_user", d["name"]])
+    return None
+
+
+def _set_limit(broker: Broker, d: dict[str, Any]) -> Any:
+    refusal = _known(broker, d)
+    if refusal is not None:
+        return refusal
+    try:
+        broker.limits.set(d["kind"], d["name"], {d["limit"]: d["value"]})
+    except LimitsError as exc:
+        return Refusal(400, str(exc))
+    return False
+
+
+def _clear_limit(broker: Broker, d: dict[str, Any]) -> Any:
+    refusal = _known(broker, d)
+    if refusal is not None:
+        return Refusal(404) if d["kind"] == "user" else refusal
+    broker.limits.clear(d["kind"], d["name"], d["limit"])
+    return False
+
+
 _DELTAS: dict[str, Callable[[Broker, dict[str, Any]], Any]] = {
     "put_user": _put_user, "delete_user": _delete_user, "delete_users": _delete_users,
     "put_vhost": _put_vhost, "delete_vhost": _delete_vhost,
@@ -276,4 +306,5 @@ _DELTAS: dict[str, Callable[[Broker, dict[str, Any]], Any]] = {
     "delete_topic_permission": _delete_topic_permission,
     "put_policy": _put_policy(False), "delete_policy": _delete_policy(False),
     "put_operator_policy": _put_policy(True), "delete_operator_policy": _delete_policy(True),
+    "set_limit": _set_limit, "clear_limit": _clear_limit,
 }

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
-from broker.access_sync import ACCESS_PATHS
-from management.access_changes import ORDERED
+from management.access_changes import shares_document
 from management.auth import Handler, auth_middleware
 from management.bodies import content_type_middleware
 from management.errors import ApiError, from_amqp, not_found
@@ -71,8 +70,7 @@ async def persist_middleware(request: web.Request, handler: Handler) -> web.Stre
         if request.method not in ("GET", "HEAD", "OPTIONS"):
             broker = request.app[STATE_KEY].broker
             workers = getattr(broker, "workers", None)
-            if workers is not None and request.path.startswith(ACCESS_PATHS) \
-                    and not request.get(ORDERED):
+            if shares_document(broker, request.path):
                 # --workers N: the other workers take the same users, vhosts, policies...
                 # (a cluster orders most such changes as deltas: management.access_changes)
                 workers.share_access(request.path.startswith("/api/definitions"))

@@ -151,3 +151,24 @@ def test_deltas_carry_no_plain_password(nodes: list[BrokerProcess], etcd: Etcd) 
     conn = pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", nodes[2].port, "/", pika.PlainCredentials("frank", secret)))
     conn.close()
+
+
+def test_a_vhost_limit_and_a_user_limit_at_once_both_survive(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, n3 = nodes
+    assert call(n1, "/api/vhosts/limited", "PUT", {})[0] == 201
+    assert call(n1, "/api/users/gina", "PUT", {"password": "pw", "tags": ""})[0] == 201
+    statuses = at_once((n1, "/api/vhost-limits/limited/max-queues", "PUT", {"value": 7}),
+                       (n2, "/api/user-limits/gina/max-connections", "PUT", {"value": 3}))
+    assert statuses == [204, 204]
+    for node in nodes:
+        wait_until(lambda node=node: api(node, "/api/vhost-limits/limited")
+                   == [{"vhost": "limited", "value": {"max-queues": 7}}]
+                   and api(node, "/api/user-limits/gina")
+                   == [{"user": "gina", "value": {"max-connections": 3}}],
+                   f"both limits on {node}")
+    assert call(n3, "/api/vhost-limits/limited/max-queues", "PUT", {"value": "x"})[0] == 400
+    assert call(n3, "/api/user-limits/nobody/max-connections", "PUT", {"value": 1}) == \
+        (400, {"error": "bad_request", "reason": ["no_such_user", "nobody"]})
+    assert call(n2, "/api/vhost-limits/limited/max-queues", "DELETE")[0] == 204
+    wait_until(lambda: api(n1, "/api/vhost-limits/limited") == [], "limit cleared on n1")

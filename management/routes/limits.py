@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from management.access_changes import ordered_change
 from management.auth import principal, require_admin, require_vhost, visible_vhosts
 from management.errors import ApiError, bad_request, not_found
 from management.routes.common import no_content, ok, read_json, vhost_of
 from management.state import state
-from vhosts.limits import LimitsError
 
 routes = web.RouteTableDef()
 
@@ -77,10 +77,10 @@ async def set_vhost_limit(request: web.Request) -> web.Response:
     if vhost not in broker.vhosts:
         raise ApiError(404, "not_found", "vhost_not_found")
     value = await _value(request)
-    try:
-        broker.limits.set("vhost", vhost, {request.match_info["name"]: value})
-    except LimitsError as exc:
-        raise bad_request(f"Validation failed\n\n{exc}\n") from None
+    await ordered_change(
+        request, {"op": "set_limit", "kind": "vhost", "name": vhost,
+                  "limit": request.match_info["name"], "value": value},
+        lambda reason: bad_request(f"Validation failed\n\n{reason}\n"))
     return no_content()
 
 
@@ -89,7 +89,8 @@ async def clear_vhost_limit(request: web.Request) -> web.Response:
     """Clear one limit: 204 (also when it was not set; 404 for an unknown vhost)."""
     require_admin(request)
     vhost = vhost_of(request)
-    state(request).broker.limits.clear("vhost", vhost.name, request.match_info["name"])
+    await ordered_change(request, {"op": "clear_limit", "kind": "vhost", "name": vhost.name,
+                                   "limit": request.match_info["name"]})
     return no_content()
 
 
@@ -118,10 +119,8 @@ async def set_user_limit(request: web.Request) -> web.Response:
     require_admin(request)
     user = _user_of(request, bad_request(["no_such_user", request.match_info["user"]]))
     value = await _value(request)
-    try:
-        state(request).broker.limits.set("user", user, {request.match_info["name"]: value})
-    except LimitsError as exc:
-        raise bad_request(str(exc)) from None
+    await ordered_change(request, {"op": "set_limit", "kind": "user", "name": user,
+                                   "limit": request.match_info["name"], "value": value})
     return no_content()
 
 
@@ -130,5 +129,6 @@ async def clear_user_limit(request: web.Request) -> web.Response:
     """Clear one limit: 204 (also when it was not set; 404 for an unknown user)."""
     require_admin(request)
     user = _user_of(request)
-    state(request).broker.limits.clear("user", user, request.match_info["name"])
+    await ordered_change(request, {"op": "clear_limit", "kind": "user", "name": user,
+                                   "limit": request.match_info["name"]})
     return no_content()
