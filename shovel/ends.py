@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 import aiormq
 from aiormq.abc import DeliveredMessage
@@ -41,15 +41,40 @@ class LocalBroker:
     password: str = "guest"
 
 
+#: RabbitMQ's URI query parameters (https://www.rabbitmq.com/docs/uri-query-parameters) that
+#: aiormq knows under another name
+_QUERY_NAMES = {"cacertfile": "cafile", "certfile": "certfile", "keyfile": "keyfile",
+                "heartbeat": "heartbeat"}
+
+
+def _query(query: str) -> str:
+    """RabbitMQ's URI query as aiormq's: ``cacertfile`` -> ``cafile``, ``verify=verify_none``
+    -> ``no_verify_ssl=1``, ``connection_timeout`` (ms) -> ``timeout`` (s),
+    ``auth_mechanism=external`` -> ``auth=external``; others are dropped."""
+    out = []
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in _QUERY_NAMES:
+            out.append((_QUERY_NAMES[name], value))
+        elif name == "verify" and value == "verify_none":
+            out.append(("no_verify_ssl", "1"))
+        elif name == "connection_timeout" and value.isdigit():
+            out.append(("timeout", str(max(1, int(value) // 1000))))
+        elif name == "auth_mechanism" and value.lower() == "external":
+            out.append(("auth", "external"))
+    return urlencode(out)
+
+
 def connect_url(uri: str, local: LocalBroker) -> str:
-    """The aiormq URL of one shovel URI (``amqp://``: ``local``; vhost ``/`` by default)."""
+    """The aiormq URL of one shovel URI (``amqp://``: ``local``; vhost ``/`` by default),
+    its query in aiormq's names."""
     ep = endpoint(uri)
-    if not ep.local:
-        return uri
-    vhost = quote(ep.vhost, safe="")
-    url = (f"amqp://{quote(local.user, safe='')}:{quote(local.password, safe='')}"
-           f"@{local.host}:{local.port}/{vhost}")
-    return f"{url}?{ep.query}" if ep.query else url
+    query = _query(ep.query)
+    if ep.local:
+        base = (f"amqp://{quote(local.user, safe='')}:{quote(local.password, safe='')}"
+                f"@{local.host}:{local.port}/{quote(ep.vhost, safe='')}")
+    else:
+        base = uri.split("?", 1)[0]
+    return f"{base}?{query}" if query else base
 
 
 async def _declare_queue(conn: aiormq.abc.AbstractConnection, name: str,

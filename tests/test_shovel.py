@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess, broker_env, free_port
+from tests.support.certs import make_ca, make_leaf
 
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
@@ -365,5 +367,39 @@ def test_workers_run_each_shovel_once(tmp_path: Path) -> None:
         time.sleep(0.5)  # a second shovel (another worker) would add copies by now
         assert sorted(b for b, _ in drain(n.url, "dst")) == sorted(b"%d" % i
                                                                   for i in range(200))
+    finally:
+        n.proc.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_amqps_destination_with_rabbitmq_uri_parameters(tmp_path: Path) -> None:
+    """``amqps://`` with RabbitMQ's query parameters (cacertfile, heartbeat): the
+    destination's certificate is verified against that CA."""
+    certs = tmp_path / "certs"
+    ca = make_ca(certs)
+    cert, key = make_leaf(certs, "server", "127.0.0.1")
+    n = Node(tmp_path, "t")
+    n.proc = BrokerProcess(tmp_path / "t", tmp_path / "t.log", management=n.http,
+                           log_level="info", args=("--ssl-port", "0", "--ssl-cert", str(cert),
+                                                   "--ssl-key", str(key)))
+    n.proc.start()
+    try:
+        publish(n.url, "src", [b"over tls"])
+        dest = (f"amqps://guest:guest@127.0.0.1:{n.proc.tls_port}/%2F?"
+                f"cacertfile={quote(str(ca), safe='')}&heartbeat=10")
+        assert put_shovel(n, "tls", {"src-uri": "amqp://", "src-queue": "src",
+                                     "dest-uri": dest, "dest-queue": "dst"}) == 201
+        wait_for(lambda: n.count("dst") == 1, what="moved over TLS")
+        row = n.shovels()[0]
+        assert row["dest_uri"].startswith(f"amqps://127.0.0.1:{n.proc.tls_port}/%2F?")
+        # a CA that did not sign the broker's certificate: refused, a status with a reason
+        other = make_ca(tmp_path / "other")
+        bad = dest.replace(quote(str(ca), safe=""), quote(str(other), safe=""))
+        assert put_shovel(n, "tls", {"src-uri": "amqp://", "src-queue": "src",
+                                     "dest-uri": bad, "dest-queue": "dst",
+                                     "reconnect-delay": 1}) == 204
+        row = wait_for(lambda: [r for r in n.shovels() if r["state"] == "terminated"],
+                       what="refused certificate")[0]
+        assert "could not connect to destination" in row["reason"]
     finally:
         n.proc.close()
