@@ -143,7 +143,8 @@ class WorkerDown:
 @dataclass(frozen=True, slots=True)
 class AccessChange:
     """``document``: :func:`broker.access_sync.access_document` (password hashes included:
-    never logged)."""
+    never logged), or in a cluster a delta of :func:`broker.access_sync.apply_delta`
+    (``{"op": "put_user", ...}``: one change, a password as its hash)."""
     KIND: ClassVar[str] = "access"
     document: dict[str, Any]
 

@@ -3,8 +3,9 @@
 With ``--cluster-etcd`` a node is to the cluster what a worker is to a ``--workers N``
 broker (:mod:`amqp_server.workers.runtime`), and etcd plays the supervisor's ordering part:
 
-* A declare, bind, unbind, delete, or a change of users, vhosts, permissions and policies is
-  a record (:mod:`broker.topology_records`, in its versioned wire form inside the link's
+* A declare, bind, unbind, delete, or a change of users, vhosts, permissions, policies and
+  limits (:mod:`broker.access_sync`: a delta, or the whole document) is a record
+  (:mod:`broker.topology_records`, in its versioned wire form inside the link's
   ``("apply", origin, op_id, record, incarnation)`` tuple) written to etcd as a key of its
   own under ``/amqpq/<cluster>/log/``. etcd gives every write a *revision*; the records' creation
   revisions are the one order every node applies them in.
@@ -12,13 +13,16 @@ broker (:mod:`amqp_server.workers.runtime`), and etcd plays the supervisor's ord
   sees the log's new records, the nodes' registrations (``nodes/<name>``, under a lease) and
   their expiry in one stream, in revision order. The asking node answers its client once
   its own copy came back through the watch: a declare is answered after etcd accepted it.
-* A node that **starts** reads the whole log (in creation order) before it accepts clients,
-  then links to the running nodes (``peer_up``) and is in step (``synced``).
+* A node that **starts** reads the latest snapshot and the log after it (in creation order)
+  before it accepts clients, then links to the running nodes (``peer_up``) and is in step
+  (``synced``).
+* The watch's events are handed to the runtime in one batch each time the watch has no more
+  (one definitions save for a burst of records); the revision applied is then the batch's
+  last.
 * A node's **death** (its lease expired: kill -9, a partition, SIGSTOP) becomes a
   ``worker_down`` record in the log, written once (an etcd transaction on a key named for
   the dead registration's lease) by whichever node saw it first, or by the node itself at its
   next start. So a node starting later replays the death at the same place.
-
 * **Compaction**: one node (the running node of the lowest index, as etcd's registrations
   say) writes a *snapshot* every :data:`SNAPSHOT_RECORDS` log records, or after
   :data:`SNAPSHOT_SECONDS` when fewer came: the records that rebuild its whole state at the
