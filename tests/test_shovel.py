@@ -274,6 +274,7 @@ def test_definitions_round_trip_and_restart(node: Node, tmp_path: Path) -> None:
     wait_for(lambda: node.count("dst") == 1, what="moved after the restart")
 
 
+@pytest.mark.timeout(300)
 def test_on_confirm_destination_killed_mid_transfer(tmp_path: Path) -> None:
     """From one amqpq broker to another, on-confirm: the destination is killed -9 while
     messages move and started again; every message ends in the destination queue (some
@@ -403,3 +404,34 @@ def test_amqps_destination_with_rabbitmq_uri_parameters(tmp_path: Path) -> None:
         assert "could not connect to destination" in row["reason"]
     finally:
         n.proc.close()
+
+
+@pytest.mark.timeout(300)
+def test_on_confirm_source_killed_mid_transfer(tmp_path: Path) -> None:
+    """The shovel runs in the destination and pulls from another amqpq broker, which is
+    killed -9 while messages move and started again: every message arrives (what the source
+    had delivered but not seen acked comes again, flagged redelivered there)."""
+    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
+    src.proc.start()
+    dest.proc.start()
+    try:
+        n = 20_000
+        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
+        assert put_shovel(dest, "pull", {"src-uri": src.url, "src-queue": "orders",
+                                         "dest-uri": "amqp://", "dest-queue": "orders",
+                                         "reconnect-delay": 1, "src-prefetch-count": 500}
+                          ) == 201
+        wait_for(lambda: dest.count("orders") > 2000, what="the transfer under way")
+        src.proc.kill()
+        row = wait_for(lambda: [r for r in dest.shovels() if r["state"] == "terminated"],
+                       what="terminated while the source is down")[0]
+        assert row["reason"]
+        src.proc.start()  # same port, same data dir
+        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
+                 timeout=120, what="every message moved")
+        got = [body for body, _ in drain(dest.url, "orders")]
+        assert set(got) == {b"%06d" % i for i in range(n)}
+        assert len(got) - n <= 500
+    finally:
+        src.proc.close()
+        dest.proc.close()
