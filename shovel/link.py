@@ -195,9 +195,14 @@ class Link:
         self._pending.add(task)
         try:
             exchange, routing_key, properties = self.target.route(message)
-            result = await dest_ch.basic_publish(message.body, exchange=exchange,
-                                                 routing_key=routing_key,
-                                                 properties=properties, wait=False)
+            try:
+                result = await dest_ch.basic_publish(message.body, exchange=exchange,
+                                                     routing_key=routing_key,
+                                                     properties=properties, wait=False)
+            except aiormq.exceptions.DeliveryError as exc:  # aiormq raises on Basic.Nack
+                if not isinstance(exc.frame, spec.Basic.Nack):
+                    raise
+                result = exc.frame
             if self.source.no_ack:
                 pass
             elif isinstance(result, spec.Basic.Nack):
