@@ -153,3 +153,22 @@ def test_http_api(amqpq: str) -> None:
 def test_http_api_reference() -> None:
     """The same requests against RabbitMQ 3.10.8 answer the same."""
     _check_all(_reference())
+
+
+IMPORT_BAD = {"parameters": [{"vhost": "/", "component": "shovel", "name": "bad",
+                              "value": {"src-uri": "amqp://"}}]}
+IMPORT_REASON = ("Validation failed\n\nMust specify 'src-exchange' or 'src-queue'\n"
+                 "Key \"dest-uri\" not found in bad\n (//shovel/bad)")
+
+
+def test_definitions_import_validates_shovels(amqpq: str) -> None:
+    status, body = _http(amqpq, "POST", "/api/definitions", IMPORT_BAD)
+    assert (status, body["reason"]) == (400, IMPORT_REASON)
+    assert _http(amqpq, "GET", "/api/parameters/shovel")[1] == []  # nothing imported
+
+
+@pytest.mark.reference
+def test_definitions_import_validates_shovels_reference() -> None:
+    base = _reference()
+    status, body = _http(base, "POST", "/api/definitions", IMPORT_BAD)
+    assert (status, body["reason"]) == (400, IMPORT_REASON)

@@ -3,7 +3,8 @@ all of them or one vhost's (``/api/definitions/{vhost}``). Administrator only.
 
 The export is RabbitMQ 3.10's: non-exclusive queues and non-default exchanges, durable or
 not. An import is all-or-nothing and answers 204; a bad document is 400 with the entry
-named (``exchanges[0] (name 'x' in vhost '/'): unknown exchange type 'nope'``). A body that
+named (``exchanges[0] (name 'x' in vhost '/'): unknown exchange type 'nope'``); a ``shovel``
+parameter is validated as ``PUT /api/parameters/shovel/...`` does (:mod:`shovel.params`). A body that
 is not a JSON object is 400 ``failed_to_parse_json``, as RabbitMQ says; one not sent as
 ``application/json`` is 415. The administrator tag is checked before whether the vhost of
 ``/api/definitions/{vhost}`` exists, as RabbitMQ 3.10.8 does.
@@ -21,7 +22,10 @@ from management.bodies import check_table, media_type, parse_json, unsupported_m
 from management.errors import ApiError, bad_request
 from management.routes.common import no_content, ok, vhost_of
 from management.state import state
+from shovel.params import COMPONENT as SHOVEL_COMPONENT
+from shovel.params import validate
 from vhosts.definitions import DefinitionsError, export_definitions, import_definitions
+from vhosts.policies import escape_html_tags
 
 routes = web.RouteTableDef()
 
@@ -46,7 +50,23 @@ async def _document(request: web.Request) -> dict[str, Any]:
     return data
 
 
+def _check_shovels(data: dict[str, Any]) -> None:
+    """400 for a ``shovel`` parameter RabbitMQ would refuse, with its texts and where:
+    ``Validation failed\n\n<lines>\n (/vhost/shovel/name)`` (checked against 3.10.8)."""
+    entries = data.get("parameters")
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or entry.get("component") != SHOVEL_COMPONENT:
+            continue
+        name = entry.get("name")
+        errors = validate(str(name), entry.get("value"))
+        if errors:
+            lines = "\n".join(errors)
+            raise bad_request(escape_html_tags(
+                f"Validation failed\n\n{lines}\n ({entry.get('vhost')}/shovel/{name})"))
+
+
 def _import(request: web.Request, data: dict[str, Any]) -> web.Response:
+    _check_shovels(data)
     try:
         import_definitions(state(request).broker, data)
     except DefinitionsError as exc:
