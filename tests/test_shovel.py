@@ -435,3 +435,42 @@ def test_on_confirm_source_killed_mid_transfer(tmp_path: Path) -> None:
     finally:
         src.proc.close()
         dest.proc.close()
+
+
+def _cut(port: int) -> None:
+    """Abort every TCP connection to ``port`` on loopback (``ss -K``): the client sockets
+    fail with ECONNABORTED, as when the network between two brokers is cut."""
+    subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=", f":{port}"],
+                   capture_output=True, check=False, timeout=10)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_on_confirm_connections_cut(tmp_path: Path) -> None:
+    """The shovel's connections are cut (``ss -K``) mid-transfer, to the destination twice
+    and to the source once: it reconnects by itself, logs it, and every message arrives."""
+    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
+    src.proc.start()
+    dest.proc.start()
+    try:
+        n = 20_000
+        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
+        dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
+        assert put_shovel(src, "cut", {"src-uri": "amqp://", "src-queue": "orders",
+                                       "dest-uri": dest_uri, "dest-queue": "orders",
+                                       "reconnect-delay": 1, "src-prefetch-count": 500}
+                          ) == 201
+        for port, after in ((dest.proc.port, 2000), (dest.proc.port, 6000),
+                            (src.proc.port, 10000)):
+            wait_for(lambda after=after: dest.count("orders") > after, timeout=60,
+                     what=f"more than {after} moved")
+            _cut(port)
+        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
+                 timeout=120, what="every message moved")
+        got = [body for body, _ in drain(dest.url, "orders")]
+        assert set(got) == {b"%06d" % i for i in range(n)}
+        assert len(got) - n <= 3 * 500
+        assert src.proc.log_text().count("reconnecting in 1 s") >= 2
+    finally:
+        src.proc.close()
+        dest.proc.close()
