@@ -146,13 +146,13 @@ def _forward_entry(shovel: ShovelSpec, node: str, src_uri: str, dest_uri: str
                    ) -> dict[str, Any]:
     entry: dict[str, Any] = {"shovelled-by": node, "shovel-type": "dynamic",
                              "shovel-name": shovel.name, "shovel-vhost": shovel.vhost,
-                             "src-uri": mask_uri(src_uri)}
+                             "src-uri": mask_uri(src_uri), "dest-uri": mask_uri(dest_uri)}
+    # RabbitMQ 3.10.8's order: the URIs, then the source, then the destination
     if shovel.src_queue is not None:
         entry["src-queue"] = shovel.src_queue
     else:
         entry["src-exchange"] = shovel.src_exchange
         entry["src-exchange-key"] = shovel.src_exchange_key
-    entry["dest-uri"] = mask_uri(dest_uri)
     if shovel.dest_queue is not None:
         entry["dest-queue"] = shovel.dest_queue
     elif shovel.dest_exchange is not None:

@@ -152,8 +152,12 @@ def test_shovel_between_two_queues_of_one_broker(node: Node) -> None:
     headers = got[0][1].headers
     assert headers["h"] == 1 and isinstance(headers["x-shovelled-timestamp"], int)
     forward = headers["x-shovelled"][0]
+    # RabbitMQ 3.10.8's keys (pamqp writes a table's keys sorted, RabbitMQ in this order)
+    assert set(forward) == {"shovelled-by", "shovel-type", "shovel-name", "shovel-vhost",
+                            "src-uri", "dest-uri", "src-queue", "dest-queue"}
     assert forward["shovel-name"] == "s1" and forward["shovel-type"] == "dynamic"
     assert forward["src-queue"] == "src" and forward["dest-queue"] == "dst"
+    assert forward["src-uri"] == "amqp://" and forward["shovel-vhost"] == "/"
     assert got[0][1].delivery_mode == 2
     # a second PUT replaces it (204), the shovel goes on with the new value
     assert put_shovel(node, "s1", {"src-uri": "amqp://", "src-queue": "src",
