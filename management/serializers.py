@@ -23,6 +23,7 @@ from urllib.parse import quote_plus
 
 from broker.message_stats import deliver_get
 from exchanges.binding import Binding
+from management.cluster_view import peer_message_counts
 from management.group_stats import message_groups_json
 from queue_store.backing_status import memory_fields
 from queue_store.consumer import Consumer
@@ -126,8 +127,10 @@ def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
         "cluster_state": {node: "running"},
         **details(rates, ("vhost", name), messages=ready + unacked, messages_ready=ready,
                   messages_unacknowledged=unacked),
-        "message_stats": message_stats(vhost_message_counts(broker, name), rates,
-                                       ("vhost", name)),
+        # every node's and worker's counts of the vhost (RabbitMQ sums the cluster's)
+        "message_stats": message_stats(
+            vhost_message_counts(broker, name) + peer_message_counts(broker, [name]),
+            rates, ("vhost", name)),
     }
 
 

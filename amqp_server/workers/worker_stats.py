@@ -24,8 +24,16 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import RemoteQueue
 from management.node_figures import resource_figures
-from management.serializers import channel_json, connection_json, consumer_json
-from management.state import ManagementState
+from management.serializers import (
+    UnackedTotals,
+    channel_json,
+    connection_json,
+    consumer_json,
+    node_message_counts,
+    queue_json,
+    vhost_message_counts,
+)
+from management.state import ManagementState, node_name
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -105,8 +113,7 @@ class PeerStats:
         broker = self.broker
         st = self._json_state
         if st is None:
-            st = self._json_state = ManagementState(broker, amqp_host=broker.config.host,
-                                                    amqp_port=broker.config.port)
+            st = self._json_state = self._make_json_state()
         answer: Any
         if kind == "close":
             answer = False
@@ -114,6 +121,11 @@ class PeerStats:
                 if conn.vhost_name and connection_json(conn, st)["name"] == rec[2]:
                     conn.close(320, rec[3])
                     answer = True
+        elif rec[2] == "queues":  # those that live here (not stand-ins), as this node shows them
+            unacked = UnackedTotals.collect(broker)
+            answer = [queue_json(q, st, unacked) | {"worker": self.index}
+                      for v in list(broker.vhosts.values()) for q in list(v.queues.values())
+                      if not isinstance(q, RemoteQueue)]
         elif rec[2] == "connections":
             answer = [connection_json(c, st) | {"worker": self.index}
                       for c in list(broker.connections) if c.vhost_name]
@@ -126,6 +138,19 @@ class PeerStats:
                 answer = [consumer_json(c, st) | {"worker": self.index}
                           for ch in channels for c in ch.consumers.values()]
         self.send_control(peer, ("answer", ask_id, answer))
+
+    def _make_json_state(self) -> ManagementState:
+        """How this process names its objects in the API: its node name (a cluster node's
+        ``--node-name``) and the AMQP port it really listens on (``--port 0`` too), so that
+        an answer to another worker or node carries the names clients see."""
+        broker = self.broker
+        cluster = broker.cluster
+        port = broker.config.port
+        if cluster is not None:
+            port = int(cluster.info.get("amqp_port") or port)
+        return ManagementState(broker, amqp_host=broker.config.host, amqp_port=port,
+                               node=broker.config.node_name or node_name(),
+                               started_at=self.started_at)
 
     def on_answer(self, rec: tuple[Any, ...]) -> None:
         future = self._asks.get(rec[1])
@@ -159,7 +184,12 @@ class PeerStats:
                 "disk_free_alarm": bool(alarms and alarms.disk),
                 "local_alarm": [self._local_alarm[0], self._local_alarm[1]],
                 # a cluster node's /api/nodes shows the other nodes' resources from these
-                "node": resource_figures(broker, self.started_at)}
+                "node": resource_figures(broker, self.started_at),
+                # message counters (RabbitMQ's message_stats keys), summed by the overview
+                # and vhosts on any node or worker: the node's, and per vhost
+                "message_counts": dict(node_message_counts(broker)),
+                "vhost_message_counts": {name: dict(vhost_message_counts(broker, name))
+                                         for name in list(broker.vhosts)}}
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker's last summary (this one's now), ``up`` when its link is open."""

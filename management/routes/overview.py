@@ -12,6 +12,7 @@ from aiohttp import web
 
 from exchanges import EXCHANGE_TYPES
 from management.auth import check_permission, principal, visible_vhosts
+from management.cluster_view import peer_message_counts
 from management.messages import get_messages, publish
 from management.routes.common import ok, readable_vhost
 from management.serializers import (
@@ -38,8 +39,8 @@ _TYPE_DESCRIPTIONS = {
 
 @routes.get("/api/overview")
 async def overview(request: web.Request) -> web.Response:
-    """The node's overview. Monitoring and administrator users get totals over every vhost
-    and client; other users, as in RabbitMQ 3.10.8, totals over the vhosts they have
+    """The broker's overview. Monitoring and administrator users get totals over every vhost
+    and client, ``message_stats`` (and their rates) summed over every node and worker; other users, as in RabbitMQ 3.10.8, totals over the vhosts they have
     permissions in (``object_totals`` exchanges and queues, ``queue_totals``,
     ``message_stats``) and their own connections and channels (no ``consumers`` count)."""
     st = state(request)
@@ -55,7 +56,8 @@ async def overview(request: web.Request) -> web.Response:
                   "consumers": sum(len(ch.consumers) for ch in channels)}
         if broker.workers is not None:  # --workers N: every worker's clients
             totals = broker.workers.totals()
-        counts = node_message_counts(broker)
+        # every node's and worker's, as RabbitMQ's overview sums the cluster's
+        counts = node_message_counts(broker) + peer_message_counts(broker)
         key: tuple[str, ...] = ("overview",)
     else:
         totals = {"channels": sum(1 for ch in channels if ch.connection.user == who.name),
@@ -64,6 +66,7 @@ async def overview(request: web.Request) -> web.Response:
             totals["channels"] += broker.workers.elsewhere("channels_by_user", who.name)
             totals["connections"] += broker.workers.elsewhere("open_by_user", who.name)
         counts = sum((vhost_message_counts(broker, n) for n in names), Counter())
+        counts += peer_message_counts(broker, names)
         key = ("overview", "user", who.name)  # rates of this user's view, not the node's
     return ok({
         "management_version": RABBITMQ_VERSION, "rates_mode": "basic",

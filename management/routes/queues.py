@@ -17,6 +17,7 @@ from broker import topology_records as tr
 from broker.topology_records import change_topology
 from management import queue_requests
 from management.auth import accessible_vhosts, check_permission
+from management.cluster_view import queues_from_homes
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
 from management.routes.common import (
@@ -59,28 +60,40 @@ def _unlocked(q: Queue) -> None:
         raise from_amqp(exc) from None
 
 
-@routes.get("/api/queues")
-async def list_all(request: web.Request) -> web.Response:
+async def _as_homes_show(request: web.Request, queues: list[Queue],
+                         full: bool = False) -> list[dict[str, object]]:
+    """``queues`` as the API shows them, those on another worker or node as their home
+    does (counts, rates), each with the ``node`` it lives on (a quorum queue: its leader)."""
     st = state(request)
     unacked = UnackedTotals.collect(st.broker)
-    return ok([queue_json(q, st, unacked) for n in accessible_vhosts(request)
-               for _, q in sorted(st.broker.vhosts[n].queues.items())])
+    local = [queue_json(q, st, unacked, full) for q in queues]
+    workers = st.broker.workers
+    homes = []
+    if workers is not None and any(workers.home_of(q) != workers.index for q in queues):
+        homes = await workers.gather_json("queues")
+    return queues_from_homes(st, local, homes)
+
+
+@routes.get("/api/queues")
+async def list_all(request: web.Request) -> web.Response:
+    """Every queue of the vhosts the user may see, on every node and worker."""
+    st = state(request)
+    return ok(await _as_homes_show(request, [
+        q for n in accessible_vhosts(request)
+        for _, q in sorted(st.broker.vhosts[n].queues.items())]))
 
 
 @routes.get("/api/queues/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
     vhost = readable_vhost(request)
-    st = state(request)
-    unacked = UnackedTotals.collect(st.broker)
-    return ok([queue_json(q, st, unacked) for _, q in sorted(vhost.queues.items())])
+    return ok(await _as_homes_show(request, [q for _, q in sorted(vhost.queues.items())]))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
 async def get_queue(request: web.Request) -> web.Response:
     vhost = readable_vhost(request)
-    st = state(request)
-    return ok(queue_json(_queue(request, vhost), st, UnackedTotals.collect(st.broker),
-                         full=True))
+    found = await _as_homes_show(request, [_queue(request, vhost)], full=True)
+    return ok(found[0])
 
 
 @routes.put("/api/queues/{vhost}/{name}")

@@ -1,0 +1,127 @@
+"""Cluster-wide views of the management API (issue #31 item 6), against a three-node cluster
+of real processes and a real etcd: any node lists every node's connections, channels and
+queues with the ``node`` they are on and their rates, a quorum queue with RabbitMQ's
+``leader``/``members``/``online`` (``node`` = leader), and the overview's ``message_stats``
+summed over the nodes. Skipped without etcd (``make etcd-deps``)."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import api, connect, wait_until
+from tests.support.etcd import ETCD
+
+pytest.importorskip("aetcd")
+pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
+
+NAMES = ("n1", "n2", "n3")
+
+
+def _quoted(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def test_connections_and_channels_of_another_node_with_its_name_port_and_rates(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, _ = nodes
+    conn = connect(n2)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("views.rates")
+        ch.basic_publish("", "views.rates", b"x")
+
+        def n2_channel() -> dict | None:
+            return next((c for c in api(n1, "/api/channels") if c["node"] == "n2"
+                         and c.get("message_stats", {}).get("publish")), None)
+
+        first = wait_until(n2_channel, "n2's channel on n1's /api/channels")
+        assert first["name"].endswith(f":{n2.port} (1)")  # n2's real AMQP port, not 0
+        assert first["connection_details"]["name"] in {
+            c["name"] for c in api(n1, "/api/connections") if c["node"] == "n2"}
+        for _ in range(200):
+            ch.basic_publish("", "views.rates", b"x")
+        conn.process_data_events(0)
+
+        def rated() -> dict | None:
+            got = n2_channel()
+            return got if got and got["message_stats"]["publish_details"]["rate"] > 0 else None
+
+        again = wait_until(rated, "a publish rate on n2's channel seen from n1")
+        assert again["message_stats"]["publish"] >= 201
+        # the same channel by name from the node it is on: same node field
+        assert api(n2, f"/api/channels/{_quoted(again['name'])}")["node"] == "n2"
+    finally:
+        conn.close()
+
+
+def test_queues_show_the_node_they_live_on_and_the_home_counts(
+        nodes: list[BrokerProcess]) -> None:
+    n1, _, n3 = nodes
+    conn = connect(n3)
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("views.classic")
+        for _ in range(30):
+            ch.basic_publish("", "views.classic", b"x")
+
+        def seen(node: BrokerProcess) -> dict | None:
+            q = api(node, "/api/queues/%2F/views.classic")
+            return q if q["messages"] == 30 and q["message_stats"]["publish"] == 30 else None
+
+        for node in nodes:  # the home's counts and node wherever it is read
+            q = wait_until(lambda node=node: seen(node), "views.classic's counts")
+            assert q["node"] == "n3"
+        listed = {q["name"]: q for q in api(n1, "/api/queues")}
+        assert listed["views.classic"]["node"] == "n3"
+    finally:
+        conn.close()
+
+
+def test_quorum_queue_node_is_its_leader_with_members_and_online(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, _ = nodes
+    conn = connect(n2)
+    try:
+        conn.channel().queue_declare("views.qq", durable=True,
+                                     arguments={"x-queue-type": "quorum"})
+    finally:
+        conn.close()
+
+    def full() -> list[dict] | None:
+        found = [q for node in nodes for q in api(node, "/api/queues/%2F")
+                 if q["name"] == "views.qq"]
+        return found if all(sorted(q.get("online", [])) == list(NAMES) for q in found) \
+            else None
+
+    for q in wait_until(full, "views.qq online on every node"):
+        assert q["type"] == "quorum"
+        assert sorted(q["members"]) == list(NAMES)
+        assert q["leader"] in NAMES
+        assert q["node"] == q["leader"]  # as RabbitMQ: a quorum queue's node is its leader
+
+
+def test_overview_message_stats_are_summed_over_the_nodes(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, n3 = nodes
+    before = api(n1, "/api/overview")["message_stats"]["publish"]
+    vhost_before = api(n1, "/api/vhosts/%2F")["message_stats"]["publish"]
+    for node, count in ((n2, 40), (n3, 60)):
+        conn = connect(node)
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("views.sum")
+            for _ in range(count):
+                ch.basic_publish("", "views.sum", b"x")
+        finally:
+            conn.close()
+    wait_until(lambda: api(n1, "/api/overview")["message_stats"]["publish"] >= before + 100,
+               "n2's and n3's publishes in n1's overview")
+    wait_until(lambda: api(n1, "/api/vhosts/%2F")["message_stats"]["publish"]
+               >= vhost_before + 100, "n2's and n3's publishes in n1's vhost")
+    # n1 itself published nothing: its own counters alone would not have moved
+    assert api(n1, "/api/overview")["node"] == "n1"
