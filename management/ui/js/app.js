@@ -4,6 +4,7 @@ import { fill, form, h } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as connections from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
+import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
 import * as policies from "./pages/policies.js";
 import * as queues from "./pages/queues.js";
@@ -33,6 +34,8 @@ const ROUTES = [
   [/^#\/queues$/, queues.list],
   [/^#\/queues\/([^/]+)\/([^/]+)$/, queues.detail],
   [/^#\/bindings$/, exchanges.bindings],
+  [/^#\/nodes$/, nodes.list],
+  [/^#\/nodes\/(.+)$/, nodes.detail],
   [/^#\/users$/, admin.users],
   [/^#\/vhosts$/, admin.vhosts],
   [/^#\/permissions$/, admin.permissions],
@@ -82,7 +85,8 @@ async function route() {
   const hash = location.hash || "#/";
   document.querySelectorAll("#nav a").forEach((a) => {
     const target = a.getAttribute("href");
-    a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" : hash.startsWith(target));
+    // a node's page sits under Overview, as in RabbitMQ's UI
+    a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" || hash.startsWith("#/nodes") : hash.startsWith(target));
   });
   fill(document.getElementById("status"));
   await updateVhosts().catch(showError);

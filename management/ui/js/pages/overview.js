@@ -1,8 +1,9 @@
 // Overview: totals, message-rate and queued-message charts (polled every 5 s), nodes with
-// their alarms, listeners, and definitions export/import (administrators).
+// their alarms (each linking to its page), listeners, and definitions export/import (administrators).
 import { api, get } from "../api.js";
 import { lineChart } from "../chart.js";
-import { bytes, facts, fill, form, h, num, section, table } from "../dom.js";
+import { facts, fill, form, h, link, num, section, table } from "../dom.js";
+import { nodesTable } from "./nodes.js";
 
 const POLL_MS = 5000;
 const KEEP = 120; // samples per series (10 minutes at 5 s)
@@ -74,27 +75,7 @@ async function renderNodes(el) {
     fill(el, h("p", { class: "empty" }, "Node details need the monitoring or administrator tag."));
     return;
   }
-  fill(el, table([
-    { title: "Name", value: (n) => n.name },
-    { title: "Type", value: (n) => n.type },
-    { title: "Running", value: (n) => (n.running ? "yes" : "no") },
-    { title: "File descriptors", value: (n) => `${num(n.fd_used)} / ${num(n.fd_total)}` },
-    { title: "Memory", value: (n) => alarm(n.mem_alarm, `${bytes(n.mem_used)} / ${bytes(n.mem_limit)} high watermark`) },
-    { title: "Disk free", value: (n) => alarm(n.disk_free_alarm, `${bytes(n.disk_free)} (${bytes(n.disk_free_limit)} low watermark)`) },
-    { title: "Uptime", value: (n) => uptime(n.uptime) },
-  ], list, { id: "nodes-table" }));
-}
-
-function alarm(on, text) {
-  return h("span", { class: on ? "alarm" : "" }, on ? `ALARM ${text}` : text);
-}
-
-function uptime(ms) {
-  const s = Math.floor((ms ?? 0) / 1000);
-  const d = Math.floor(s / 86400);
-  const hh = Math.floor((s % 86400) / 3600);
-  const mm = Math.floor((s % 3600) / 60);
-  return d ? `${d}d ${hh}h` : hh ? `${hh}h ${mm}m` : `${mm}m ${s % 60}s`;
+  fill(el, nodesTable(list), h("p", {}, link("#/nodes", "Nodes: leaders and replicas of quorum queues")));
 }
 
 function definitionsSection(ctx) {

@@ -39,6 +39,7 @@ export async function list(ctx) {
     fill(box, table([
       { title: "Virtual host", value: (q) => q.vhost },
       { title: "Name", value: (q) => link(`#/queues/${enc(q.vhost)}/${enc(q.name)}`, q.name) },
+      ...(clustered(rows) ? [{ title: "Node", value: nodeCell }] : []),
       { title: "Type", value: (q) => q.type },
       { title: "Features", value: features },
       { title: "State", value: (q) => q.state },
@@ -55,6 +56,24 @@ export async function list(ctx) {
   ctx.every(REFRESH_MS, refresh);
 }
 
+/** RabbitMQ's UI shows the Node column when there is more than one node: here, when the
+ * queues are on several nodes or a quorum queue has several members. */
+function clustered(rows) {
+  return new Set(rows.map((q) => q.node)).size > 1 || rows.some((q) => (q.members ?? []).length > 1);
+}
+
+/** The node a queue is on (a quorum queue: its leader) and, as RabbitMQ's UI, "+N" for the
+ * other members, with members and online ones in the tooltip; unreachable members marked. */
+function nodeCell(q) {
+  const members = q.members ?? [];
+  const others = members.filter((m) => m !== q.node);
+  if (!others.length) return h("span", { class: "node" }, q.node ?? "");
+  const offline = members.filter((m) => !(q.online ?? []).includes(m));
+  return h("span", { class: "node" }, q.node ?? "", " ",
+    h("abbr", { class: offline.length ? "tag alarm" : "tag", title: `members: ${members.join(", ")}; online: ${(q.online ?? []).join(", ")}` },
+      `+${others.length}`));
+}
+
 export async function detail(ctx, vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
   const info = h("div", { id: "queue-info" });
@@ -65,6 +84,10 @@ export async function detail(ctx, vhost, name) {
     const q = await get(path);
     fill(info, facts([
       ["Type", q.type], ["Features", features(q)], ["Arguments", args(q.arguments)],
+      ["Node", h("span", { id: "queue-node" }, link(`#/nodes/${enc(q.node ?? "")}`, q.node ?? ""))],
+      q.type === "quorum" ? ["Leader", h("span", { id: "queue-leader" }, q.leader ?? "")] : null,
+      q.type === "quorum" ? ["Members", h("span", { id: "queue-members" }, (q.members ?? []).join(", "))] : null,
+      q.type === "quorum" ? ["Online", h("span", { id: "queue-online" }, (q.online ?? []).join(", "))] : null,
       ["Policy", q.policy ?? ""], ["Operator policy", q.operator_policy ?? ""],
       ["State", q.state], ["Consumers", num(q.consumers)],
       ["Messages", h("span", { id: "queue-messages" }, `${num(q.messages)} total, ${num(q.messages_ready)} ready, ${num(q.messages_unacknowledged)} unacked`)],
