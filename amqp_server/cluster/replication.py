@@ -6,14 +6,18 @@ A :class:`Replica` is fed events by a driver and answers each with a list of act
 (:mod:`amqp_server.cluster.replication_types`), in the style of h11: inputs are
 :meth:`~Replica.append` (the leader's queue logged an operation), :meth:`~Replica.receive`
 (a record from another replica), :meth:`~Replica.on_state` (etcd's watch brought the group's
-state), :meth:`~Replica.cas_result`, :meth:`~Replica.fsync_done` and :meth:`~Replica.tick`
-(time passes; ``now`` in seconds, from the driver); outputs are Send, Write, Truncate, Fsync,
-Cas (ISR changes and elections, as etcd compare-and-swap), Commit (confirms), Become and
-StepDown. Leadership and membership live in etcd; the data path is Kafka's:
+state), :meth:`~Replica.cas_result`, :meth:`~Replica.fsync_done`, :meth:`~Replica.session`
+(the node's etcd lease was refreshed), :meth:`~Replica.on_alive` (etcd's live nodes),
+:meth:`~Replica.compact` and :meth:`~Replica.tick` (time passes; ``now`` in seconds of the
+node's clock, from the driver); outputs are Send, Write, Truncate, Install, Fsync, Cas (ISR
+changes and elections, as etcd compare-and-swap), Commit (confirms), Become and StepDown.
+Leadership and membership live in etcd; the data path is Kafka's:
 
 * **Log**: entries ``(epoch, payload)`` at offsets 0, 1, ...; the *leader-epoch checkpoint*
   lists ``(epoch, start offset)`` (Kafka's leader-epoch-checkpoint file; here derived from
-  the entries, which carry their epoch).
+  the entries, which carry their epoch). The driver compacts committed entries into a
+  snapshot of its own state; a follower that fetches below the leader's log start gets the
+  :class:`Snapshot`, then the tail.
 * **Fetch**: a follower asks its leader for entries from its log end, naming the epoch of its
   last entry; the leader answers with entries, or with :class:`Diverging` when that entry is
   not in its log (the follower truncates to the end of that epoch, KIP-101/KIP-320, and asks
@@ -32,6 +36,8 @@ StepDown. Leadership and membership live in etcd; the data path is Kafka's:
 * **Fencing**: records are tagged with the epoch; a follower takes entries only from the
   leader of the epoch it follows, a leader answers only fetches of its epoch, and steps down
   when it sees a newer epoch (a fetch or etcd).
+* **Delivering**: the leader's queue delivers only while :meth:`~Replica.serving`: its
+  epoch start is committed and its etcd session surely alive.
 
 Source: Kafka replication (ISR, high watermark, leader epochs: KIP-101, KIP-279, KIP-320,
 KIP-497); h11's sans-IO design; tested by the deterministic simulation in ``tests/sim``.
