@@ -66,6 +66,8 @@ class _Running:
     task: asyncio.Task[None] | None = None
     moved: int = 0  # messages moved so far (src-delete-after counts them)
     total: int | None = None  # src-delete-after: messages to move in all
+    src_uri: str | None = None  # the URIs of the current attempt
+    dest_uri: str | None = None
 
     def set(self, state: str, reason: str | None = None) -> None:
         self.state, self.reason, self.since = state, reason, time.time()
@@ -181,6 +183,7 @@ class ShovelManager:
             src_uri = spec.src_uris[attempt % len(spec.src_uris)] if spec.src_uris else ""
             dest_uri = spec.dest_uris[attempt % len(spec.dest_uris)] if spec.dest_uris else ""
             attempt += 1
+            run.src_uri, run.dest_uri = src_uri, dest_uri
             run.set("starting")
             try:
                 if not src_uri or not dest_uri:
@@ -242,7 +245,7 @@ class ShovelManager:
                                    "name": name, "vhost": vhost, "type": "dynamic",
                                    "state": run.state}
             if run.state == "running" and run.spec is not None:
-                row.update(run.spec.status_fields())
+                row.update(run.spec.status_fields(run.src_uri, run.dest_uri))
             if run.state == "terminated":
                 row["reason"] = run.reason
             rows.append(row)

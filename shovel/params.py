@@ -90,15 +90,16 @@ class ShovelSpec:
     add_timestamp_header: bool = False
     publish_properties: dict[str, Any] = field(default_factory=dict)
 
-    def status_fields(self) -> dict[str, Any]:
-        """The ``/api/shovels`` fields describing the ends (URIs without credentials),
-        in RabbitMQ 3.10.8's order: src_uri, src_protocol, dest_protocol, dest_uri, then
+    def status_fields(self, src_uri: str | None = None, dest_uri: str | None = None
+                      ) -> dict[str, Any]:
+        """The ``/api/shovels`` fields describing the ends (``src_uri``/``dest_uri``: the
+        URIs connected to, default the first of each list; shown without credentials), in
+        RabbitMQ 3.10.8's order: src_uri, src_protocol, dest_protocol, dest_uri, then
         src_queue or src_exchange(+_key), then dest_queue or dest_exchange(+_key)."""
-        out: dict[str, Any] = {
-            "src_uri": mask_uri(self.src_uris[0]) if self.src_uris else "",
-            "src_protocol": "amqp091", "dest_protocol": "amqp091",
-            "dest_uri": mask_uri(self.dest_uris[0]) if self.dest_uris else "",
-        }
+        src = src_uri if src_uri is not None else (self.src_uris or ("",))[0]
+        dest = dest_uri if dest_uri is not None else (self.dest_uris or ("",))[0]
+        out: dict[str, Any] = {"src_uri": mask_uri(src), "src_protocol": "amqp091",
+                               "dest_protocol": "amqp091", "dest_uri": mask_uri(dest)}
         if self.src_queue is not None:
             out["src_queue"] = self.src_queue
         else:

@@ -478,3 +478,18 @@ def test_on_confirm_connections_cut(tmp_path: Path) -> None:
     finally:
         src.proc.close()
         dest.proc.close()
+
+
+def test_uri_list_fails_over_to_the_next(node: Node) -> None:
+    """With a list of source URIs, a dead first one is skipped after reconnect-delay and
+    the status names the URI connected to."""
+    dead = f"amqp://guest:guest@127.0.0.1:{free_port()}"
+    live = f"amqp://guest:guest@127.0.0.1:{node.proc.port}"
+    assert put_shovel(node, "list", {"src-uri": [dead, live], "src-queue": "src",
+                                     "dest-uri": "amqp://", "dest-queue": "dst",
+                                     "reconnect-delay": 0.5}) == 201
+    row = wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"],
+                   what="running through the second URI")[0]
+    assert row["src_uri"] == f"amqp://127.0.0.1:{node.proc.port}"
+    publish(node.url, "src", [b"x"])
+    wait_for(lambda: node.count("dst") == 1, what="moved")
