@@ -249,6 +249,7 @@ STREAM_SCRIPT = textwrap.dedent("""
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.ui.showConsoleProgress", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel("FATAL")
     rows = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 2).json(source)
@@ -266,16 +267,18 @@ STREAM_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _stream_run(script: Path, args: list[str]) -> subprocess.Popen[bytes]:
+def _stream_run(script: Path, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start the streaming script in its own process group (the JVM and the Python workers
+    too), its output to ``log``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO_ROOT), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]),
         "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    return subprocess.Popen([sys.executable, str(script), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # its own group: the JVM and workers too
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
-@pytest.mark.timeout(300)  # two Spark processes start, one after the other
+@pytest.mark.timeout(480)  # two Spark processes start, one after the other (~3 min loaded)
 @pytest.mark.parametrize("exactly_once", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_streaming_query_killed_mid_batch_and_restarted(broker: BrokerProcess, tmp_path: Path,
                                                         exactly_once: bool) -> None:
@@ -304,9 +307,10 @@ def test_streaming_query_killed_mid_batch_and_restarted(broker: BrokerProcess, t
     args = [str(source), str(checkpoint), broker.uri,
             f"http://127.0.0.1:{broker.management_port}", queue, str(exactly_once).lower()]
 
-    first = _stream_run(script, [*args, "20"])  # 20 ms a row: a micro-batch takes ~2 s
+    log = tmp_path / "stream.log"
+    first = _stream_run(script, [*args, "20"], log)  # 20 ms a row: a micro-batch takes ~2 s
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240
         depth = 0
         while time.monotonic() < deadline and first.poll() is None:
             try:
@@ -316,23 +320,27 @@ def test_streaming_query_killed_mid_batch_and_restarted(broker: BrokerProcess, t
             if depth >= 30:
                 break
             time.sleep(0.02)
-        assert first.poll() is None, first.stdout.read().decode()[-3000:] if first.stdout else ""
+        assert first.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert depth >= 30, f"no 30 rows within 240 s: {log.read_text(errors='replace')[-3000:]}"
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=30)
-        if first.stdout:
-            first.stdout.close()
     killed_at = queue_depth(broker.port, queue)
     assert 30 <= killed_at < 2 * per_file  # in the middle of micro-batch 0
     assert (checkpoint / "offsets" / "0").exists()
     assert not (checkpoint / "commits" / "0").exists()  # batch 0 had not committed
 
-    second = _stream_run(script, [*args, "0"])
-    out, _ = second.communicate(timeout=120)
-    assert second.returncode == 0, out.decode()[-3000:]
+    second = _stream_run(script, [*args, "0"], log)
+    try:
+        second.wait(timeout=240)
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(timeout=30)
+    assert second.returncode == 0, log.read_text(errors="replace")[-3000:]
     got = consume_all(broker.port, queue)
     ids = [json.loads(b)["id"] for _, b in got]
     assert set(ids) == set(range(n))
