@@ -13,6 +13,7 @@ streaming test a separate Python + Spark process group that the test kills with 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,9 +37,11 @@ pika = pytest.importorskip("pika")
 import pyarrow as pa  # noqa: E402
 from pamqp import frame as pframe  # noqa: E402
 
+from spark_sink.exactly_once import prepare_target  # noqa: E402
 from spark_sink.frames import split_messages  # noqa: E402
 from spark_sink.messages import MessageBuilder  # noqa: E402
 from spark_sink.options import AmqpqOptionError, parse_options  # noqa: E402
+from spark_sink.writer import summary_line  # noqa: E402
 from tests import spark_support  # noqa: E402
 from tests.spark_support import REPO_ROOT, BrokerProcess, free_port, start_broker  # noqa: E402
 
@@ -131,6 +135,53 @@ def test_exactly_once_options_are_checked(options: dict[str, str], problem: str)
     with pytest.raises(AmqpqOptionError) as exc:
         parse_options({"uri": "amqp://h/", **options}, schema)
     assert problem in str(exc.value)
+
+
+def test_summary_line_says_replayed_rows_are_dropped() -> None:
+    summary = {"status": "committed", "published": 10, "confirmed": 10, "unroutable": 0,
+               "republished": 4, "reconnects": 1, "partitions": 2, "failed_partitions": 0}
+    config = parse_options({"uri": "amqp://h/", "path": "q", "exactlyOnce": "true"})
+    assert "4 rows republished (dropped by the target's deduplication: exactlyOnce)" in \
+        summary_line(config, summary)
+
+
+def _management(broker: BrokerProcess, path: str) -> Any:
+    req = urllib.request.Request(f"http://127.0.0.1:{broker.management_port}{path}")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.load(resp)
+
+
+def test_prepare_target_declares_or_checks_without_spark(broker: BrokerProcess) -> None:
+    """The driver's step on its own: a missing exchange or queue is declared deduplicating
+    with the write's cache options; an existing one is checked; the wrong kind is refused."""
+    def config(path: str, **extra: str) -> Any:
+        return parse_options({**_options(broker, exactlyOnce="true", **extra), "path": path})
+
+    exchange = _name("eo-new-x")
+    done = prepare_target(config(f"{exchange}/", dedupCacheSize="500", dedupCacheTtl="60000"))
+    assert done.startswith(f"declared x-message-deduplication exchange '{exchange}'")
+    x = _management(broker, f"/api/exchanges/%2F/{exchange}")
+    assert (x["type"], x["durable"]) == ("x-message-deduplication", True)
+    assert x["arguments"] == {"x-cache-size": 500, "x-cache-ttl": 60000,
+                              "x-cache-persistence": "disk"}
+    assert prepare_target(config(f"{exchange}/")).startswith("checked")
+
+    queue = _name("eo-new-q")
+    assert prepare_target(config(queue, dedupCacheSize="50")).startswith("declared queue")
+    q = _management(broker, f"/api/queues/%2F/{queue}")
+    assert q["durable"] and q["arguments"] == {"x-message-deduplication": True,
+                                               "x-cache-size": 50}
+    assert prepare_target(config(queue)).startswith("checked queue")
+
+    ch = broker.channel()
+    direct, plain = _name("eo-direct"), _name("eo-plain")
+    ch.exchange_declare(direct, "topic")
+    ch.queue_declare(plain)
+    with pytest.raises(AmqpqOptionError, match="inequivalent arg 'type'"):
+        prepare_target(config(f"{direct}/"))
+    with pytest.raises(AmqpqOptionError, match="declared without x-message-deduplication"):
+        prepare_target(config(plain))
 
 
 # ============================================================= Spark: the driver's preflight
