@@ -83,6 +83,8 @@ managementUri               exactlyOnce with an existing target queue: the manag
 summaryPath                 file the driver writes the JSON summary to (streaming: one line
                             per micro-batch)
 preflight                   ``false`` skips the driver's connect + exchange/queue check
+                            (with exactlyOnce also the declare/check of the deduplicating
+                            target: the rows still carry their ids)
 api                         ``arrow`` (default) or ``row`` (Row-based writer; slower)
 =========================== ==============================================================
 
