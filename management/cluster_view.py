@@ -24,8 +24,34 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from broker.broker import Broker
     from management.state import ManagementState
+    from queue_store.queue import Queue
 
-__all__ = ["node_names", "peer_message_counts", "queues_from_homes"]
+__all__ = ["cluster_name", "lives_here", "node_names", "peer_message_counts",
+           "queues_from_homes"]
+
+
+def cluster_name(st: ManagementState) -> str:
+    """The cluster's name, the same on every node (``/api/overview``'s ``cluster_name``,
+    Prometheus's ``rabbitmq_cluster`` label): without a cluster the node's name; in one,
+    the first member's name in sorted order (running or not; it changes only when that node
+    is forgotten). RabbitMQ's default cluster name is a node's name too."""
+    cluster = st.broker.cluster
+    if cluster is None:
+        return st.node
+    names = [str(n["name"]) for n in cluster.nodes()]
+    return min(names) if names else st.node
+
+
+def lives_here(st: ManagementState, q: Queue) -> bool:
+    """Whether queue ``q`` lives on this node (any of its workers): always without a
+    cluster; in one, a classic queue declared here, a quorum queue led from here. A node's
+    Prometheus endpoint reports these only, as each RabbitMQ node reports its own."""
+    workers = st.broker.workers
+    if st.broker.cluster is None or workers is None:
+        return True
+    if q.quorum and workers.quorum is not None:
+        return workers.quorum.fields(q).get("leader") == st.node
+    return workers.home_of(q) == workers.index
 
 
 def node_names(st: ManagementState) -> dict[int, str]:

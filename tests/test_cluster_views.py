@@ -7,17 +7,49 @@ summed over the nodes. Skipped without etcd (``make etcd-deps``)."""
 from __future__ import annotations
 
 import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, connect, wait_until
-from tests.support.etcd import ETCD
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 NAMES = ("n1", "n2", "n3")
+PROMETHEUS: dict[str, int] = {}  # node name -> its Prometheus port
+
+
+@pytest.fixture(scope="module")
+def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    """The three nodes, each with its own Prometheus endpoint (as rabbitmq_prometheus)."""
+    base = tmp_path_factory.mktemp("views")
+    started: list[BrokerProcess] = []
+    try:
+        for name in NAMES:
+            PROMETHEUS[name] = free_port()
+            started.append(cluster_node(base, name, etcd, "--prometheus-port",
+                                        str(PROMETHEUS[name])).start())
+        yield started
+    finally:
+        for node in started:
+            node.close()
+
+
+def _metrics(name: str, path: str = "/metrics") -> dict[str, list]:
+    """Node ``name``'s Prometheus samples: metric name -> [(labels, value)]."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{PROMETHEUS[name]}{path}",
+                                timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
 
 
 def _quoted(name: str) -> str:
@@ -125,3 +157,37 @@ def test_overview_message_stats_are_summed_over_the_nodes(
                >= vhost_before + 100, "n2's and n3's publishes in n1's vhost")
     # n1 itself published nothing: its own counters alone would not have moved
     assert api(n1, "/api/overview")["node"] == "n1"
+
+
+def test_each_node_has_its_own_prometheus_endpoint_labelled_with_its_node(
+        nodes: list[BrokerProcess]) -> None:
+    idents = {}
+    for name in NAMES:
+        [(labels, value)] = _metrics(name)["rabbitmq_identity_info"]
+        assert value == 1
+        idents[name] = labels
+    assert [idents[n]["rabbitmq_node"] for n in NAMES] == list(NAMES)
+    # one cluster name on every node, so a dashboard groups the three nodes
+    assert {idents[n]["rabbitmq_cluster"] for n in NAMES} == {"n1"}
+    assert api(nodes[1], "/api/overview")["cluster_name"] == "n1"
+
+
+def test_a_queue_is_reported_by_the_node_it_lives_on_only(
+        nodes: list[BrokerProcess]) -> None:
+    conn = connect(nodes[2])
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("views.prom")
+        for _ in range(7):
+            ch.basic_publish("", "views.prom", b"x")
+    finally:
+        conn.close()
+
+    def ready(name: str) -> list[float]:
+        return [v for labels, v in
+                _metrics(name, "/metrics/per-object").get("rabbitmq_queue_messages_ready", [])
+                if labels.get("queue") == "views.prom"]
+
+    assert wait_until(lambda: ready("n3") == [7.0], "views.prom's 7 messages on n3's endpoint")
+    assert ready("n1") == [] and ready("n2") == []  # not duplicated on the other nodes

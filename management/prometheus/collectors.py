@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from broker.alarms import process_rss
 from broker.message_stats import deliver_get
+from management.cluster_view import cluster_name, lives_here
 from management.serializers import UnackedTotals, channel_name, connection_name, open_channels
 from management.state import RABBITMQ_VERSION
 from queue_store.backing_status import memory_fields
@@ -309,9 +310,11 @@ class NodeIdentity:
     """The labels of ``rabbitmq_identity_info`` and ``rabbitmq_build_info``.
 
     Attributes:
-        node: ``rabbitmq_node`` (the management API's node name, ``amqpq@host``).
-        cluster: ``rabbitmq_cluster`` (the cluster name; here the node name, as
-            ``/api/overview``'s ``cluster_name``).
+        node: ``rabbitmq_node`` (the management API's node name: ``--node-name``, else
+            ``amqpq@host``).
+        cluster: ``rabbitmq_cluster`` without a cluster (the node name, as
+            ``/api/overview``'s ``cluster_name``); in a cluster the label is
+            :func:`management.cluster_view.cluster_name`, the same on every node.
         cluster_id: ``rabbitmq_cluster_permanent_id`` (``rabbitmq-cluster-id-...``, kept in
             the data dir so it survives restarts).
         version: the broker's version (``product_version``).
@@ -348,9 +351,11 @@ class BrokerCollector(Collector):
             yield from self._node_coarse(prefix)
         if scope.wants("node_metrics"):
             yield from self._node(prefix)
+        # a cluster node reports the queues that live on it (a quorum queue: on its leader),
+        # as each RabbitMQ node does; the other nodes report theirs on their own endpoints
         queues = [q for name, v in sorted(broker.vhosts.items())
                   if scope.vhosts is None or name in scope.vhosts
-                  for _, q in sorted(v.queues.items())]
+                  for _, q in sorted(v.queues.items()) if lives_here(self.st, q)]
         q_objects = [([q.vhost_name, q.name], q) for q in queues]
         q_labels = ["vhost", "queue"]
         if scope.wants("queue_coarse_metrics"):
@@ -533,7 +538,9 @@ class BrokerCollector(Collector):
         info = UnknownMetricFamily(
             "rabbitmq_identity_info", "RabbitMQ node & cluster identity info",
             labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"])
-        info.add_metric([ident.node, ident.cluster, ident.cluster_id], 1)
+        # in a cluster every node names the same cluster (a dashboard groups its nodes)
+        cluster = cluster_name(self.st) if self.st.broker.cluster is not None else ident.cluster
+        info.add_metric([ident.node, cluster, ident.cluster_id], 1)
         yield info
 
 

@@ -87,7 +87,7 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     opts = config.prometheus
     if not opts.enabled:
         return None
-    node = node_name()
+    node = config.node_name or node_name()  # a cluster node's --node-name, as the API's
     identity = NodeIdentity(node=node, cluster=node,
                             cluster_id=cluster_permanent_id(config.data_dir),
                             version=config.version)

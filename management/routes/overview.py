@@ -12,7 +12,7 @@ from aiohttp import web
 
 from exchanges import EXCHANGE_TYPES
 from management.auth import check_permission, principal, visible_vhosts
-from management.cluster_view import peer_message_counts
+from management.cluster_view import cluster_name, peer_message_counts
 from management.messages import get_messages, publish
 from management.routes.common import ok, readable_vhost
 from management.serializers import (
@@ -75,7 +75,7 @@ async def overview(request: web.Request) -> web.Response:
         "exchange_types": [{"name": n, "description": _TYPE_DESCRIPTIONS.get(n, n),
                             "enabled": True} for n in sorted(EXCHANGE_TYPES)],
         "product_version": broker.config.version, "product_name": broker.config.product,
-        "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": st.node, "node": st.node,
+        "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": cluster_name(st), "node": st.node,
         "disable_stats": False, "enable_queue_totals": False,
         "statistics_db_event_queue": 0,
         "message_stats": message_stats(counts, st.rates, key),
