@@ -287,7 +287,7 @@ def test_on_confirm_destination_killed_mid_transfer(tmp_path: Path) -> None:
     src.proc.start()
     dest.proc.start()
     try:
-        n = 20_000
+        n = 10_000
         publish(src.url, "orders", [b"%06d" % i for i in range(n)])
         dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
         assert put_shovel(src, "move", {"src-uri": "amqp://", "src-queue": "orders",
@@ -419,7 +419,7 @@ def test_on_confirm_source_killed_mid_transfer(tmp_path: Path) -> None:
     src.proc.start()
     dest.proc.start()
     try:
-        n = 20_000
+        n = 10_000
         publish(src.url, "orders", [b"%06d" % i for i in range(n)])
         assert put_shovel(dest, "pull", {"src-uri": src.url, "src-queue": "orders",
                                          "dest-uri": "amqp://", "dest-queue": "orders",
@@ -457,15 +457,15 @@ def test_on_confirm_connections_cut(tmp_path: Path) -> None:
     src.proc.start()
     dest.proc.start()
     try:
-        n = 20_000
+        n = 10_000
         publish(src.url, "orders", [b"%06d" % i for i in range(n)])
         dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
         assert put_shovel(src, "cut", {"src-uri": "amqp://", "src-queue": "orders",
                                        "dest-uri": dest_uri, "dest-queue": "orders",
                                        "reconnect-delay": 1, "src-prefetch-count": 500}
                           ) == 201
-        for port, after in ((dest.proc.port, 2000), (dest.proc.port, 6000),
-                            (src.proc.port, 10000)):
+        for port, after in ((dest.proc.port, 1500), (dest.proc.port, 4000),
+                            (src.proc.port, 6500)):
             wait_for(lambda after=after: dest.count("orders") > after, timeout=60,
                      what=f"more than {after} moved")
             _cut(port)
