@@ -137,6 +137,14 @@ class Link:
             async def on_message(message: DeliveredMessage) -> None:
                 await self._forward(message, src_ch, dest_ch)
 
+            failed = self._failed
+
+            def cancelled(frame: object) -> None:  # the source queue deleted, for example
+                if not failed.done():
+                    failed.set_exception(LinkError(
+                        f"consumer cancelled by the source broker (queue '{queue}')"))
+
+            src_ch.on_consumer_cancel_callbacks.add(cancelled)
             await src_ch.basic_consume(queue, on_message, no_ack=self.source.no_ack)
             if self.on_running is not None:
                 self.on_running()

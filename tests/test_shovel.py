@@ -493,3 +493,20 @@ def test_uri_list_fails_over_to_the_next(node: Node) -> None:
     assert row["src_uri"] == f"amqp://127.0.0.1:{node.proc.port}"
     publish(node.url, "src", [b"x"])
     wait_for(lambda: node.count("dst") == 1, what="moved")
+
+
+def test_source_queue_deleted_restarts_the_shovel(node: Node) -> None:
+    """The broker cancels the shovel's consumer when its source queue is deleted: the shovel
+    stops with that reason and starts again after reconnect-delay (declaring the queue)."""
+    assert put_shovel(node, "del", {"src-uri": "amqp://", "src-queue": "src",
+                                    "dest-uri": "amqp://", "dest-queue": "dst",
+                                    "reconnect-delay": 1}) == 201
+    wait_for(lambda: [r for r in node.shovels() if r["state"] == "running"], what="running")
+    assert node.api("DELETE", "/api/queues/%2F/src")[0] == 204
+    wait_for(lambda: "consumer cancelled by the source broker" in node.proc.log_text(),
+             what="the cancel noticed")
+    wait_for(lambda: node.count("src") == 0 and [r for r in node.shovels()
+                                                 if r["state"] == "running"],
+             what="running again")
+    publish(node.url, "src", [b"again"])
+    wait_for(lambda: node.count("dst") == 1, what="moved from the new queue")
