@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from management.prometheus.collectors import BrokerCollector, NodeIdentity, Scope
+from management.prometheus.elsewhere import gather
 from management.serve import runner_port, serve_app, stop_runner
 from management.state import ManagementState
 
@@ -46,7 +47,9 @@ def _registry(collector: BrokerCollector) -> CollectorRegistry:
 
 
 async def _respond(request: web.Request, scope: Scope) -> web.Response:
-    collector = request.app[COLLECTOR_KEY].scoped(scope)
+    collector = request.app[COLLECTOR_KEY]
+    # --workers N: the other workers' channels, connections and counters (one node)
+    collector = collector.scoped(scope, await gather(collector.st.broker))
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     response = web.Response(body=encoder(_registry(collector)),
                             headers={"Content-Type": content_type})

@@ -42,6 +42,12 @@ from prometheus_client.registry import Collector
 from broker.alarms import process_rss
 from broker.message_stats import deliver_get
 from management.cluster_view import cluster_name, lives_here
+from management.prometheus.elsewhere import (
+    CHANNEL_JSON,
+    CONNECTION_JSON,
+    Elsewhere,
+    json_counts,
+)
 from management.serializers import UnackedTotals, channel_name, connection_name, open_channels
 from management.state import RABBITMQ_VERSION
 from queue_store.backing_status import memory_fields
@@ -279,6 +285,16 @@ def _single(name: str, kind: str, help_text: str, value: float) -> Metric:
     return fam
 
 
+def _either(rows: list[Row], from_json: Mapping[str, Callable[[Mapping[str, Any]], float]]
+            ) -> list[Row]:
+    """``rows`` whose value also reads another worker's object (its API JSON, a dict)."""
+    def value(fn: Callable[[Any], float], json_fn: Callable[[Mapping[str, Any]], float]
+              ) -> Callable[[Any], float]:
+        return lambda obj: json_fn(obj) if isinstance(obj, dict) else fn(obj)
+    return [(name, kind, help_text, value(fn, from_json[name]))
+            for name, kind, help_text, fn in rows]
+
+
 def _rows(prefix: str, rows: list[Row], label_names: list[str],
           objects: list[tuple[list[str], Any]], per_object: bool) -> Iterator[Metric]:
     """One family per row: a sample per object (``per_object``) or their sum."""
@@ -332,14 +348,16 @@ class BrokerCollector(Collector):
     per scrape; the registry holds the aggregated scope)."""
 
     def __init__(self, st: ManagementState, identity: NodeIdentity,
-                 scope: Scope | None = None) -> None:
+                 scope: Scope | None = None, elsewhere: Elsewhere | None = None) -> None:
         self.st = st
         self.identity = identity
         self.scope = scope or Scope()
+        self.elsewhere = elsewhere or Elsewhere()
 
-    def scoped(self, scope: Scope) -> BrokerCollector:
-        """The same collector for another scope."""
-        return BrokerCollector(self.st, self.identity, scope)
+    def scoped(self, scope: Scope, elsewhere: Elsewhere | None = None) -> BrokerCollector:
+        """The same collector for another scope (and, ``--workers N``, what the other
+        workers hold: :func:`management.prometheus.elsewhere.gather`)."""
+        return BrokerCollector(self.st, self.identity, scope, elsewhere)
 
     def collect(self) -> Iterator[Metric]:
         scope, broker = self.scope, self.st.broker
@@ -370,14 +388,18 @@ class BrokerCollector(Collector):
                 yield from _rows(prefix, STREAM_METRICS, q_labels, streams, per_object)
         elif scope.wants("queue_consumer_count"):
             yield from _rows(prefix, [QUEUE_CONSUMERS], q_labels, q_objects, per_object)
+        there = self.elsewhere  # --workers N: the other workers' channels and connections
         ch_objects = [([channel_name(ch, self.st)], ch) for ch in channels]
         if scope.wants("channel_metrics"):
-            yield from _rows(prefix, CHANNEL_METRICS, ["channel"], ch_objects, per_object)
+            yield from _rows(prefix, _either(CHANNEL_METRICS, CHANNEL_JSON), ["channel"],
+                             ch_objects + [([c["name"]], c) for c in there.channels],
+                             per_object)
         if scope.wants("channel_exchange_metrics") or scope.wants("channel_queue_metrics"):
             counts = [(labels, ch.message_counts()) for labels, ch in ch_objects]
             node = broker.message_totals.node_totals(
                 c for (_, c), (_, ch) in zip(counts, ch_objects, strict=True)
-                if not ch.counters.folded)
+                if not ch.counters.folded) + there.counts
+            counts += [([c["name"]], json_counts(c)) for c in there.channels]
             for family, rows in (("channel_exchange_metrics", CHANNEL_EXCHANGE),
                                  ("channel_queue_metrics", CHANNEL_QUEUE)):
                 if not scope.wants(family):
@@ -388,7 +410,9 @@ class BrokerCollector(Collector):
                     yield from _rows(prefix, rows, [], [([], node)], False)
         if scope.wants("connection_metrics"):
             conns = [([connection_name(c, self.st)], c) for c in list(broker.connections)]
-            yield from _rows(prefix, CONNECTION_METRICS, ["connection"], conns, per_object)
+            conns += [([c["name"]], c) for c in there.connections]
+            yield from _rows(prefix, _either(CONNECTION_METRICS, CONNECTION_JSON),
+                             ["connection"], conns, per_object)
         if scope.families is not None:
             yield from self._cluster(scope)
         else:
@@ -467,6 +491,7 @@ class BrokerCollector(Collector):
     def _global(self, channels: list[Channel]) -> Iterator[Metric]:
         node: Counter[str] = self.st.broker.message_totals.node_totals(
             ch.message_counts() for ch in channels if not ch.counters.folded)
+        node += self.elsewhere.counts  # --workers N: the other workers' counters
         for name, help_text, value in GLOBAL_PROTOCOL:
             fam = CounterMetricFamily("rabbitmq_global_" + name, help_text,
                                       labels=["protocol"])
