@@ -6,6 +6,7 @@ summed over the nodes. Skipped without etcd (``make etcd-deps``)."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -83,8 +84,16 @@ def test_connections_and_channels_of_another_node_with_its_name_port_and_rates(
 
         again = wait_until(rated, "a publish rate on n2's channel seen from n1")
         assert again["message_stats"]["publish"] >= 201
-        # the same channel by name from the node it is on: same node field
-        assert api(n2, f"/api/channels/{_quoted(again['name'])}")["node"] == "n2"
+        # the same channel and its connection by name, from either node
+        conn_name = again["connection_details"]["name"]
+        for node in (n1, n2):
+            assert api(node, f"/api/channels/{_quoted(again['name'])}")["node"] == "n2"
+            assert api(node, f"/api/connections/{_quoted(conn_name)}")["node"] == "n2"
+            assert [c["name"] for c in api(
+                node, f"/api/connections/{_quoted(conn_name)}/channels")] == [again["name"]]
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            api(n1, "/api/connections/" + _quoted("127.0.0.1:1 -> 127.0.0.1:2"))
+        assert missing.value.code == 404
     finally:
         conn.close()
 

@@ -71,9 +71,23 @@ def _connection(request: web.Request) -> Connection:
     raise not_found()
 
 
+async def _one_elsewhere(request: web.Request, kind: str) -> dict[str, Any]:
+    """The other workers' or nodes' connection or channel named in the path (one the user
+    may see); 404 when none has it."""
+    name = request.match_info["name"]
+    for item in await _elsewhere(request, kind):
+        if item.get("name") == name:
+            return item
+    raise not_found()
+
+
 @routes.get("/api/connections/{name}")
 async def get_connection(request: web.Request) -> web.Response:
-    return ok(connection_json(_connection(request), state(request)))
+    """The connection, wherever it is (another worker's or node's as it shows it); 404."""
+    try:
+        return ok(connection_json(_connection(request), state(request)))
+    except ApiError:
+        return ok(await _one_elsewhere(request, "connections"))
 
 
 @routes.delete("/api/connections/{name}")
@@ -93,8 +107,15 @@ async def close_connection(request: web.Request) -> web.Response:
 
 @routes.get("/api/connections/{name}/channels")
 async def connection_channels(request: web.Request) -> web.Response:
-    conn = _connection(request)
+    """The connection's channels, wherever it is; 404 for an unknown connection."""
     st = state(request)
+    try:
+        conn = _connection(request)
+    except ApiError:
+        found = await _one_elsewhere(request, "connections")
+        return ok(sorted((ch for ch in await _elsewhere(request, "channels")
+                          if ch["connection_details"]["name"] == found["name"]),
+                         key=lambda ch: int(ch["number"])))
     return ok([channel_json(ch, st) for _, ch in sorted(conn.channels.items())])
 
 
@@ -117,7 +138,7 @@ async def get_channel(request: web.Request) -> web.Response:
     for ch in _channels(request):
         if channel_name(ch, st) == request.match_info["name"]:
             return ok(channel_json(ch, st))
-    raise not_found()
+    return ok(await _one_elsewhere(request, "channels"))  # another worker's or node's
 
 
 def _consumers(request: web.Request, vhosts: set[str]) -> list[dict[str, object]]:
