@@ -41,8 +41,10 @@ _FRAME_TYPES = frozenset((FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEA
 _method_ids = struct.Struct(">HH")
 _content_head = struct.Struct(">HHQ")
 _u64_bit = struct.Struct(">QB")
+_u64 = struct.Struct(">Q")
 
 FRAME_PUBLISH = 0  # not a frame type: a whole publish fused by FrameReader.read
+FRAME_ACK = -1  # not a frame type: a Basic.Ack read by FrameReader.read
 # a header frame's head and the content header's fixed fields and first flags word
 _header_frame_head = struct.Struct(">BHIIQH")  # class and weight as one
 
@@ -50,6 +52,8 @@ _header_frame_head = struct.Struct(">BHIIQH")  # class and weight as one
 BASIC_PUBLISH = 0x003C0028
 BASIC_ACK = 0x003C0050
 PUBLISH_PREFIX = b"\x00\x3c\x00\x28"  # class 60, method 40
+_ACK_IDS = b"\x00\x3c\x00\x50"  # class 60, method 80
+_NO_PROPERTIES = b"\x00\x00"  # a content header's property flags with none set
 _PUBLISH_TICKET_0 = PUBLISH_PREFIX + b"\x00\x00"  # ... and the reserved short (ticket) 0
 
 
@@ -110,7 +114,8 @@ class FrameReader:
         ``(FRAME_PUBLISH, channel, names, bits, flags, properties_raw, body)`` where
         ``names`` is ``(exchange, routing_key, exchange_and_key_raw)`` (see
         :func:`publish_names`), ``bits`` the mandatory (1) and immediate (2) flags and
-        ``flags`` the first property-flags word. Every other frame is a
+        ``flags`` the first property-flags word; a Basic.Ack method frame (13 bytes) comes as
+        ``(FRAME_ACK, channel, delivery_tag, multiple)``. Every other frame is a
         ``(frame_type, channel, payload)`` as from :meth:`feed`; :func:`unfuse` gives a
         fused publish's three frames back. Same errors as :meth:`feed`; one pass over the
         bytes, three slices per publish (instead of three frames, then a parse of each).
@@ -156,9 +161,18 @@ class FrameReader:
                             names = names_of(raw) or publish_names(raw)
                             if names is not None:
                                 append((0, channel, names, data[stop - 2], flags,
-                                        data[stop + 19:hstop - 1], data[hstop + 7:bstop - 1]))
+                                        data[stop + 19:hstop - 1] if hsize != 14 or flags
+                                        else _NO_PROPERTIES,
+                                        data[hstop + 7:bstop - 1]))
                                 pos = bstop
                                 continue
+            elif (ftype == 1 and size == 13 and data[pos + 7:pos + 11] == _ACK_IDS
+                    and data[pos + 19] < 2):
+                # Basic.Ack: (FRAME_ACK, channel, delivery tag, multiple)
+                append((FRAME_ACK, channel, _u64.unpack_from(data, pos + 11)[0],
+                        data[pos + 19] == 1))
+                pos = stop
+                continue
             elif ftype not in _FRAME_TYPES:
                 raise FrameError(f"type {ftype}, all octets = <<>>: unknown_frame")
             append((ftype, channel, data[pos + 7:stop - 1]))
@@ -213,8 +227,11 @@ def publish_names(raw: bytes) -> tuple[str, str, bytes] | None:
 
 
 def unfuse(item: tuple[Any, ...]) -> list[tuple[int, int, bytes]]:
-    """The three frames of a publish :meth:`FrameReader.read` fused (its ticket and the
-    header's weight are 0: it fuses no other)."""
+    """The frames of an item of :meth:`FrameReader.read`: the three of a fused publish (its
+    ticket and the header's weight are 0: it fuses no other), the method frame of a
+    Basic.Ack."""
+    if item[0] == FRAME_ACK:
+        return [(FRAME_METHOD, item[1], _ACK_IDS + _u64_bit.pack(item[2], item[3]))]
     _, channel, names, bits, _flags, props, body = item
     return [(FRAME_METHOD, channel, PUBLISH_PREFIX + b"\x00\x00" + names[2] + bytes((bits,))),
             (FRAME_HEADER, channel, _content_head.pack(60, 0, len(body)) + props),

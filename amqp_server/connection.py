@@ -73,6 +73,8 @@ CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
 
 _method_index = struct.Struct(">I")
 _FUSED = framing.FRAME_PUBLISH
+_ACK = framing.FRAME_ACK
+_ACK_IDS = b"\x00\x3c\x00\x50"  # Basic.Ack's class and method ids (for errors)
 _OPEN = State.OPEN
 _serials = itertools.count(1)
 
@@ -217,7 +219,10 @@ class Connection:
         """Handle frames from :meth:`FrameReader.read <amqp_common.framing.FrameReader.read>`:
         a fused publish goes straight to its channel's :meth:`Channel.publish` when the
         channel takes it as the frames would reach it (open, nothing half-assembled),
-        else as its three frames."""
+        else as its three frames; the fused publishes that follow it on that channel go
+        the same way without asking again (a publish that fails raises, which ends the run:
+        nothing else a publish does closes the channel or suspends the connection); a
+        Basic.Ack goes straight to :meth:`Channel.ack` the same way."""
         channels = self.channels
         i, n = 0, len(frames)
         while i < n:
@@ -237,17 +242,41 @@ class Connection:
                     n += 2
                     i -= 1
                     continue
-                props = item[5]
-                try:
-                    if props != _NO_PROPERTIES:  # forwarded as is: a bad one stops here
-                        check_content_properties(props)
-                    ch.publish(item[2], item[3], props, item[6], item[4])
+                publish = ch.publish
+                try:  # this publish, and those right after it on the same channel
+                    while True:
+                        props = item[5]
+                        if props != _NO_PROPERTIES:  # forwarded as is: a bad one stops here
+                            check_content_properties(props)
+                        publish(item[2], item[3], props, item[6], item[4])
+                        if i == n:
+                            break
+                        item = frames[i]
+                        # only an error (raised: the channel closes) ends what let it in
+                        if item[0] != _FUSED or item[1] != channel or self._held is not None:
+                            break
+                        i += 1
                 except AMQPError as exc:
                     self._fail(channel, exc, framing.PUBLISH_PREFIX)
                 except Exception as exc:
                     log.exception("internal error on channel %d", channel)
                     self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"),
                                framing.PUBLISH_PREFIX)
+                continue
+            if item[0] == _ACK:  # a Basic.Ack, read by hand
+                ch = channels.get(channel)
+                if (ch is None or ch.closing or self.state is not _OPEN
+                        or ch.assembler.pending is not None):
+                    frames[i - 1:i] = framing.unfuse(item)  # as any method frame
+                    i -= 1
+                    continue
+                try:
+                    ch.ack(item[2], item[3])
+                except AMQPError as exc:
+                    self._fail(channel, exc, _ACK_IDS)
+                except Exception as exc:
+                    log.exception("internal error on channel %d", channel)
+                    self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), _ACK_IDS)
                 continue
             ftype, _, payload = item
             try:

@@ -213,10 +213,16 @@ class Queue(QueueSettlement, QueueRecovery):
             self.published += 1
             qm = QueuedMessage(seq, message)
             if self._levels and not self._dispatching:
-                if (self._picks is None and not self._has_ttl and not self.quorum
-                        and not len(self.ready) and not self.deleted):
-                    self._hand_out_new(qm)
-                    return ACCEPTED
+                if self._picks is None:
+                    if len(self.ready):
+                        # messages wait: no consumer could take one when they came, and
+                        # whoever frees capacity dispatches (module docstring); this one
+                        # queues behind them
+                        self.ready.append(qm)
+                        return ACCEPTED
+                    if not self._has_ttl and not self.quorum and not self.deleted:
+                        self._hand_out_new(qm)
+                        return ACCEPTED
                 self.ready.append(qm)
                 self.dispatch()
                 return ACCEPTED
@@ -361,7 +367,16 @@ class Queue(QueueSettlement, QueueRecovery):
                 return None  # the old active consumer's deliveries are not settled yet
             active = self._consumer_order[0] if self._consumer_order else None
             return active if active is not None and active.can_take() else None
-        for _, consumers in self._levels:
+        levels = self._levels
+        if len(levels) == 1:
+            consumers = levels[0][1]
+            if len(consumers) == 1:  # one consumer: no turn to take
+                consumer = consumers[0]
+                if (consumer.no_ack or not consumer.prefetch
+                        or consumer.unacked < consumer.prefetch) and consumer.channel.can_deliver():
+                    return consumer
+                return None
+        for _, consumers in levels:
             for _ in range(len(consumers)):
                 consumer = consumers[0]
                 consumers.rotate(-1)

@@ -76,7 +76,8 @@ def test_reader_any_split_gives_the_same_frames(specs: list[tuple[int, int, byte
 def unfused(items: list[tuple]) -> list[tuple[int, int, bytes]]:
     out: list[tuple[int, int, bytes]] = []
     for item in items:
-        out.extend(framing.unfuse(item) if item[0] == framing.FRAME_PUBLISH else [item])
+        out.extend(framing.unfuse(item) if item[0] in (framing.FRAME_PUBLISH, framing.FRAME_ACK)
+                   else [item])
     return out
 
 
@@ -134,6 +135,17 @@ def test_read_is_feed_with_whole_publishes_fused(parts: list[tuple], cuts: list[
             assert framing.parse_publish(method) == (exchange, rk, raw, bool(bits & 1),
                                                      bool(bits & 2))
             assert flags == int.from_bytes(props[:2], "big") and body
+
+
+def test_read_gives_basic_ack_by_hand() -> None:
+    acks = [F.frame(1, 3, b"\x00\x3c\x00\x50" + struct.pack(">QB", 2**63 + 5, bits))
+            for bits in (0, 1, 2)]
+    data = b"".join(acks)
+    got = framing.FrameReader().read(data)
+    assert got[:2] == [(framing.FRAME_ACK, 3, 2**63 + 5, False),
+                       (framing.FRAME_ACK, 3, 2**63 + 5, True)]
+    assert got[2][0] == framing.FRAME_METHOD  # other bits set: as sent, for the assembler
+    assert unfused(got) == framing.FrameReader().feed(data)
 
 
 def test_read_fuses_a_whole_publish_in_one_chunk_only() -> None:
