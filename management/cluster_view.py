@@ -17,8 +17,9 @@ https://www.rabbitmq.com/docs/quorum-queues (``leader``, ``members``, ``online``
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,7 +28,18 @@ if TYPE_CHECKING:
     from queue_store.queue import Queue
 
 __all__ = ["cluster_name", "lives_here", "node_names", "peer_message_counts",
-           "queues_from_homes"]
+           "queues_from_homes", "queues_named"]
+
+
+#: prefix of the ``gather_json`` kind that names the queues wanted (:func:`queues_named`)
+QUEUES_NAMED = "queues:"
+
+
+def queues_named(keys: list[tuple[str, str]]) -> str:
+    """The ``Workers.gather_json`` kind that asks the homes for these ``(vhost, name)``
+    queues only (a queue's page need not make every home describe all of its queues);
+    :class:`~amqp_server.workers.worker_stats.PeerStats` reads it."""
+    return QUEUES_NAMED + json.dumps([[v, n] for v, n in keys])
 
 
 def cluster_name(st: ManagementState) -> str:
@@ -98,25 +110,29 @@ def peer_message_counts(broker: Broker, vhosts: Iterable[str] | None = None) -> 
     return total
 
 
-def queues_from_homes(st: ManagementState, local: list[dict[str, Any]],
-                      homes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``local`` (this process's queue JSON, in order) with each queue that lives on another
-    worker or node replaced by its home's JSON from ``homes`` (the ``queues`` answers, each
-    with ``worker``), so that its counts and rates are the home's. A queue whose home did not
-    answer keeps this process's JSON. Every queue's ``node`` is then the name of the node it
-    lives on (a quorum queue's: its leader's, as RabbitMQ shows it)."""
+def queues_from_homes(st: ManagementState, queues: list[Queue],
+                      homes: list[dict[str, Any]],
+                      describe: Callable[[Queue], dict[str, Any]],
+                      full: bool = False) -> list[dict[str, Any]]:
+    """``queues`` as the API shows them, in order: one living on another worker or node as
+    its home described it in ``homes`` (the ``queues`` answers, each with ``worker``), so
+    that its counts and rates are the home's; the others, and one whose home did not
+    answer, by ``describe`` (this process's JSON; with ``full``, a home's answer is laid
+    over it, for the fields only a queue's page has). Every queue's ``node`` is the name of
+    the node it lives on (a quorum queue's: its leader's, as RabbitMQ shows it)."""
     by_home = {(q["vhost"], q["name"], q.get("worker")): q for q in homes}
-    here = st.broker.workers.index if st.broker.workers is not None else 0
+    workers = st.broker.workers
+    here = workers.index if workers is not None else 0
     names = node_names(st)
     out = []
-    for item in local:
-        worker = item.get("worker", here)
-        if worker != here:
-            home = by_home.get((item["vhost"], item["name"], worker))
-            if home is not None:  # the home's figures (and node name) over this copy's
-                item = {**item, **home}
-                out.append({**item, "node": item.get("leader") or home["node"]})
-                continue
-        node = item.get("leader") or names.get(int(worker), st.node)
-        out.append({**item, "node": node})
+    for q in queues:
+        worker = workers.home_of(q) if workers is not None else here
+        home = by_home.get((q.vhost_name, q.name, worker)) if worker != here else None
+        if home is not None:  # the home's figures (and node name)
+            item = {**describe(q), **home} if full else dict(home)
+            item["node"] = item.get("leader") or home["node"]
+        else:
+            item = describe(q)
+            item["node"] = item.get("leader") or names.get(int(worker), st.node)
+        out.append(item)
     return out

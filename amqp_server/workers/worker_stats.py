@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import RemoteQueue
+from management.cluster_view import QUEUES_NAMED
 from management.node_figures import resource_figures
 from management.serializers import (
     UnackedTotals,
@@ -98,9 +100,16 @@ class PeerStats:
         return answers
 
     async def gather_json(self, kind: str) -> list[dict[str, Any]]:
-        """The other workers' ``connections``, ``channels`` or ``consumers`` as the HTTP API
-        shows them, each with ``worker``."""
-        return [item for items in await self._ask_all(("list", 0, kind)) for item in items]
+        """The other workers' (or nodes') ``connections``, ``channels``, ``consumers`` or
+        ``queues`` (those living on each) as the HTTP API shows them, each with ``worker``.
+        ``kind`` may also be :func:`management.cluster_view.queues_named` (only those
+        queues)."""
+        if kind.startswith(QUEUES_NAMED):
+            record: tuple[Any, ...] = ("list", 0, "queues",
+                                       json.loads(kind[len(QUEUES_NAMED):]))
+        else:
+            record = ("list", 0, kind)
+        return [item for items in await self._ask_all(record) for item in items]
 
     async def close_elsewhere(self, name: str, text: str) -> bool:
         """Close connection ``name`` (the API's name) wherever it is (320, ``text``);
@@ -123,9 +132,14 @@ class PeerStats:
                     answer = True
         elif rec[2] == "queues":  # those that live here (not stand-ins), as this node shows them
             unacked = UnackedTotals.collect(broker)
+            if len(rec) > 3 and rec[3] is not None:  # those asked for only
+                vhosts = broker.vhosts
+                found = [vhosts[v].queues.get(n) if v in vhosts else None for v, n in rec[3]]
+                queues = [q for q in found if q is not None]
+            else:
+                queues = [q for v in list(broker.vhosts.values()) for q in v.queues.values()]
             answer = [queue_json(q, st, unacked) | {"worker": self.index}
-                      for v in list(broker.vhosts.values()) for q in list(v.queues.values())
-                      if not isinstance(q, RemoteQueue)]
+                      for q in queues if not isinstance(q, RemoteQueue)]
         elif rec[2] == "connections":
             answer = [connection_json(c, st) | {"worker": self.index}
                       for c in list(broker.connections) if c.vhost_name]

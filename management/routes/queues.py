@@ -17,7 +17,7 @@ from broker import topology_records as tr
 from broker.topology_records import change_topology
 from management import queue_requests
 from management.auth import accessible_vhosts, check_permission
-from management.cluster_view import queues_from_homes
+from management.cluster_view import queues_from_homes, queues_named
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
 from management.routes.common import (
@@ -43,6 +43,8 @@ from queue_store.queue import Queue
 from vhosts.vhost import VirtualHost
 
 routes = web.RouteTableDef()
+#: up to this many queues living elsewhere are asked for by name, more by "all of yours"
+ASK_BY_NAME = 100
 
 
 def _queue(request: web.Request, vhost: VirtualHost) -> Queue:
@@ -65,13 +67,16 @@ async def _as_homes_show(request: web.Request, queues: list[Queue],
     """``queues`` as the API shows them, those on another worker or node as their home
     does (counts, rates), each with the ``node`` it lives on (a quorum queue: its leader)."""
     st = state(request)
-    unacked = UnackedTotals.collect(st.broker)
-    local = [queue_json(q, st, unacked, full) for q in queues]
     workers = st.broker.workers
     homes = []
-    if workers is not None and any(workers.home_of(q) != workers.index for q in queues):
-        homes = await workers.gather_json("queues")
-    return queues_from_homes(st, local, homes)
+    elsewhere = [] if workers is None else [
+        (q.vhost_name, q.name) for q in queues if workers.home_of(q) != workers.index]
+    if workers is not None and elsewhere:  # a long list: all of theirs; a few: just those
+        homes = await workers.gather_json(
+            "queues" if len(elsewhere) > ASK_BY_NAME else queues_named(elsewhere))
+    unacked = UnackedTotals.collect(st.broker)
+    return queues_from_homes(st, queues, homes,
+                             lambda q: queue_json(q, st, unacked, full), full)
 
 
 @routes.get("/api/queues")
