@@ -292,7 +292,10 @@ def test_retried_tasks_land_each_row_once(spark: Any, broker: BrokerProcess,
 # ============================================================ Spark: streaming, kill -9
 STREAM_SCRIPT = textwrap.dedent("""
     import sys
+    import time
     from pyspark.sql import SparkSession
+
+    began = time.monotonic()
 
     source, checkpoint, uri, management, queue, exactly_once, pause = sys.argv[1:]
     spark = (SparkSession.builder.master("local[2]").appName("amqpq-exactly-once-stream")
@@ -311,10 +314,10 @@ STREAM_SCRIPT = textwrap.dedent("""
     if exactly_once == "true":
         writer = writer.option("exactlyOnce", "true").option("managementUri", management)
     query = writer.start(queue)
-    print("started", query.id, flush=True)
+    print(f"started {query.id} after {time.monotonic() - began:.1f} s", flush=True)
     query.processAllAvailable()
     query.stop()
-    print("done", flush=True)
+    print(f"done after {time.monotonic() - began:.1f} s", flush=True)
 """)
 
 
