@@ -139,3 +139,34 @@ def test_queues_page_shows_the_leader_and_other_members(
     tab.wait_for_selector("#queue-leader")
     assert tab.inner_text("#queue-leader") == quorum_queue["leader"]
     assert sorted(tab.inner_text("#queue-online").split(", ")) == NAMES
+
+
+def test_connections_and_channels_pages_show_other_nodes_clients(
+        n1_page: tuple[Any, Http], nodes: list[BrokerProcess]) -> None:
+    tab, http = n1_page
+    conn = connect(nodes[2])
+    try:
+        ch = conn.channel()
+        ch.queue_declare("ui.n3")
+        ch.basic_publish("", "ui.n3", b"x")
+        wait_until(lambda: any(c["node"] == "n3" for c in api(nodes[0], "/api/channels")),
+                   "n3's channel on n1")
+        tab.goto(f"{http.base}/#/connections")
+        tab.wait_for_selector("#connections-table")
+        headers = tab.locator("#connections-table thead th").all_inner_texts()
+        assert headers[1] == "Node"
+        row = tab.locator("#connections-table tbody tr", has=tab.locator(
+            "td", has_text=re.compile("^n3$")))
+        row.locator("a").click()  # the connection's page, served from n1
+        tab.wait_for_selector("#connection-node")
+        assert tab.inner_text("#connection-node") == "n3"
+        tab.goto(f"{http.base}/#/channels")
+        tab.wait_for_selector("#channels-table")
+        headers = tab.locator("#channels-table thead th").all_inner_texts()
+        assert "Publish" in headers and "Node" in headers
+        cells = tab.locator("#channels-table tbody tr", has=tab.locator(
+            "td", has_text=re.compile("^n3$"))).locator("td").all_inner_texts()
+        assert re.fullmatch(r"[\d.]+/s", cells[headers.index("Publish")]), cells
+        shoot(tab, "cluster-channels")
+    finally:
+        conn.close()

@@ -46,6 +46,7 @@ const ROUTES = [
 const VHOST_KEY = "amqpq.vhost";
 let timers = [];
 let user = null;
+let clustered = false; // several nodes: lists get RabbitMQ's Node column
 let generation = 0; // bumped per route: a slower, older page never schedules or shows
 
 function clearTimers() {
@@ -61,6 +62,7 @@ function context(main) {
     isAdmin: isAdmin(user),
     isPolicymaker: isPolicymaker(user),
     isMonitor: isAdmin(user) || user.tags.includes("monitoring"),
+    clustered,
     vhost: sessionStorage.getItem(VHOST_KEY) || "",
     main,
     every(ms, fn) {
@@ -138,6 +140,9 @@ function logout() {
 }
 
 async function layout() {
+  // as RabbitMQ's UI: the node columns when a monitoring user sees several nodes
+  const monitor = isAdmin(user) || user.tags.includes("monitoring");
+  clustered = monitor ? (await get("/nodes").catch(() => [])).length > 1 : false;
   const header = document.getElementById("header");
   fill(header,
     h("div", { class: "brand" }, h("span", { class: "logo" }, "amqpq"), " Management"),

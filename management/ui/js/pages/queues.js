@@ -39,7 +39,7 @@ export async function list(ctx) {
     fill(box, table([
       { title: "Virtual host", value: (q) => q.vhost },
       { title: "Name", value: (q) => link(`#/queues/${enc(q.vhost)}/${enc(q.name)}`, q.name) },
-      ...(clustered(rows) ? [{ title: "Node", value: nodeCell }] : []),
+      ...(ctx.clustered || clustered(rows) ? [{ title: "Node", value: nodeCell }] : []),
       { title: "Type", value: (q) => q.type },
       { title: "Features", value: features },
       { title: "State", value: (q) => q.state },
