@@ -118,6 +118,17 @@ def test_queues_show_the_node_they_live_on_and_the_home_counts(
             assert q["node"] == "n3"
         listed = {q["name"]: q for q in api(n1, "/api/queues")}
         assert listed["views.classic"]["node"] == "n3"
+        ch.basic_consume("views.classic", lambda *a: None, consumer_tag="views-tag")
+
+        def consumer() -> dict | None:
+            return next((c for c in api(n1, "/api/consumers")
+                         if c["consumer_tag"] == "views-tag"), None)
+
+        found = wait_until(consumer, "n3's consumer on n1's /api/consumers")
+        assert found["channel_details"]["node"] == "n3"
+        assert found["queue"] == {"name": "views.classic", "vhost": "/"}
+        assert wait_until(lambda: api(n1, "/api/queues/%2F/views.classic")["consumers"] == 1,
+                          "the consumer counted on n1")
     finally:
         conn.close()
 
