@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from management.state import ManagementState
     from queue_store.queue import Queue
 
-__all__ = ["cluster_name", "lives_here", "node_names", "peer_message_counts",
+__all__ = ["client_totals", "cluster_name", "lives_here", "node_names", "peer_message_counts",
            "queues_from_homes", "queues_named"]
 
 
@@ -108,6 +108,19 @@ def peer_message_counts(broker: Broker, vhosts: Iterable[str] | None = None) -> 
                 if vhost in names:
                     total.update(counts)
     return total
+
+
+def client_totals(broker: Broker) -> dict[str, int]:
+    """Connections, channels and consumers of this process plus those every other worker
+    and node last reported (once a second): the overview's ``object_totals``, cluster-wide
+    as RabbitMQ's."""
+    channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
+    totals = {"connections": len(broker.connections), "channels": len(channels),
+              "consumers": sum(len(ch.consumers) for ch in channels)}
+    for summary in _up_summaries(broker):
+        for key in totals:
+            totals[key] += int(summary.get(key, 0))
+    return totals
 
 
 def queues_from_homes(st: ManagementState, queues: list[Queue],

@@ -211,3 +211,25 @@ def test_a_queue_is_reported_by_the_node_it_lives_on_only(
 
     assert wait_until(lambda: ready("n3") == [7.0], "views.prom's 7 messages on n3's endpoint")
     assert ready("n1") == [] and ready("n2") == []  # not duplicated on the other nodes
+
+
+
+def test_client_totals_cluster_wide_in_the_overview_per_node_in_prometheus(
+        nodes: list[BrokerProcess]) -> None:
+    conn = connect(nodes[2])
+    try:
+        conn.channel()
+
+        def gauge(name: str) -> float:
+            [(_, value)] = _metrics(name)["rabbitmq_connections"]
+            return value
+
+        # every node's overview counts n3's client (as RabbitMQ's object_totals)...
+        for node in nodes:
+            wait_until(lambda node=node: api(node, "/api/overview")["object_totals"]
+                       ["connections"] >= 1, "n3's connection in every overview")
+        # ... and only n3's endpoint does
+        assert wait_until(lambda: gauge("n3") >= 1, "rabbitmq_connections on n3")
+        assert gauge("n1") == 0 and gauge("n2") == 0
+    finally:
+        conn.close()

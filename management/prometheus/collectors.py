@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from broker.alarms import process_rss
 from broker.message_stats import deliver_get
-from management.cluster_view import cluster_name, lives_here
+from management.cluster_view import client_totals, cluster_name, lives_here
 from management.prometheus.elsewhere import (
     CHANNEL_JSON,
     CONNECTION_JSON,
@@ -478,8 +478,9 @@ class BrokerCollector(Collector):
         broker = self.st.broker
         totals = {"connections": len(broker.connections), "channels": len(channels),
                   "consumers": sum(len(ch.consumers) for ch in channels)}
-        if broker.workers is not None:  # --workers N: every worker's clients
-            totals = broker.workers.totals()
+        if broker.workers is not None and broker.cluster is None:
+            totals = client_totals(broker)  # --workers N: the node's, every worker's
+        # a cluster node: its own clients (each node has its own endpoint)
         yield _single("rabbitmq_connections", "gauge", "Connections currently open",
                       totals["connections"])
         yield _single("rabbitmq_channels", "gauge", "Channels currently open",

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from exchanges import EXCHANGE_TYPES
 from management.auth import check_permission, principal, visible_vhosts
-from management.cluster_view import cluster_name, peer_message_counts
+from management.cluster_view import client_totals, cluster_name, peer_message_counts
 from management.messages import get_messages, publish
 from management.routes.common import ok, readable_vhost
 from management.serializers import (
@@ -52,10 +52,7 @@ async def overview(request: web.Request) -> web.Response:
     unacked = sum(q.unacked_count for q in queues)
     channels = list(open_channels(broker))
     if who.is_monitor:
-        totals = {"channels": len(channels), "connections": len(broker.connections),
-                  "consumers": sum(len(ch.consumers) for ch in channels)}
-        if broker.workers is not None:  # --workers N: every worker's clients
-            totals = broker.workers.totals()
+        totals = client_totals(broker)  # every worker's and node's clients
         # every node's and worker's, as RabbitMQ's overview sums the cluster's
         counts = node_message_counts(broker) + peer_message_counts(broker)
         key: tuple[str, ...] = ("overview",)
