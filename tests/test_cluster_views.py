@@ -231,5 +231,8 @@ def test_client_totals_cluster_wide_in_the_overview_per_node_in_prometheus(
         # ... and only n3's endpoint does
         assert wait_until(lambda: gauge("n3") >= 1, "rabbitmq_connections on n3")
         assert gauge("n1") == 0 and gauge("n2") == 0
+        # /api/workers on the first node lists every node (those that joined after it too)
+        assert wait_until(lambda: [w["index"] for w in api(nodes[0], "/api/workers")
+                                   if w["up"]] == [0, 1, 2], "every node in n1's /api/workers")
     finally:
         conn.close()

@@ -206,10 +206,12 @@ class PeerStats:
                                          for name in list(broker.vhosts)}}
 
     def workers(self) -> list[dict[str, Any]]:
-        """Every worker's last summary (this one's now), ``up`` when its link is open."""
+        """Every worker's last summary (this one's now), ``up`` when its link is open; a
+        cluster node's: every node heard from too (nodes that joined after it, whose index is
+        past the count it started with)."""
         now = asyncio.get_running_loop().time()
         out = []
-        for index in range(self.count):
+        for index in sorted(set(range(self.count)) | set(self.peer_summaries)):
             if index == self.index:
                 item = self.summary()
             elif index in self.peer_summaries:
