@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -66,17 +67,34 @@ def lives_here(st: ManagementState, q: Queue) -> bool:
     return workers.home_of(q) == workers.index
 
 
+#: index -> name of every node each broker has seen running (a stopped node's registration
+#: is gone from etcd, but its queues still name it)
+_SEEN: weakref.WeakKeyDictionary[Broker, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
 def node_names(st: ManagementState) -> dict[int, str]:
-    """Worker (node) index -> node name: every cluster node's; without a cluster, ``{}``
-    (every worker of a ``--workers N`` broker is the one node ``st.node``)."""
-    cluster = st.broker.cluster
+    """Worker (node) index -> node name: every cluster node's seen running since this
+    process started; without a cluster, ``{}`` (every worker of a ``--workers N`` broker
+    is the one node ``st.node``)."""
+    broker = st.broker
+    cluster = broker.cluster
     if cluster is None:
         return {}
-    out = {}
+    seen = _SEEN.setdefault(broker, {})
     for n in cluster.nodes():
         if n.get("index") is not None:
-            out[int(n["index"])] = str(n["name"])
-    return out
+            seen[int(n["index"])] = str(n["name"])
+    if broker.workers is not None:
+        seen[broker.workers.index] = st.node
+    return seen
+
+
+def node_of(st: ManagementState, index: int) -> str:
+    """The name of node (or worker) ``index``: ``st.node`` without a cluster, else the name
+    it ran under (``node-<index>`` for one not seen since this process started)."""
+    if st.broker.cluster is None:
+        return st.node
+    return node_names(st).get(index, f"node-{index}")
 
 
 #: seconds after which a peer's last summary no longer counts (it sends one a second)
@@ -134,9 +152,9 @@ def queues_from_homes(st: ManagementState, queues: list[Queue],
     over it, for the fields only a queue's page has). Every queue's ``node`` is the name of
     the node it lives on (a quorum queue's: its leader's, as RabbitMQ shows it)."""
     by_home = {(q["vhost"], q["name"], q.get("worker")): q for q in homes}
+    node_names(st)  # note the running nodes' names, for when one has stopped
     workers = st.broker.workers
     here = workers.index if workers is not None else 0
-    names = node_names(st)
     out = []
     for q in queues:
         worker = workers.home_of(q) if workers is not None else here
@@ -146,6 +164,6 @@ def queues_from_homes(st: ManagementState, queues: list[Queue],
             item["node"] = item.get("leader") or home["node"]
         else:
             item = describe(q)
-            item["node"] = item.get("leader") or names.get(int(worker), st.node)
+            item["node"] = item.get("leader") or node_of(st, int(worker))
         out.append(item)
     return out

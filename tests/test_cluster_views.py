@@ -236,3 +236,20 @@ def test_client_totals_cluster_wide_in_the_overview_per_node_in_prometheus(
                                    if w["up"]] == [0, 1, 2], "every node in n1's /api/workers")
     finally:
         conn.close()
+
+
+def test_a_stopped_nodes_queue_still_names_its_node(nodes: list[BrokerProcess]) -> None:
+    """Last in the module: it stops n3."""
+    n1, _, n3 = nodes
+    conn = connect(n3)
+    try:
+        conn.channel().queue_declare("views.gone", durable=True)
+    finally:
+        conn.close()
+    wait_until(lambda: api(n1, "/api/queues/%2F/views.gone")["node"] == "n3",
+               "views.gone on n3 seen from n1")
+    n3.stop()
+    wait_until(lambda: not next(n for n in api(n1, "/api/nodes") if n["name"] == "n3")
+               ["running"], "n3 stopped, as n1 sees it")
+    assert api(n1, "/api/queues/%2F/views.gone")["node"] == "n3"
+    assert {q["name"]: q["node"] for q in api(n1, "/api/queues")}["views.gone"] == "n3"
