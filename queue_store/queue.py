@@ -213,16 +213,12 @@ class Queue(QueueSettlement, QueueRecovery):
             self.published += 1
             qm = QueuedMessage(seq, message)
             if self._levels and not self._dispatching:
-                if self._picks is None:
-                    if len(self.ready):
-                        # messages wait: no consumer could take one when they came, and
-                        # whoever frees capacity dispatches (module docstring); this one
-                        # queues behind them
-                        self.ready.append(qm)
-                        return ACCEPTED
-                    if not self._has_ttl and not self.quorum and not self.deleted:
-                        self._hand_out_new(qm)
-                        return ACCEPTED
+                if (self._picks is None and not self._has_ttl and not self.quorum
+                        and not len(self.ready) and not self.deleted):
+                    self._hand_out_new(qm)
+                    return ACCEPTED
+                # messages wait: a dispatch all the same (a consumer on another worker may
+                # take one again once its link drained, which dispatches nothing itself)
                 self.ready.append(qm)
                 self.dispatch()
                 return ACCEPTED
