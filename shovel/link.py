@@ -10,6 +10,12 @@ the link reconnects. ``on-publish`` acks once the publish is written; ``no-ack``
 with ``no_ack``. A destination nack nacks the source delivery with requeue, as
 ``rabbit_amqp091_shovel`` does.
 
+The hot path stays lean (it runs in the broker's own event loop): each delivery is published
+through :class:`shovel.transport.BatchPublisher` (the publishes of a loop turn in one
+write-queue item, no task or lock per message) and settled at the source by :class:`Settler`
+(one multiple ack per run); the connections gather frames for ``WRITE_DELAY`` before one
+``send``.
+
 The link does not know about shovels: what to consume (:class:`Source`) and where and how
 to publish (:class:`Target`, a function of the delivered message) are given, so federation
 links can reuse it.
@@ -30,11 +36,17 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp import commands as spec
 
-from shovel.transport import CoalescingTransportFactory
+from shovel.transport import BatchPublisher, CoalescingTransportFactory
 
 log = logging.getLogger("amqpq.shovel")
 
 T = TypeVar("T")
+
+#: seconds a link's connection gathers frames before one ``send`` (shovel.transport): one
+#: system call for the publishes (or acks) of many deliveries instead of about one each;
+#: 2 ms adds little to a message's latency and nothing to throughput with a window of
+#: hundreds of messages (measured: docs/shovel.md, "Throughput")
+WRITE_DELAY = 0.002
 
 #: publish target of one message: (exchange, routing key, properties)
 Route = tuple[str, str, spec.Basic.Properties]
@@ -104,8 +116,8 @@ class Link:
         self._received = 0
         self._failed: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
-        self._pending: set[asyncio.Task[None]] = set()
         self._acker: Settler | None = None
+        self._publisher: BatchPublisher | None = None
 
     async def run(self) -> None:
         """Connect both ends, declare, consume; return when the limit is reached.
@@ -133,9 +145,10 @@ class Link:
                 await src_ch.basic_qos(prefetch_count=prefetch)
 
             self._acker = Settler(src_ch)
+            self._publisher = BatchPublisher(dest_ch, self.target.confirm, self._fail)
 
             async def on_message(message: DeliveredMessage) -> None:
-                await self._forward(message, src_ch, dest_ch)
+                self._forward(message)
 
             failed = self._failed
 
@@ -156,8 +169,6 @@ class Link:
                 for c in closers:
                     c.cancel()
             if self._done.done() and not self._failed.done():
-                if self._pending:
-                    await asyncio.gather(*self._pending, return_exceptions=True)
                 await self._acker.drain()
                 # a round trip on the channel: the broker has taken every ack sent before it
                 # (frames queued without waiting would be lost with the connection's close)
@@ -174,8 +185,6 @@ class Link:
         except (TimeoutError, OSError) as exc:
             raise LinkError(_why(exc)) from None
         finally:
-            for task in list(self._pending):
-                task.cancel()
             for conn in (src, dest):
                 if conn is not None and not conn.is_closed:
                     try:
@@ -183,51 +192,47 @@ class Link:
                     except Exception:  # noqa: BLE001 - closing a broken connection
                         pass
 
-    async def _forward(self, message: DeliveredMessage, src_ch: aiormq.abc.AbstractChannel,
-                       dest_ch: aiormq.abc.AbstractChannel) -> None:
-        """Publish one delivery (aiormq runs this as a task per delivery, in delivery
-        order, so publishes keep the source's order) and settle it at the source."""
+    def _forward(self, message: DeliveredMessage) -> None:
+        """Publish one delivery and settle it at the source once the destination confirmed
+        it (aiormq runs the consumer callback as a task per delivery, in delivery order, so
+        publishes keep the source's order)."""
         assert self._failed is not None and self._done is not None
         tag = message.delivery.delivery_tag
-        acker = self._acker
-        assert acker is not None
+        acker, publisher = self._acker, self._publisher
+        assert acker is not None and publisher is not None
+        no_ack = self.source.no_ack
         self._received += 1
-        if not self.source.no_ack:
+        if not no_ack:
             acker.received(tag)
         if self.limit is not None and self._received > self.limit:  # prefetched past it
-            if not self.source.no_ack:
+            if not no_ack:
                 acker.nack(tag)
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._pending.add(task)
         try:
             exchange, routing_key, properties = self.target.route(message)
-            try:
-                result = await dest_ch.basic_publish(message.body, exchange=exchange,
-                                                     routing_key=routing_key,
-                                                     properties=properties, wait=False)
-            except aiormq.exceptions.DeliveryError as exc:  # aiormq raises on Basic.Nack
-                if not isinstance(exc.frame, spec.Basic.Nack):
-                    raise
-                result = exc.frame
-            if self.source.no_ack:
+        except Exception as exc:  # noqa: BLE001 - the link fails with the reason
+            self._fail(exc)
+            return
+
+        def done(acked: bool) -> None:
+            if no_ack:
                 pass
-            elif isinstance(result, spec.Basic.Nack):
+            elif acked:
+                acker.ack(tag)
+            else:  # a destination nack: requeued at the source
                 acker.nack(tag)
                 return
-            else:
-                acker.ack(tag)
             self.moved += 1
             if self.limit is not None and self.moved >= self.limit and not self._done.done():
                 self._done.set_result(None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the link fails with the reason
-            if not self._failed.done():
-                self._failed.set_exception(LinkError(_why(exc)))
-        finally:
-            self._pending.discard(task)
+
+        publisher.publish(message.body, exchange, routing_key, properties, done)
+
+    def _fail(self, exc: BaseException) -> None:
+        assert self._failed is not None
+        if not self._failed.done():
+            self._failed.set_exception(exc if isinstance(exc, LinkError)
+                                       else LinkError(_why(exc)))
 
 
 class Settler:
@@ -295,7 +300,7 @@ class Settler:
 async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:
     try:
         return await asyncio.wait_for(
-            aiormq.connect(url, transport_factory=CoalescingTransportFactory()), 30)
+            aiormq.connect(url, transport_factory=CoalescingTransportFactory(WRITE_DELAY)), 30)
     except (TimeoutError, aiormq.exceptions.AMQPError, OSError) as exc:
         raise LinkError(f"could not connect to {end}: {_why(exc)}") from None
 

@@ -89,3 +89,82 @@ def test_acker_settles_in_order() -> None:
         return ch.frames
 
     assert asyncio.run(run())[-1] == ("ack", 7, True)
+
+
+def test_coalescing_writer_delay_and_limit() -> None:
+    async def run() -> None:
+        inner = FakeWriter()
+        w = CoalescingWriter(inner, delay=0.05, limit=10)  # type: ignore[arg-type]
+        w.write(b"ab")
+        await asyncio.sleep(0)
+        assert inner.writes == []  # waits for the delay, not the end of the turn
+        w.write(b"0123456789")  # the limit: out at once, in order
+        assert inner.writes == [b"ab0123456789"]
+        w.write(b"c")
+        for _ in range(100):
+            if inner.writes[-1] == b"c":
+                break
+            await asyncio.sleep(0.01)
+        assert inner.writes == [b"ab0123456789", b"c"]
+
+    asyncio.run(run())
+
+
+class FakePublishChannel:
+    """What BatchPublisher uses of an aiormq channel."""
+
+    number = 3
+    max_content_size = 4  # body frames of at most 4 bytes
+
+    def __init__(self) -> None:
+        self.delivery_tag = 0
+        self.confirmations: dict[int, asyncio.Future[Any]] = {}
+        self.write_queue: asyncio.Queue[Any] = asyncio.Queue()
+
+
+def test_batch_publisher_frames_and_confirms() -> None:
+    from aiormq.exceptions import DeliveryError
+    from pamqp import commands as spec
+    from pamqp import frame as pamqp_frame
+
+    from shovel.transport import BatchPublisher
+
+    async def run() -> None:
+        ch = FakePublishChannel()
+        results: list[tuple[str, bool]] = []
+        errors: list[BaseException] = []
+        pub = BatchPublisher(ch, True, errors.append)
+        props = spec.Basic.Properties(delivery_mode=2)
+        pub.publish(b"hello", "ex", "k1", props, lambda ok: results.append(("m1", ok)))
+        pub.publish(b"", "", "q", props, lambda ok: results.append(("m2", ok)))
+        pub.publish(b"x", "", "q", props, lambda ok: results.append(("m3", ok)))
+        assert ch.write_queue.empty() and ch.delivery_tag == 3
+        await asyncio.sleep(0)
+        assert ch.write_queue.qsize() == 1  # one item for the turn
+        payload = ch.write_queue.get_nowait().payload
+        frames = []
+        while payload:
+            used, channel, frame = pamqp_frame.unmarshal(payload)
+            payload = payload[used:]
+            assert channel == 3
+            frames.append(frame)
+        names = [type(f).__name__ for f in frames]
+        assert names == ["Publish", "ContentHeader", "ContentBody", "ContentBody",
+                         "Publish", "ContentHeader", "Publish", "ContentHeader",
+                         "ContentBody"]
+        assert frames[0].exchange == "ex" and frames[0].routing_key == "k1"
+        assert frames[2].value + frames[3].value == b"hello"
+        assert frames[1].properties.message_id is None  # no id invented (RabbitMQ's shovel)
+        assert results == []  # nothing settled before the broker answers
+        ch.confirmations.pop(2).set_exception(DeliveryError(None, spec.Basic.Nack(2)))
+        ch.confirmations.pop(1).set_result(spec.Basic.Ack(1))
+        ch.confirmations.pop(3).cancel()  # the channel closed: never answered
+        await asyncio.sleep(0)
+        assert sorted(results) == [("m1", True), ("m2", False)] and errors == []
+
+        unconfirmed = BatchPublisher(FakePublishChannel(), False, errors.append)
+        unconfirmed.publish(b"x", "", "q", props, lambda ok: results.append(("m4", ok)))
+        await asyncio.sleep(0)
+        assert results[-1] == ("m4", True)  # on-publish: settled once written
+
+    asyncio.run(run())
