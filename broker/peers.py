@@ -71,9 +71,11 @@ class Workers(Protocol):
         user name, ``"channels_by_user"``), summed."""
         ...
 
-    async def gather_json(self, kind: str) -> list[dict[str, Any]]:
-        """The other workers' ``connections``, ``channels`` or ``consumers`` as the HTTP API
-        shows them, each with ``worker``."""
+    async def gather_json(self, kind: str,
+                          only: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+        """The other workers' ``connections``, ``channels``, ``consumers`` or ``queues`` (those
+        living on each) as the HTTP API shows them, each with ``worker``; ``only``: for
+        ``queues``, just these ``(vhost, name)`` queues."""
         ...
 
     async def close_elsewhere(self, name: str, text: str) -> bool:

@@ -17,7 +17,6 @@ https://www.rabbitmq.com/docs/quorum-queues (``leader``, ``members``, ``online``
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -29,18 +28,7 @@ if TYPE_CHECKING:
     from queue_store.queue import Queue
 
 __all__ = ["client_totals", "cluster_name", "lives_here", "node_names", "peer_message_counts",
-           "queues_from_homes", "queues_named"]
-
-
-#: prefix of the ``gather_json`` kind that names the queues wanted (:func:`queues_named`)
-QUEUES_NAMED = "queues:"
-
-
-def queues_named(keys: list[tuple[str, str]]) -> str:
-    """The ``Workers.gather_json`` kind that asks the homes for these ``(vhost, name)``
-    queues only (a queue's page need not make every home describe all of its queues);
-    :class:`~amqp_server.workers.worker_stats.PeerStats` reads it."""
-    return QUEUES_NAMED + json.dumps([[v, n] for v, n in keys])
+           "queues_from_homes"]
 
 
 def cluster_name(st: ManagementState) -> str:

@@ -220,9 +220,10 @@ class WorkerRuntime:
         """:meth:`PeerStats.local_alarm`."""
         self.stats.local_alarm(active, reason)
 
-    async def gather_json(self, kind: str) -> list[dict[str, Any]]:
+    async def gather_json(self, kind: str,
+                          only: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """:meth:`PeerStats.gather_json`."""
-        return await self.stats.gather_json(kind)
+        return await self.stats.gather_json(kind, only)
 
     async def close_elsewhere(self, name: str, text: str) -> bool:
         """:meth:`PeerStats.close_elsewhere`."""

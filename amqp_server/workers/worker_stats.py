@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import time
 from collections.abc import Callable
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import RemoteQueue
-from management.cluster_view import QUEUES_NAMED
 from management.node_figures import resource_figures
 from management.serializers import (
     UnackedTotals,
@@ -99,16 +97,15 @@ class PeerStats:
                 answers.append(future.result())
         return answers
 
-    async def gather_json(self, kind: str) -> list[dict[str, Any]]:
+    async def gather_json(self, kind: str,
+                          only: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """The other workers' (or nodes') ``connections``, ``channels``, ``consumers`` or
-        ``queues`` (those living on each) as the HTTP API shows them, each with ``worker``.
-        ``kind`` may also be :func:`management.cluster_view.queues_named` (only those
-        queues)."""
-        if kind.startswith(QUEUES_NAMED):
-            record: tuple[Any, ...] = ("list", 0, "queues",
-                                       json.loads(kind[len(QUEUES_NAMED):]))
-        else:
-            record = ("list", 0, kind)
+        ``queues`` (those living on each) as the HTTP API shows them, each with ``worker``;
+        ``only``: for ``queues``, just these ``(vhost, name)`` queues (a queue's page need
+        not make every home describe all of its queues)."""
+        record: tuple[Any, ...] = ("list", 0, kind)
+        if only is not None:
+            record = (*record, [[v, n] for v, n in only])
         return [item for items in await self._ask_all(record) for item in items]
 
     async def close_elsewhere(self, name: str, text: str) -> bool:

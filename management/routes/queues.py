@@ -17,7 +17,7 @@ from broker import topology_records as tr
 from broker.topology_records import change_topology
 from management import queue_requests
 from management.auth import accessible_vhosts, check_permission
-from management.cluster_view import queues_from_homes, queues_named
+from management.cluster_view import queues_from_homes
 from management.errors import ApiError, from_amqp, not_found
 from management.messages import get_messages, parse_get
 from management.routes.common import (
@@ -73,7 +73,7 @@ async def _as_homes_show(request: web.Request, queues: list[Queue],
         (q.vhost_name, q.name) for q in queues if workers.home_of(q) != workers.index]
     if workers is not None and elsewhere:  # a long list: all of theirs; a few: just those
         homes = await workers.gather_json(
-            "queues" if len(elsewhere) > ASK_BY_NAME else queues_named(elsewhere))
+            "queues", None if len(elsewhere) > ASK_BY_NAME else elsewhere)
     unacked = UnackedTotals.collect(st.broker)
     return queues_from_homes(st, queues, homes,
                              lambda q: queue_json(q, st, unacked, full), full)
