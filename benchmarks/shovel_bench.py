@@ -14,6 +14,13 @@ The reference RabbitMQ is the one ``make reference-rabbitmq`` starts (127.0.0.1:
 
     python -m benchmarks.shovel_bench                 # 100,000 messages per pair
     python -m benchmarks.shovel_bench --messages 20000 --prefetch 1000
+    python -m benchmarks.shovel_bench --link-only     # the link alone, in this process
+
+``--link-only`` runs :class:`shovel.link.Link` between two amqpq brokers in this process
+(no broker shares its loop) and prints its rate, its CPU time per message and the median of
+its in-flight window (received, not yet settled; sampled every 50 ms): a window far below
+the prefetch with the CPU near a core means the link is CPU-bound, a full one that it waits
+for confirms.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import argparse
 import asyncio
 import base64
 import json
+import resource
+import statistics
 import tempfile
 import time
 import urllib.error
@@ -113,10 +122,49 @@ def run_pair(label: str, runner_http: str, src_url: str, src_uri: str, dest_url:
     return rate
 
 
+async def link_only(src_url: str, dest_url: str, n: int, prefetch: int) -> None:
+    """Move ``n`` messages with a bare :class:`shovel.link.Link`; print rate, CPU per
+    message (µs, this process) and the median in-flight window."""
+    from shovel.link import Link, Source, Target
+
+    await fill(src_url, "bench-link-src", n)
+    await prepare_dest(dest_url, "bench-link-dst")
+
+    async def source_setup(conn: Any) -> tuple[Any, str, int]:
+        ch = await conn.channel()
+        ok = await ch.queue_declare("bench-link-src", passive=True)
+        return ch, "bench-link-src", int(ok.message_count or 0)
+
+    async def target_setup(conn: Any) -> Any:
+        return await conn.channel(publisher_confirms=True)
+
+    link = Link(Source(src_url, source_setup, prefetch=prefetch),
+                Target(dest_url, target_setup,
+                       lambda m: ("", "bench-link-dst", m.header.properties)), limit=n)
+    window: list[int] = []
+
+    async def sample() -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            window.append(link.received - link.moved)
+
+    sampler = asyncio.ensure_future(sample())
+    cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    await link.run()
+    elapsed, cpu1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    sampler.cancel()
+    cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
+    print(f"link alone: {n:,} msgs {elapsed:.2f} s {n / elapsed:,.0f} msg/s, CPU "
+          f"{cpu / n * 1e6:.0f} us/msg ({cpu / elapsed:.0%} of a core), in flight median "
+          f"{statistics.median(window or [0]):.0f} of {prefetch}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--messages", type=int, default=100_000)
     p.add_argument("--prefetch", type=int, default=1000)
+    p.add_argument("--link-only", action="store_true",
+                   help="run the link alone in this process between two amqpq brokers")
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="shovel-bench-"))
     http_a, http_b = free_port(), free_port()
@@ -129,6 +177,9 @@ def main() -> None:
         a_url = f"amqp://guest:guest@127.0.0.1:{a_proc.port}/%2F"
         b_url = f"amqp://guest:guest@127.0.0.1:{b_proc.port}/%2F"
         a_http, b_http = f"http://127.0.0.1:{http_a}", f"http://127.0.0.1:{http_b}"
+        if a.link_only:
+            asyncio.run(link_only(a_url, b_url, a.messages, a.prefetch))
+            return
         results["amqpq->amqpq (amqpq shovel)"] = run_pair(
             "1 amqpq -> amqpq, shovel in amqpq", a_http, a_url, "amqp://", b_url, b_url,
             a.messages, a.prefetch)
@@ -149,8 +200,9 @@ def main() -> None:
         a_proc.close()
         b_proc.close()
         out = Path(__file__).parent / "results" / "shovel.json"
-        out.write_text(json.dumps({"messages": a.messages, "prefetch": a.prefetch,
-                                   "msg_per_s": results}, indent=1) + "\n")
+        if not a.link_only:
+            out.write_text(json.dumps({"messages": a.messages, "prefetch": a.prefetch,
+                                       "msg_per_s": results}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

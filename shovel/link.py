@@ -101,6 +101,8 @@ class Link:
 
     Attributes:
         moved: messages settled at the source after their publish (count).
+        received: deliveries taken from the source (count; ``received - moved`` is the
+            in-flight window).
         queue_length_at_start: the source queue's message count when consuming began.
     """
 
@@ -113,7 +115,7 @@ class Link:
         self.on_running = on_running
         self.moved = 0
         self.queue_length_at_start = 0
-        self._received = 0
+        self.received = 0
         self._failed: asyncio.Future[None] | None = None
         self._done: asyncio.Future[None] | None = None
         self._acker: Settler | None = None
@@ -201,10 +203,10 @@ class Link:
         acker, publisher = self._acker, self._publisher
         assert acker is not None and publisher is not None
         no_ack = self.source.no_ack
-        self._received += 1
+        self.received += 1
         if not no_ack:
             acker.received(tag)
-        if self.limit is not None and self._received > self.limit:  # prefetched past it
+        if self.limit is not None and self.received > self.limit:  # prefetched past it
             if not no_ack:
                 acker.nack(tag)
             return
