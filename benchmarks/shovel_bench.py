@@ -27,37 +27,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import resource
 import statistics
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import aiormq
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.http import http as support_http
 
 RABBIT_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 RABBIT_HTTP = "http://127.0.0.1:15672"
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
 
 def http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Authorization": AUTH,
-                                          "Content-Type": "application/json"})
+    """:func:`tests.support.http.http`, with ``(0, None)`` when nothing listens."""
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
+        return support_http(base, method, path, body)
     except OSError:
         return 0, None
 

@@ -11,14 +11,11 @@ rabbitmq_shovel_management serves them (checked with curl).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,8 +27,7 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess, broker_env, free_port
 from tests.support.certs import make_ca, make_leaf
-
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
+from tests.support.http import http
 
 
 class Node:
@@ -44,17 +40,7 @@ class Node:
 
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(status, decoded JSON body or None)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=data,
-                                     method=method, headers={"Authorization": AUTH,
-                                                             "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            return exc.code, json.loads(raw) if raw else None
+        return http(f"http://127.0.0.1:{self.http}", method, path, body)
 
     @property
     def url(self) -> str:

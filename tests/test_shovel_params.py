@@ -6,10 +6,6 @@ plugin (skipped otherwise: ``make reference-rabbitmq``).
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +14,9 @@ import pytest
 
 from shovel.params import ShovelParamError, endpoint, mask_uri, parse, validate
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.http import http
 
 REFERENCE_HTTP = "http://127.0.0.1:15672"
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 OK = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}
 
 #: (parameter value, 400 reason after "Validation failed\n\n", HTML-escaped as sent)
@@ -95,20 +91,6 @@ def test_defaults_and_uris() -> None:
     assert endpoint("amqp:///other").vhost == "other"
 
 
-def _http(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Authorization": AUTH,
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
-
-
 @pytest.fixture(scope="module")
 def amqpq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp: Path = tmp_path_factory.mktemp("shovel_params")
@@ -119,7 +101,7 @@ def amqpq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _reference() -> str:
     try:
-        status, _ = _http(REFERENCE_HTTP, "GET", "/api/shovels")
+        status, _ = http(REFERENCE_HTTP, "GET", "/api/shovels")
     except OSError:
         status = 0
     if status != 200:
@@ -130,15 +112,15 @@ def _reference() -> str:
 
 def _check_all(base: str) -> None:
     for value, reason in CASES:
-        status, body = _http(base, "PUT", "/api/parameters/shovel/%2F/s", {"value": value})
+        status, body = http(base, "PUT", "/api/parameters/shovel/%2F/s", {"value": value})
         assert (status, body) == (400, {"error": "bad_request",
                                         "reason": "Validation failed\n\n" + reason}), value
     for i, value in enumerate(ACCEPTED):
-        assert _http(base, "PUT", f"/api/parameters/shovel/%2F/ok{i}",
+        assert http(base, "PUT", f"/api/parameters/shovel/%2F/ok{i}",
                      {"value": value})[0] == 201, value
-        assert _http(base, "GET", f"/api/parameters/shovel/%2F/ok{i}")[1]["value"] == value
-        assert _http(base, "DELETE", f"/api/parameters/shovel/%2F/ok{i}")[0] == 204
-    status, body = _http(base, "PUT", "/api/parameters/shovel/%2F/s",
+        assert http(base, "GET", f"/api/parameters/shovel/%2F/ok{i}")[1]["value"] == value
+        assert http(base, "DELETE", f"/api/parameters/shovel/%2F/ok{i}")[0] == 204
+    status, body = http(base, "PUT", "/api/parameters/shovel/%2F/s",
                          {"value": {**OK, "dest-uri": "amqp:///nosuchvhost"}})
     assert (status, body["reason"]) == (
         400, 'Validation failed\n\nuser "guest" may not connect to vhost "nosuchvhost"\n')
@@ -146,7 +128,7 @@ def _check_all(base: str) -> None:
 
 def test_http_api(amqpq: str) -> None:
     _check_all(amqpq)
-    assert _http(amqpq, "PUT", "/api/parameters/shovel/nosuch/s", {"value": OK})[0] == 404
+    assert http(amqpq, "PUT", "/api/parameters/shovel/nosuch/s", {"value": OK})[0] == 404
 
 
 @pytest.mark.reference
@@ -162,13 +144,13 @@ IMPORT_REASON = ("Validation failed\n\nMust specify 'src-exchange' or 'src-queue
 
 
 def test_definitions_import_validates_shovels(amqpq: str) -> None:
-    status, body = _http(amqpq, "POST", "/api/definitions", IMPORT_BAD)
+    status, body = http(amqpq, "POST", "/api/definitions", IMPORT_BAD)
     assert (status, body["reason"]) == (400, IMPORT_REASON)
-    assert _http(amqpq, "GET", "/api/parameters/shovel")[1] == []  # nothing imported
+    assert http(amqpq, "GET", "/api/parameters/shovel")[1] == []  # nothing imported
 
 
 @pytest.mark.reference
 def test_definitions_import_validates_shovels_reference() -> None:
     base = _reference()
-    status, body = _http(base, "POST", "/api/definitions", IMPORT_BAD)
+    status, body = http(base, "POST", "/api/definitions", IMPORT_BAD)
     assert (status, body["reason"]) == (400, IMPORT_REASON)

@@ -9,11 +9,7 @@ plugins enabled; every test here is skipped when it is not reachable):
 
 from __future__ import annotations
 
-import base64
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,27 +18,17 @@ from typing import Any
 import pika
 import pytest
 
+from tests.support.http import http
 from tests.test_shovel import Node, drain, publish, wait_for
 
 REFERENCE_HTTP = "http://127.0.0.1:15672"
 REFERENCE_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 
 pytestmark = pytest.mark.reference
 
 
 def ref_api(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(REFERENCE_HTTP + path, data=data, method=method,
-                                 headers={"Authorization": AUTH,
-                                          "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+    return http(REFERENCE_HTTP, method, path, body)
 
 
 @pytest.fixture(scope="module", autouse=True)
