@@ -148,17 +148,7 @@ def _forward_entry(shovel: ShovelSpec, node: str, src_uri: str, dest_uri: str
                              "shovel-name": shovel.name, "shovel-vhost": shovel.vhost,
                              "src-uri": mask_uri(src_uri), "dest-uri": mask_uri(dest_uri)}
     # RabbitMQ 3.10.8's order: the URIs, then the source, then the destination
-    if shovel.src_queue is not None:
-        entry["src-queue"] = shovel.src_queue
-    else:
-        entry["src-exchange"] = shovel.src_exchange
-        entry["src-exchange-key"] = shovel.src_exchange_key
-    if shovel.dest_queue is not None:
-        entry["dest-queue"] = shovel.dest_queue
-    elif shovel.dest_exchange is not None:
-        entry["dest-exchange"] = shovel.dest_exchange
-        if shovel.dest_exchange_key is not None:
-            entry["dest-exchange-key"] = shovel.dest_exchange_key
+    entry.update(shovel.end_names("-"))
     return entry
 
 

@@ -100,17 +100,26 @@ class ShovelSpec:
         dest = dest_uri if dest_uri is not None else (self.dest_uris or ("",))[0]
         out: dict[str, Any] = {"src_uri": mask_uri(src), "src_protocol": "amqp091",
                                "dest_protocol": "amqp091", "dest_uri": mask_uri(dest)}
+        out.update(self.end_names("_"))
+        return out
+
+    def end_names(self, sep: str) -> dict[str, Any]:
+        """What the shovel consumes and where it publishes, keyed ``src{sep}queue`` or
+        ``src{sep}exchange`` + ``src{sep}exchange{sep}key``, then ``dest{sep}queue`` or
+        ``dest{sep}exchange`` (+ ``dest{sep}exchange{sep}key`` when set), in RabbitMQ
+        3.10.8's order; ``sep`` is ``_`` in ``/api/shovels``, ``-`` in ``x-shovelled``."""
+        out: dict[str, Any] = {}
         if self.src_queue is not None:
-            out["src_queue"] = self.src_queue
+            out[f"src{sep}queue"] = self.src_queue
         else:
-            out["src_exchange"] = self.src_exchange
-            out["src_exchange_key"] = self.src_exchange_key
+            out[f"src{sep}exchange"] = self.src_exchange
+            out[f"src{sep}exchange{sep}key"] = self.src_exchange_key
         if self.dest_queue is not None:
-            out["dest_queue"] = self.dest_queue
+            out[f"dest{sep}queue"] = self.dest_queue
         elif self.dest_exchange is not None:
-            out["dest_exchange"] = self.dest_exchange
+            out[f"dest{sep}exchange"] = self.dest_exchange
             if self.dest_exchange_key is not None:
-                out["dest_exchange_key"] = self.dest_exchange_key
+                out[f"dest{sep}exchange{sep}key"] = self.dest_exchange_key
         return out
 
 
