@@ -225,9 +225,7 @@ class ShovelManager:
         log.info("Shovel '%s' in vhost '%s' is running", run.name, run.vhost)
 
     def _delete_parameter(self, vhost: str, name: str, value: Any) -> None:
-        params = self.broker.extras.parameters
-        params[:] = [p for p in params if (p.get("component"), p.get("vhost"), p.get("name"),
-                                           p.get("value")) != (COMPONENT, vhost, name, value)]
+        self.broker.extras.remove_parameter(COMPONENT, vhost, name, value)
         self._shovels.pop((vhost, name), None)
         if self.broker.workers is not None:
             self.broker.workers.share_access(False)

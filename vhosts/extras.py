@@ -56,6 +56,27 @@ class DefinitionExtras:
         if tags is not None:
             meta.tags = list(tags)
 
+    def put_parameter(self, component: str, vhost: str, name: str, value: Any) -> bool:
+        """Set runtime parameter ``component``/``vhost``/``name`` to ``value`` (it moves to
+        the end of :attr:`parameters`); True when there was none before."""
+        was = self.remove_parameter(component, vhost, name)
+        self.parameters.append({"value": value, "vhost": vhost, "component": component,
+                                "name": name})
+        return not was
+
+    def remove_parameter(self, component: str, vhost: str, name: str,
+                         value: Any = None) -> bool:
+        """Drop runtime parameter ``component``/``vhost``/``name`` (only while its value is
+        still ``value``, when one is given); True when one was dropped."""
+        params = self.parameters
+        kept = [p for p in params
+                if (p.get("component"), p.get("vhost"), p.get("name")) != (component, vhost, name)
+                or (value is not None and p.get("value") != value)]
+        if len(kept) == len(params):
+            return False
+        params[:] = kept
+        return True
+
     def forget_vhost(self, vhost: str) -> None:
         """``vhost`` was deleted: drop its metadata and runtime parameters (a new vhost of
         that name starts empty, as RabbitMQ's ``rabbit_vhost:delete`` clears them)."""

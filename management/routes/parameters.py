@@ -129,15 +129,11 @@ async def delete_parameter(request: web.Request) -> web.Response:
         if not broker.limits.clear("vhost", vhost.name):
             raise not_found()
         return no_content()
-    kept = broker.extras.parameters
-    for i, p in enumerate(kept):
-        if (p.get("component"), p.get("vhost"), p.get("name")) == (component, vhost.name,
-                                                                      name):
-            del kept[i]
-            if component == SHOVEL_COMPONENT:
-                _poke(request)
-            return no_content()
-    raise not_found()
+    if not broker.extras.remove_parameter(component, vhost.name, name):
+        raise not_found()
+    if component == SHOVEL_COMPONENT:
+        _poke(request)
+    return no_content()
 
 
 def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.Response:
@@ -145,13 +141,9 @@ def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.
     errors = validate(name, value) or _local_vhost_errors(request, value)
     if errors:
         raise bad_request(ShovelParamError("\n".join(errors)).reason)
-    kept = state(request).broker.extras.parameters
-    key = (SHOVEL_COMPONENT, vhost, name)
-    was = [p for p in kept if (p.get("component"), p.get("vhost"), p.get("name")) == key]
-    kept[:] = [p for p in kept if p not in was]
-    kept.append({"value": value, "vhost": vhost, "component": SHOVEL_COMPONENT, "name": name})
+    new = state(request).broker.extras.put_parameter(SHOVEL_COMPONENT, vhost, name, value)
     _poke(request)
-    return created(not was)
+    return created(new)
 
 
 def _local_vhost_errors(request: web.Request, value: dict[str, Any]) -> list[str]:
