@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -264,37 +265,58 @@ def test_definitions_round_trip_and_restart(node: Node, tmp_path: Path) -> None:
     wait_for(lambda: node.count("dst") == 1, what="moved after the restart")
 
 
+MOVED = 10_000  # messages the kill and cut tests move
+WINDOW = 500  # their src-prefetch-count: the most a reconnect can deliver twice
+
+
+@contextmanager
+def two_brokers(tmp_path: Path) -> Iterator[tuple[Node, Node]]:
+    """Two running amqpq brokers, the first (source) holding :data:`MOVED` messages in
+    ``orders``; both closed at the end."""
+    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
+    src.proc.start()
+    dest.proc.start()
+    try:
+        publish(src.url, "orders", [b"%06d" % i for i in range(MOVED)])
+        yield src, dest
+    finally:
+        src.proc.close()
+        dest.proc.close()
+
+
+def orders_shovel(src_uri: str, dest_uri: str) -> dict[str, Any]:
+    """A shovel of ``orders`` to ``orders``, reconnecting after 1 s, :data:`WINDOW` in flight."""
+    return {"src-uri": src_uri, "src-queue": "orders", "dest-uri": dest_uri,
+            "dest-queue": "orders", "reconnect-delay": 1, "src-prefetch-count": WINDOW}
+
+
+def assert_every_message_moved(src: Node, dest: Node, most_duplicates: int) -> None:
+    """Wait until the source is empty and the destination has every message, then check
+    that each arrived and at most ``most_duplicates`` twice."""
+    wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= MOVED,
+             timeout=120, what="every message moved")
+    got = [body for body, _ in drain(dest.url, "orders")]
+    assert set(got) == {b"%06d" % i for i in range(MOVED)}
+    assert len(got) - MOVED <= most_duplicates
+
+
 @pytest.mark.timeout(300)
 def test_on_confirm_destination_killed_mid_transfer(tmp_path: Path) -> None:
     """From one amqpq broker to another, on-confirm: the destination is killed -9 while
     messages move and started again; every message ends in the destination queue (some
     twice at most), none is left behind or lost."""
-    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
-    src.proc.start()
-    dest.proc.start()
-    try:
-        n = 10_000
-        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
+    with two_brokers(tmp_path) as (src, dest):
         dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
-        assert put_shovel(src, "move", {"src-uri": "amqp://", "src-queue": "orders",
-                                        "dest-uri": dest_uri, "dest-queue": "orders",
-                                        "reconnect-delay": 1, "src-prefetch-count": 500}
-                          ) == 201
+        assert put_shovel(src, "move", orders_shovel("amqp://", dest_uri)) == 201
         wait_for(lambda: dest.count("orders") > 2000, what="the transfer under way")
         dest.proc.kill()
         dest.proc.start()  # same port, same data dir
-        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
-                 timeout=120, what="every message moved")
-        got = [body for body, _ in drain(dest.url, "orders")]
-        assert set(got) == {b"%06d" % i for i in range(n)}
-        assert len(got) - n <= 500  # duplicates: at most the unconfirmed window
+        # duplicates: at most the unconfirmed window
+        assert_every_message_moved(src, dest, most_duplicates=WINDOW)
         row = wait_for(lambda: [r for r in src.shovels() if r["state"] == "running"],
                        what="running again")[0]
         assert row["dest_uri"] == f"amqp://127.0.0.1:{dest.proc.port}/%2F"
         assert "reconnecting" in src.proc.log_text()
-    finally:
-        src.proc.close()
-        dest.proc.close()
 
 
 def ctl(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
@@ -401,30 +423,15 @@ def test_on_confirm_source_killed_mid_transfer(tmp_path: Path) -> None:
     """The shovel runs in the destination and pulls from another amqpq broker, which is
     killed -9 while messages move and started again: every message arrives (what the source
     had delivered but not seen acked comes again, flagged redelivered there)."""
-    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
-    src.proc.start()
-    dest.proc.start()
-    try:
-        n = 10_000
-        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
-        assert put_shovel(dest, "pull", {"src-uri": src.url, "src-queue": "orders",
-                                         "dest-uri": "amqp://", "dest-queue": "orders",
-                                         "reconnect-delay": 1, "src-prefetch-count": 500}
-                          ) == 201
+    with two_brokers(tmp_path) as (src, dest):
+        assert put_shovel(dest, "pull", orders_shovel(src.url, "amqp://")) == 201
         wait_for(lambda: dest.count("orders") > 2000, what="the transfer under way")
         src.proc.kill()
         row = wait_for(lambda: [r for r in dest.shovels() if r["state"] == "terminated"],
                        what="terminated while the source is down")[0]
         assert row["reason"]
         src.proc.start()  # same port, same data dir
-        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
-                 timeout=120, what="every message moved")
-        got = [body for body, _ in drain(dest.url, "orders")]
-        assert set(got) == {b"%06d" % i for i in range(n)}
-        assert len(got) - n <= 500
-    finally:
-        src.proc.close()
-        dest.proc.close()
+        assert_every_message_moved(src, dest, most_duplicates=WINDOW)
 
 
 def _cut(port: int) -> None:
@@ -439,31 +446,16 @@ def _cut(port: int) -> None:
 def test_on_confirm_connections_cut(tmp_path: Path) -> None:
     """The shovel's connections are cut (``ss -K``) mid-transfer, to the destination twice
     and to the source once: it reconnects by itself, logs it, and every message arrives."""
-    src, dest = Node(tmp_path, "src"), Node(tmp_path, "dest")
-    src.proc.start()
-    dest.proc.start()
-    try:
-        n = 10_000
-        publish(src.url, "orders", [b"%06d" % i for i in range(n)])
+    with two_brokers(tmp_path) as (src, dest):
         dest_uri = f"amqp://guest:guest@127.0.0.1:{dest.proc.port}/%2F"
-        assert put_shovel(src, "cut", {"src-uri": "amqp://", "src-queue": "orders",
-                                       "dest-uri": dest_uri, "dest-queue": "orders",
-                                       "reconnect-delay": 1, "src-prefetch-count": 500}
-                          ) == 201
+        assert put_shovel(src, "cut", orders_shovel("amqp://", dest_uri)) == 201
         for port, after in ((dest.proc.port, 1500), (dest.proc.port, 4000),
                             (src.proc.port, 6500)):
             wait_for(lambda after=after: dest.count("orders") > after, timeout=60,
                      what=f"more than {after} moved")
             _cut(port)
-        wait_for(lambda: src.count("orders") == 0 and dest.count("orders") >= n,
-                 timeout=120, what="every message moved")
-        got = [body for body, _ in drain(dest.url, "orders")]
-        assert set(got) == {b"%06d" % i for i in range(n)}
-        assert len(got) - n <= 3 * 500
+        assert_every_message_moved(src, dest, most_duplicates=3 * WINDOW)
         assert src.proc.log_text().count("reconnecting in 1 s") >= 2
-    finally:
-        src.proc.close()
-        dest.proc.close()
 
 
 def test_uri_list_fails_over_to_the_next(node: Node) -> None:
