@@ -56,6 +56,15 @@ def start_broker(*args: str, management_port: int | None = None) -> BrokerProces
 
 
 @pytest.fixture(scope="module")
+def broker() -> Iterator[BrokerProcess]:
+    """One broker with its management API shared by a module's tests (names are unique
+    per test); a test module uses it as ``broker = spark_support.broker``."""
+    b = start_broker(management_port=free_port())
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
 def amqpq_proc() -> Iterator[BrokerProcess]:
     """One broker process shared by this module's tests (names are unique per test)."""
     b = start_broker()

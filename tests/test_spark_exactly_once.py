@@ -24,7 +24,6 @@ import textwrap
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +42,14 @@ from spark_sink.messages import MessageBuilder  # noqa: E402
 from spark_sink.options import AmqpqOptionError, parse_options  # noqa: E402
 from spark_sink.writer import summary_line  # noqa: E402
 from tests import spark_support  # noqa: E402
-from tests.spark_support import REPO_ROOT, BrokerProcess, free_port, start_broker  # noqa: E402
+from tests.spark_support import REPO_ROOT, BrokerProcess, free_port  # noqa: E402
 
 spark = spark_support.spark  # fixture: the shared SparkSession
 
 DEDUP = "x-deduplication-header"
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    """One amqpq broker with its management API (names are unique per test)."""
-    b = start_broker(management_port=free_port())
-    yield b
-    b.close()
+broker = spark_support.broker  # fixture: one broker with its management API
 
 
 def _name(prefix: str) -> str:

@@ -48,7 +48,6 @@ import sys
 import sysconfig
 import tomllib
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -59,8 +58,8 @@ pytest.importorskip("pyspark", reason="pyspark not installed (pip install '.[spa
 pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install '.[spark]')")
 pika = pytest.importorskip("pika")
 
-from tests.spark_support import BrokerProcess, _java_available, start_broker  # noqa: E402
-from tests.support.broker_process import free_port  # noqa: E402
+from tests import spark_support  # noqa: E402
+from tests.spark_support import BrokerProcess, _java_available  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SPARK_KINDS = ("editable", "wheel")
@@ -226,11 +225,7 @@ def test_spark_lookup_finds_the_data_source(installs: dict[str, Any], kind: str)
     _check_origin(installs, kind, result)
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    b = start_broker(management_port=free_port())
-    yield b
-    b.close()
+broker = spark_support.broker  # fixture: one broker with its management API
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from spark_sink.retry import ReliablePublisher  # noqa: E402
 from spark_sink.uri import parse_uri  # noqa: E402
 from spark_sink.writer import summary_line  # noqa: E402
 from tests import spark_support  # noqa: E402
-from tests.spark_support import BrokerProcess, _df, drain, free_port, start_broker  # noqa: E402
+from tests.spark_support import BrokerProcess, _df, drain, start_broker  # noqa: E402
 
 spark = spark_support.spark  # fixture: the shared SparkSession
 
@@ -44,12 +44,7 @@ REFERENCE = ("127.0.0.1", 5672)
 REFERENCE_HTTP = "http://127.0.0.1:15672"
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    """One amqpq broker with its management API (names are unique per test)."""
-    b = start_broker(management_port=free_port())
-    yield b
-    b.close()
+broker = spark_support.broker  # fixture: one broker with its management API
 
 
 # ================================================================================ helpers

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,17 +17,12 @@ pika = pytest.importorskip("pika")
 
 from spark_sink.source import AmqpqOptionError, parse_source_options  # noqa: E402
 from tests import spark_support  # noqa: E402
-from tests.spark_support import BrokerProcess, start_broker  # noqa: E402
-from tests.support.broker_process import free_port  # noqa: E402
+from tests.spark_support import BrokerProcess  # noqa: E402
 
 spark = spark_support.spark
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[BrokerProcess]:
-    b = start_broker(management_port=free_port())
-    yield b
-    b.close()
+broker = spark_support.broker  # fixture: one broker with its management API
 
 
 def options(b: BrokerProcess, **more: str) -> dict[str, str]:
