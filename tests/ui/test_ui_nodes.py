@@ -72,6 +72,11 @@ def _row(tab: Any, table: str, name: str) -> Any:
         f"^{re.escape(name)}$")))
 
 
+def _filled(cells: list[str]) -> list[str] | None:
+    """A nodes-table row's cells once they are drawn with the node running, else None."""
+    return cells if len(cells) > 6 and cells[2] == "yes" and cells[3] else None
+
+
 def test_overview_nodes_table_fills_every_node_and_links_to_its_page(
         n1_page: tuple[Any, Http], nodes: list[BrokerProcess],
         quorum_queue: dict[str, Any]) -> None:
@@ -82,8 +87,11 @@ def test_overview_nodes_table_fills_every_node_and_links_to_its_page(
     tab.goto(f"{http.base}/#/")
     tab.wait_for_selector("#nodes-table")
     for name in NAMES:
-        row = _row(tab, "nodes-table", name)
-        cells = row.locator("td").all_inner_texts()
+        # the tab may still show a table drawn before the figures came (it is on "#/" since
+        # logging in, and redraws every 5 s): wait for a drawing with the node running
+        cells = wait_until(
+            lambda name=name: _filled(_row(tab, "nodes-table", name).locator("td")
+                                      .all_inner_texts()), f"{name}'s row filled on n1's UI")
         assert cells[2] == "yes", cells
         assert re.fullmatch(r"[\d,]+ / [\d,]+", cells[3]), cells  # file descriptors
         assert "high watermark" in cells[4] and not cells[4].startswith(" /"), cells
@@ -119,7 +127,8 @@ def test_node_page_lists_its_figures_and_quorum_leaders_and_replicas(
     tab.goto(f"{http.base}/#/nodes")
     tab.wait_for_selector("#nodes-table")
     for name in NAMES:
-        cells = _row(tab, "nodes-table", name).locator("td").all_inner_texts()
+        cells = wait_until(lambda name=name: _row(tab, "nodes-table", name).locator("td")
+                           .all_inner_texts(), f"{name}'s row on the Nodes page")
         assert int(cells[-1]) >= 1, cells  # replicas on it: ui.qq
         if name == leader:
             assert int(cells[-2]) >= 1, cells  # leaders: ui.qq on its leader
@@ -164,8 +173,9 @@ def test_connections_and_channels_pages_show_other_nodes_clients(
         tab.wait_for_selector("#channels-table")
         headers = tab.locator("#channels-table thead th").all_inner_texts()
         assert "Publish" in headers and "Node" in headers
-        cells = tab.locator("#channels-table tbody tr", has=tab.locator(
-            "td", has_text=re.compile("^n3$"))).locator("td").all_inner_texts()
+        n3_row = tab.locator("#channels-table tbody tr", has=tab.locator(
+            "td", has_text=re.compile("^n3$"))).locator("td")
+        cells = wait_until(lambda: n3_row.all_inner_texts(), "n3's channel row on n1's UI")
         assert re.fullmatch(r"[\d.]+/s", cells[headers.index("Publish")]), cells
         shoot(tab, "cluster-channels")
     finally:
