@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,7 @@ def test_close_connection_with_reason(page: Any, http: Http, ui_broker: BrokerPr
 
 PAGES = ["#/", "#/connections", "#/channels", "#/exchanges", "#/queues", "#/bindings",
          "#/users", "#/vhosts", "#/permissions", "#/policies", "#/limits",
+         "#/shovels", "#/dynamic-shovels",
          "#/queues/%2F/ui-orders", "#/exchanges/%2F/amq.direct", "#/exchanges/%2F/"]
 
 
@@ -281,3 +283,66 @@ def test_every_page_renders(page: Any, http: Http, amqp: Any) -> None:
     go(page, http, "#/")
     page.locator("#chart-rates svg path").first.wait_for()
     assert int(page.inner_text("#count-queues")) >= 1
+
+
+def test_shovel_pages_add_restart_and_delete_a_real_shovel(page: Any, http: Http,
+                                                            amqp: Any) -> None:
+    """Shovel Management's form sets a dynamic shovel that the broker runs (messages move);
+    Shovel Status lists it running with its ends, restarts it and deletes it; the
+    management list deletes a shovel too."""
+    amqp.queue_declare("ui-shovel-src", durable=True)
+    go(page, http, "#/dynamic-shovels")
+    page.fill("#add-shovel-name", "ui-shovel")
+    page.fill("#add-shovel-src_name", "ui-shovel-src")
+    page.fill("#add-shovel-dest_name", "ui-shovel-dst")
+    page.click("#add-shovel button[type=submit]")
+    page.wait_for_selector("#add-shovel .note.ok")
+    page.locator("#dynamic-shovels-table tr", has_text="ui-shovel").wait_for()
+    value = http.json("GET", "/api/parameters/shovel/%2F/ui-shovel")["value"]
+    assert value == {"src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": "ui-shovel-src",
+                     "dest-protocol": "amqp091", "dest-uri": "amqp://",
+                     "dest-queue": "ui-shovel-dst", "ack-mode": "on-confirm",
+                     "src-delete-after": "never", "dest-add-forward-headers": False}
+    shoot(page, "dynamic-shovels-added")
+
+    def moved(body: bytes) -> None:
+        amqp.basic_publish("", "ui-shovel-src", body)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            got = amqp.basic_get("ui-shovel-dst", auto_ack=True)[2]
+            if got is not None:
+                assert got == body
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{body!r} never reached ui-shovel-dst")
+
+    moved(b"shovelled once")
+    go(page, http, "#/shovels")
+    row = page.locator("#shovels-table tr", has_text="ui-shovel")
+    sync_api.expect(row).to_contain_text("running", timeout=WAIT_MS)
+    assert "queue: ui-shovel-src" in row.inner_text()
+    assert "queue: ui-shovel-dst" in row.inner_text()
+    shoot(page, "shovels-running")
+    with page.expect_response(lambda r: r.request.method == "DELETE"
+                              and r.url.endswith("/api/shovels/vhost/%2F/ui-shovel/restart")
+                              ) as restarted:
+        row.locator("button", has_text="Restart").click()
+    assert restarted.value.status == 204
+    moved(b"shovelled after the restart")
+    row = page.locator("#shovels-table tr", has_text="ui-shovel")
+    row.locator("button", has_text="Delete").click()
+    sync_api.expect(page.locator("#shovels-table tr", has_text="ui-shovel")).to_have_count(
+        0, timeout=WAIT_MS)
+    assert http.call("GET", "/api/parameters/shovel/%2F/ui-shovel")[0] == 404
+
+    http.json("PUT", "/api/parameters/shovel/%2F/ui-shovel-2", {"value": {
+        "src-uri": "amqp://", "src-exchange": "amq.topic", "src-exchange-key": "ui.#",
+        "dest-uri": "amqp://guest:secret@127.0.0.1:1/%2F", "dest-queue": "ui-shovel-dst"}})
+    go(page, http, "#/dynamic-shovels")
+    row = page.locator("#dynamic-shovels-table tr", has_text="ui-shovel-2")
+    row.wait_for()
+    text = row.inner_text()
+    assert "exchange: amq.topic (key: ui.#)" in text and "secret" not in text
+    row.locator("button", has_text="Delete").click()
+    sync_api.expect(row).to_have_count(0, timeout=WAIT_MS)
+    assert http.call("GET", "/api/parameters/shovel/%2F/ui-shovel-2")[0] == 404

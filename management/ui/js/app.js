@@ -8,6 +8,7 @@ import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
 import * as policies from "./pages/policies.js";
 import * as queues from "./pages/queues.js";
+import * as shovels from "./pages/shovels.js";
 
 const isAdmin = (u) => u.tags.includes("administrator");
 const isPolicymaker = (u) => isAdmin(u) || u.tags.includes("policymaker");
@@ -21,6 +22,9 @@ const TABS = [
   ["#/users", "Users", isAdmin], ["#/vhosts", "Virtual hosts", isAdmin],
   ["#/permissions", "Permissions", isAdmin], ["#/policies", "Policies", isPolicymaker],
   ["#/limits", "Limits", isAdmin],
+  // rabbitmq_shovel_management's Admin pages: status for monitoring, management for policymakers
+  ["#/shovels", "Shovel Status", (u) => isAdmin(u) || u.tags.includes("monitoring")],
+  ["#/dynamic-shovels", "Shovel Management", isPolicymaker],
 ];
 
 // [pattern, render(ctx, ...decoded groups)]
@@ -41,6 +45,8 @@ const ROUTES = [
   [/^#\/permissions$/, admin.permissions],
   [/^#\/policies$/, policies.list],
   [/^#\/limits$/, policies.limits],
+  [/^#\/shovels$/, shovels.status],
+  [/^#\/dynamic-shovels$/, shovels.manage],
 ];
 
 const VHOST_KEY = "amqpq.vhost";
