@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amqp_server.cluster.options import LOCATOR_VALUES
 from broker.alarms import total_memory
 from broker.config import BrokerConfig
 from broker.log_setup import CATEGORIES, LEVELS
@@ -76,7 +77,7 @@ IGNORED = ("cluster_name", "cluster_formation.*", "cluster_partition_handling*",
            "management.rates_mode", "management.sample_retention_policies.*",
            "definitions.skip_if_unchanged", "definitions.hashing.algorithm",
            "deprecated_features.permit.*", "raft.*", "sysmon_handler.*", "motd_file",
-           "mirroring_sync_*", "queue_master_locator", "queue_leader_locator")
+           "mirroring_sync_*", "queue_master_locator")
 
 #: Log layout details amqpq does not implement: accepted with a warning (amqpq's format is
 #: ``text`` or ``json``, and it rotates by size only).
@@ -489,6 +490,12 @@ def _import_backend(reader: _Reader, value: str) -> None:
         raise ValueError(f"'{value}': amqpq imports definitions from a local file only")
 
 
+def _leader_locator(value: str) -> str:
+    if value not in LOCATOR_VALUES:
+        raise ValueError(f"'{value}' is not one of {', '.join(LOCATOR_VALUES)}")
+    return value
+
+
 def _listeners_tcp(reader: _Reader, value: str) -> None:
     raise ValueError("amqpq always has an AMQP listener (listeners.tcp = none is not supported)"
                      if value == "none" else f"'{value}' is not none")
@@ -502,6 +509,11 @@ _EXACT: dict[str, Callable[[_Reader, str], None]] = {
     "ssl_options.verify": _option("ssl_verify_peer", _verify),
     "ssl_options.fail_if_no_peer_cert": _option("ssl_fail_if_no_peer_cert", _bool),
     "cluster_formation.etcd.node_ttl": _option("cluster_lease", lambda v: _int(v, 2)),
+    "queue_leader_locator": _option("queue_leader_locator", _leader_locator),
+    "quorum_queue.continuous_membership_reconciliation.enabled":
+        _option("quorum_reconciliation", _bool),
+    "quorum_queue.continuous_membership_reconciliation.target_group_size":
+        _option("quorum_target_group_size", lambda v: _int(v, 1)),
     "cluster_tls.certfile": _option("cluster_tls_cert", _existing_file),  # amqpq's keys
     "cluster_tls.keyfile": _option("cluster_tls_key", _existing_file),
     "cluster_tls.cacertfile": _option("cluster_tls_cacert", _existing_file),

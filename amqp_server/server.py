@@ -42,7 +42,7 @@ from typing import Any
 from amqp_server import conf_file, tls
 from amqp_server.cluster import options as cluster_options
 from amqp_server.cluster.membership import ClusterError
-from amqp_server.cluster.node import start_node
+from amqp_server.cluster.node import NodeRuntime, start_node
 from amqp_server.connection import Connection
 from amqp_server.workers import supervisor
 from amqp_server.workers.runtime import WorkerRuntime
@@ -273,6 +273,8 @@ class BrokerServer:
         # (py-spy; benchmarks.quorum_bench publish 25.5k -> 33.9k msg/s at 100). Garbage here
         # is freed by reference counting; cycles still go, a little later.
         gc.set_threshold(700, 10, FULL_GC_EVERY)
+        if isinstance(self.workers, NodeRuntime):  # drain closes the client listeners
+            await self.workers.maintenance.attach(self)
         if self.broker.cluster is not None:  # registered: the other nodes link to this one
             self.broker.cluster.info["amqp_port"] = self.port
             await self.broker.cluster.register()
@@ -280,6 +282,23 @@ class BrokerServer:
             self.workers.ready()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
+
+    async def suspend_listeners(self) -> None:
+        """Maintenance (``amqpqctl drain``): close the AMQP and AMQPS listening sockets;
+        connections already open are the caller's to close."""
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()  # not waited for: the open connections are closed after this
+        log.warning("client listeners closed (maintenance mode)")
+
+    async def resume_listeners(self) -> None:
+        """``amqpqctl revive``: listen again on the AMQP (and AMQPS) ports."""
+        if self._servers:
+            return
+        await self._listen(self.port)
+        if self.tls_port:
+            await self._listen(self.tls_port, tls.make_context(self.config.tls))
+        log.warning("client listeners open again on port %d", self.port)
 
     async def _listen(self, port: int, ssl: Any = None) -> int:
         """One listener per address of the config (same port); returns the port.

@@ -121,7 +121,8 @@ def queue_declare(ch: Channel, m: Any) -> None:
         return
     is_new = name not in ch.vhost.queues
     workers = conn.broker.workers
-    home = workers.index if workers is not None else 0
+    home = workers.declare_home(ch.vhost, name, m.arguments or {}) \
+        if workers is not None and is_new else workers.index if workers is not None else 0
     ops.run(ch, tr.QueueDeclare(ch.vhost.name, name, m.durable, m.exclusive, m.auto_delete,
                                 m.arguments or {}, ops.owner_ref(ch), server_named, home),
             lambda q: _declared(ch, m, q, is_new))

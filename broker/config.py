@@ -176,6 +176,12 @@ class BrokerConfig:
         cluster_secret_file: the node links' shared secret (None: the one kept in etcd).
         cluster_tls: TLS on the node links (off unless a certificate is set).
         etcd: how the node reaches etcd (TLS, auth); ``etcd.url`` is ``cluster_etcd``.
+        queue_leader_locator: where new quorum queue leaders go unless a policy or argument
+            says: ``client-local`` (None: the default) or ``balanced`` (RabbitMQ's
+            ``queue_leader_locator``; ``--queue-leader-locator``).
+        quorum_target_group_size: grow quorum queues with fewer members onto running nodes
+            up to this many (0: never; ``--quorum-target-group-size``, RabbitMQ 4's
+            ``quorum_queue.continuous_membership_reconciliation.*``).
     """
 
     hosts: tuple[str, ...] | None = None
@@ -211,6 +217,8 @@ class BrokerConfig:
     cluster_secret_file: Path | None = None
     cluster_tls: ClusterTLSConfig = field(default_factory=ClusterTLSConfig)
     etcd: EtcdOptions = field(default_factory=EtcdOptions)
+    queue_leader_locator: str | None = None
+    quorum_target_group_size: int = 0
 
     @property
     def listen_hosts(self) -> tuple[str, ...]:

@@ -226,6 +226,25 @@ def test_limits_round_trip_and_are_enforced_after_import() -> None:
     assert [u["limits"] for u in doc["users"] if u["name"] == "u"] == [{"max-channels": 3}]
 
 
+def test_rabbitmq_310_vhost_limits_parameter_sets_the_limits() -> None:
+    """RabbitMQ 3.10.8 exports vhost limits as a ``vhost-limits`` parameter (seen in its
+    ``GET /api/definitions``), not in the vhost entry: imported, the limits apply."""
+    broker = Broker(BrokerConfig())
+    import_definitions(broker, {"vhosts": [{"name": "lim"}], "parameters": [
+        {"value": {"max-connections": 100}, "vhost": "lim", "component": "vhost-limits",
+         "name": "limits"}]})
+    assert broker.limits.vhost("lim", "max-connections") == 100
+    assert [v["limits"] for v in export_definitions(broker)["vhosts"] if v["name"] == "lim"
+            ] == [{"max-connections": 100}]
+    assert export_definitions(broker)["parameters"] == []  # not kept twice
+    with pytest.raises(DefinitionsError) as info:
+        import_definitions(broker, {"parameters": [
+            {"value": {"max-foo": 1}, "vhost": "lim", "component": "vhost-limits",
+             "name": "limits"}]})
+    assert 'Unrecognised terms [{<<"max-foo">>,1}] in limits' in str(info.value)
+    assert broker.limits.vhost("lim", "max-connections") == 100
+
+
 @pytest.mark.parametrize(("entry", "text"), [
     ({"vhosts": [{"name": "v", "limits": {"max-foo": 1}}]},
      'Unrecognised terms [{<<"max-foo">>,1}] in limits'),

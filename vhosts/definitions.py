@@ -22,7 +22,9 @@ anything changes. As RabbitMQ does, existing queues and
 exchanges are left as they are, users and permissions are replaced, exchanges whose name
 starts with ``amq.`` are skipped, and user tags may be a list or a comma-separated string
 (3.10 and earlier wrote a string). Operator policies travel as ``parameters`` entries of
-component ``operator_policy``, as RabbitMQ stores them (and imports them).
+component ``operator_policy``, as RabbitMQ stores them (and imports them); a vhost's limits
+come from its ``limits`` object or, as RabbitMQ 3.10 exports them, a ``vhost-limits``
+parameter (name ``limits``; the vhost's whole set).
 
 Source: https://www.rabbitmq.com/docs/definitions; RabbitMQ ``rabbit_definitions.erl``.
 """
@@ -61,6 +63,7 @@ log = logging.getLogger("amqpq.definitions")
 RABBITMQ_COMPAT_VERSION = "3.10.8"
 
 OPERATOR_POLICY = "operator_policy"  # the runtime-parameter component of operator policies
+VHOST_LIMITS = "vhost-limits"  # RabbitMQ 3.10 exports a vhost's limits as this parameter
 
 
 class DefinitionsError(ValueError):
@@ -292,6 +295,7 @@ class _Plan:
     global_parameters: list[dict[str, Any]] = field(default_factory=list)
     policies: list[tuple[str, Policy]] = field(default_factory=list)
     operator_policies: list[tuple[str, Policy]] = field(default_factory=list)
+    vhost_limits: list[tuple[str, dict[str, int]]] = field(default_factory=list)
     queues: list[tuple[str, str, bool, bool, dict[str, Any]]] = field(default_factory=list)
     exchanges: list[tuple[str, str, str, bool, bool, bool, dict[str, Any]]] = field(
         default_factory=list)
@@ -377,6 +381,9 @@ def _plan(broker: Broker, data: Any) -> _Plan:
             plan.operator_policies.append((raw["vhost"], _policy(
                 _Entry("parameters", i, {"name": name, **e.table("value")}),
                 f"{raw['vhost']}/{OPERATOR_POLICY}/{name}", operator=True)))
+        elif component == VHOST_LIMITS:
+            plan.vhost_limits.append((raw["vhost"], _Entry(
+                "parameters", i, {"limits": e.table("value")}).limits("vhost")))
         else:
             plan.parameters.append(dict(raw))
     for i, raw in enumerate(_section(data, "global_parameters")):
@@ -513,6 +520,9 @@ def _apply(broker: Broker, plan: _Plan) -> None:
         broker.users.add(name, None, tags, password_hash=password_hash)
         if limits:
             broker.limits.set("user", name, limits)
+    for vh, limits in plan.vhost_limits:  # the parameter is the vhost's whole set
+        broker.limits.clear("vhost", vh)
+        broker.limits.set("vhost", vh, limits)
     for user, vh, configure, write, read in plan.permissions:
         broker.permissions.set(user, vh, configure, write, read)
     for user, vh, exchange, write, read in plan.topic_permissions:

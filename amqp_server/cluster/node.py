@@ -24,13 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster.log_snapshot import state_records
+from amqp_server.cluster.maintenance import Maintenance
 from amqp_server.cluster.membership import ClusterError, Membership, read_secret_file
 from amqp_server.cluster.metadata import EtcdHub
 from amqp_server.cluster.node_links import NodeLinks, tls_contexts
 from amqp_server.cluster.quorum import QuorumManager
 from amqp_server.workers.runtime import WorkerRuntime
 from management.state import node_name
+from queue_store.queue_args import queue_type_of
 from queue_store.queue_kind import Requester
+from vhosts.policies import matching_policy
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -104,6 +107,17 @@ class NodeRuntime(WorkerRuntime):
         self.membership = membership
         self.hub = hub
         self.quorum: QuorumManager = QuorumManager(self, hub, data_dir / "quorum")
+        self.maintenance = Maintenance(self.quorum, broker)
+
+    def declare_home(self, vhost: Any, name: str, arguments: dict[str, Any]) -> int:
+        """A quorum queue's leader is placed by its leader locator
+        (:meth:`QuorumManager.declare_home`: ``client-local`` here, ``balanced`` the running
+        node leading the fewest, never a node in maintenance); any other queue lives here."""
+        if queue_type_of(arguments) != "quorum":
+            return self.index
+        policy = matching_policy(vhost.policies, "queue", name, "quorum")
+        value = policy.definition.get("queue-leader-locator") if policy else None
+        return self.quorum.declare_home(arguments, value)
 
     def ready(self) -> None:
         """Nothing to tell: the server registers the node in etcd (:meth:`Membership.register`),
@@ -160,6 +174,8 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
                                           membership.index, rec, lost, full, tls),
         Path(config.data_dir), lambda: _declared_down(broker))
+    runtime.quorum.leader_locator = config.queue_leader_locator
+    runtime.quorum.target_group_size = config.quorum_target_group_size
     node = runtime
     hub.state_source = lambda: state_records(broker, node.index, node.home_of)
     await runtime.quorum.load_states()

@@ -15,6 +15,10 @@ from typing import Any
 from amqp_server.cluster.membership import parse_etcd_url
 from broker.config import ClusterTLSConfig, EtcdOptions
 
+#: ``--queue-leader-locator`` / ``queue_leader_locator``: RabbitMQ 3.13's values, then the
+#: older ones it reads as ``balanced``
+LOCATOR_VALUES = ("client-local", "balanced", "random", "least-leaders", "min-masters")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``--node-name`` and ``--cluster-*`` command-line options."""
@@ -52,6 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the key of --cluster-tls-cert (PEM)")
     p.add_argument("--cluster-tls-cacert", default=None, metavar="FILE",
                    help="CA certificates that sign every node's certificate (PEM)")
+    p.add_argument("--queue-leader-locator", default=None, choices=LOCATOR_VALUES,
+                   help="where new quorum queue leaders go when no policy or argument says: "
+                        "client-local (the declaring client's node, default) or balanced "
+                        "(the node leading the fewest; random, least-leaders: balanced)")
+    p.add_argument("--quorum-target-group-size", type=int, default=0, metavar="N",
+                   help="add running nodes to quorum queues with fewer than N members, "
+                        "every 10 s (default 0: never)")
 
 
 def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, Any]:
@@ -77,6 +88,17 @@ def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, An
         p.error("--cluster-tls-cert needs --cluster-tls-key and --cluster-tls-cacert")
     if not tls.enabled and (tls.keyfile or tls.cacertfile):
         p.error("--cluster-tls-key and --cluster-tls-cacert need --cluster-tls-cert")
+    if a.quorum_target_group_size < 0:
+        p.error(f"--quorum-target-group-size must be >= 0, got {a.quorum_target_group_size}")
+    target = a.quorum_target_group_size
+    enabled = getattr(a, "quorum_reconciliation", None)  # rabbitmq.conf's .enabled
+    if enabled is False:
+        target = 0
+    elif enabled and not target:
+        target = 3  # the default group size
+    locator = a.queue_leader_locator
+    if locator in ("random", "least-leaders", "min-masters"):
+        locator = "balanced"  # RabbitMQ 3.13 reads the older values so
     etcd = EtcdOptions(
         a.cluster_etcd, a.cluster_etcd_cacert, a.cluster_etcd_cert, a.cluster_etcd_key,
         a.cluster_etcd_user,
@@ -90,5 +112,6 @@ def from_args(a: argparse.Namespace, p: argparse.ArgumentParser) -> dict[str, An
         "node_name": a.node_name, "cluster_etcd": a.cluster_etcd,
         "cluster_port": a.cluster_port, "cluster_host": a.cluster_host,
         "cluster_secret_file": Path(a.cluster_secret_file) if a.cluster_secret_file else None,
-        "cluster_tls": tls, "etcd": etcd,
+        "cluster_tls": tls, "etcd": etcd, "queue_leader_locator": locator,
+        "quorum_target_group_size": target,
     }

@@ -56,10 +56,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+from amqp_server.cluster import placement
 from amqp_server.cluster.quorum_group import QuorumGroup
 from amqp_server.cluster.quorum_queue import ReplicatedQueue, replicated_class
 from amqp_server.workers.link_codec import queue_key, split_queue_key
@@ -89,21 +91,36 @@ class QuorumManager:
         self.hub = hub
         self.data_dir = data_dir
         self.prefix = hub.m.root + b"qq/"
+        self.maintenance_prefix = hub.m.root + b"maintenance/"
         self.groups: dict[bytes, QuorumGroup] = {}
         self.states: dict[bytes, tuple[dict[str, Any], bytes]] = {}
+        #: nodes in maintenance (``amqpqctl drain``): etcd's ``maintenance/<node>`` keys
+        self.drained: dict[str, int] = {}
+        #: ``queue_leader_locator`` of the configuration (None: client-local)
+        self.leader_locator: str | None = None
+        #: grow queues with fewer members up to this many (0: off); RabbitMQ 4's
+        #: ``quorum_queue.continuous_membership_reconciliation.target_group_size``
+        self.target_group_size = 0
+        self.reconcile_every = 10.0  # s between reconciliations (RabbitMQ: trigger_interval)
+        self._reconciled_at = 0.0
+        self._reconciling = False
         hub.watchers.append(self._on_etcd)
 
     async def load_states(self) -> None:
         """Read every quorum queue's state (before the node's queues are recovered, so a
         queue led elsewhere is not taken for one led here)."""
-        for kv in await self.hub.client.get_prefix(self.prefix):
-            self._on_etcd("PUT", kv.key, kv.value)
+        for prefix in (self.prefix, self.maintenance_prefix):
+            for kv in await self.hub.client.get_prefix(prefix):
+                self._on_etcd("PUT", kv.key, kv.value)
 
     def _key(self, qkey: bytes) -> bytes:
         vhost, name = split_queue_key(qkey)
         return self.prefix + f"{quote(vhost, safe='')}/{quote(name, safe='')}".encode()
 
     def _on_etcd(self, kind: str, key: bytes, value: bytes | None) -> None:
+        if key.startswith(self.maintenance_prefix):
+            self._on_maintenance(kind, key, value)
+            return
         if not key.startswith(self.prefix):
             return
         vhost, _, name = key[len(self.prefix):].decode().partition("/")
@@ -164,8 +181,9 @@ class QuorumManager:
         """A new quorum queue: its members and epoch 1 in etcd."""
         arguments = kwargs.get("arguments") or {}
         size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
-        others = sorted(i for i in self.hub.running if i != self.runtime.index)
-        members = [self.runtime.index, *others[:max(0, size - 1)]]
+        members = placement.choose_members(
+            self.runtime.index, self.hub.running, self.drained_indexes(),
+            [s for s, _ in self.states.values()], size)
         await self.replace_state(group.qkey, None, {
             "leader": self.runtime.index, "epoch": 1, "members": members, "isr": members})
 
@@ -271,6 +289,7 @@ class QuorumManager:
     def tick(self) -> None:
         for group in list(self.groups.values()):
             group.tick()
+        self.reconcile(asyncio.get_running_loop().time())
 
     def drop(self, group: QuorumGroup) -> None:
         """This node is no longer a member (``delete_member``, ``shrink``): its replica goes."""
@@ -332,6 +351,163 @@ class QuorumManager:
             vhost, name = split_queue_key(qkey)
             out.append((vhost, name, list(state["members"])))
         return out
+
+    # ---- placement, leader transfer, rebalancing, maintenance (cluster/placement.py) -----
+
+    def _on_maintenance(self, kind: str, key: bytes, value: bytes | None) -> None:
+        name = unquote(key[len(self.maintenance_prefix):].decode())
+        if kind != "PUT" or value is None:
+            self.drained.pop(name, None)
+            return
+        try:
+            self.drained[name] = int(json.loads(value)["index"])
+        except (ValueError, KeyError, TypeError):
+            return
+
+    def drained_indexes(self) -> set[int]:
+        """Indexes of the nodes in maintenance (``amqpqctl drain``)."""
+        return set(self.drained.values())
+
+    async def set_maintenance(self, on: bool) -> None:
+        """Mark this node as in maintenance in etcd (``drain``), or not any more
+        (``revive``): every node stops (or resumes) placing leaders on it."""
+        key = self.maintenance_prefix + quote(self.hub.m.node, safe="").encode()
+        if on:
+            await self.hub.client.put(key, json.dumps({"index": self.runtime.index}).encode())
+            self.drained[self.hub.m.node] = self.runtime.index
+        else:
+            await self.hub.client.delete(key)
+            self.drained.pop(self.hub.m.node, None)
+
+    def declare_home(self, arguments: dict[str, Any], policy: Any) -> int:
+        """The node that should lead a new quorum queue declared here (its declare record's
+        home): :func:`placement.choose_leader` with the queue's leader locator (``policy``:
+        the matching policy's ``queue-leader-locator``, None without one)."""
+        locator = placement.leader_locator(arguments.get("x-queue-leader-locator"), policy,
+                                           self.leader_locator)
+        return placement.choose_leader(self.runtime.index, self.hub.running,
+                                       self.drained_indexes(),
+                                       [s for s, _ in self.states.values()], locator)
+
+    async def transfer_leader(self, qkey: bytes, target: int) -> str:
+        """Make node ``target`` the leader of quorum queue ``qkey`` (``rabbitmq-queues
+        rebalance``, ``drain``): one etcd transaction naming it with epoch + 1, the old
+        leader out of the in-sync replicas until it caught up again (as after an election).
+        The old leader steps down when its watch brings the state (uncommitted publishes
+        nacked, consumers cancelled: the queue's replica code reacts to any newer epoch
+        naming another leader), the new one takes over. Returns "ok", "no queue", or "not
+        in sync" (``target`` is not a running in-sync member), "busy" (the state kept
+        changing)."""
+        for _ in range(10):
+            known = self.states.get(qkey)
+            if known is None:
+                return "no queue"
+            state, raw = known
+            leader = int(state["leader"])
+            if leader == target:
+                return "ok"
+            if target not in state["isr"] or target not in self.hub.running:
+                return "not in sync"
+            new = {**state, "leader": target, "epoch": int(state["epoch"]) + 1,
+                   "isr": [m for m in state["isr"] if m != leader]}
+            if await self.replace_state(qkey, raw, new):
+                vhost, name = split_queue_key(qkey)
+                log.info("quorum queue '%s' in vhost '%s': leadership transferred from node "
+                         "%d to node %d (epoch %d)", name, vhost, leader, target, new["epoch"])
+                return "ok"
+            await self.hub.barrier()
+        return "busy"
+
+    def _matching(self, vhost_pattern: str, queue_pattern: str
+                  ) -> dict[bytes, dict[str, Any]]:
+        vre, qre = re.compile(vhost_pattern), re.compile(queue_pattern)
+        out = {}
+        for qkey, (state, _) in self.states.items():
+            vhost, name = split_queue_key(qkey)
+            if vre.search(vhost) and qre.search(name):
+                out[qkey] = state
+        return out
+
+    def node_name(self, index: int) -> str:
+        """Cluster node ``index``'s name (``node-<index>`` when unknown)."""
+        if index == self.runtime.index:
+            return self.hub.m.node
+        return self.hub.names.get(index, f"node-{index}")
+
+    async def rebalance(self, vhost_pattern: str = ".*", queue_pattern: str = ".*"
+                        ) -> list[dict[str, Any]]:
+        """``rabbitmq-queues rebalance quorum``: move leaders of the matching quorum queues
+        so each running node out of maintenance leads about as many
+        (:func:`placement.rebalance_moves`). Returns RabbitMQ's summary: one
+        ``{"Node name", "Number of quorum queues"}`` per node leading any, after the moves.
+
+        Raises:
+            re.error: a pattern is not a regular expression.
+        """
+        matching = self._matching(vhost_pattern, queue_pattern)
+        for qkey, target in placement.rebalance_moves(matching, self.hub.running,
+                                                      self.drained_indexes()):
+            result = await self.transfer_leader(qkey, target)
+            if result != "ok":
+                vhost, name = split_queue_key(qkey)
+                log.warning("quorum queue '%s' in vhost '%s': not moved to node %d: %s",
+                            name, vhost, target, result)
+        await self.hub.barrier()
+        counts: dict[int, int] = {}
+        for qkey in matching:
+            if qkey in self.states:
+                leader = int(self.states[qkey][0]["leader"])
+                counts[leader] = counts.get(leader, 0) + 1
+        return [{"Node name": self.node_name(i), "Number of quorum queues": n}
+                for i, n in sorted(counts.items())]
+
+    async def move_leaders_off(self) -> tuple[int, int]:
+        """Hand every quorum queue this node leads to another in-sync member (``drain``);
+        returns (moved, kept: no running in-sync member to take it)."""
+        states = {k: s for k, (s, _) in self.states.items()}
+        moved = kept = 0
+        for qkey, target in placement.leaders_to_move(states, self.runtime.index,
+                                                      self.hub.running,
+                                                      self.drained_indexes()):
+            if target is not None and await self.transfer_leader(qkey, target) == "ok":
+                moved += 1
+            else:
+                kept += 1
+        return moved, kept
+
+    def critical_queues(self, index: int | None = None) -> list[tuple[str, str]]:
+        """``(vhost, name)`` of the quorum queues that would lose their quorum if node
+        ``index`` (default: this one) stopped (:func:`placement.quorum_critical`)."""
+        states = {k: s for k, (s, _) in self.states.items()}
+        node = self.runtime.index if index is None else index
+        return [split_queue_key(k) for k in placement.quorum_critical(states, node,
+                                                                       self.hub.running)]
+
+    def reconcile(self, now: float) -> None:
+        """Grow queues short of :attr:`target_group_size` onto running nodes (RabbitMQ 4's
+        continuous membership reconciliation), every :attr:`reconcile_every` seconds, by
+        the running node of the lowest index only (one node changes members at a time)."""
+        if self.target_group_size <= 0 or self._reconciling \
+                or now - self._reconciled_at < self.reconcile_every \
+                or min(self.hub.running) != self.runtime.index:
+            return
+        self._reconciled_at = now
+        states = {k: s for k, (s, _) in self.states.items()}
+        adds = placement.short_of_target(states, self.hub.running, self.drained_indexes(),
+                                         self.target_group_size)
+        if not adds:
+            return
+        self._reconciling = True
+
+        async def grow() -> None:
+            try:
+                for qkey, node in adds:
+                    vhost, name = split_queue_key(qkey)
+                    await self.change_members(vhost, name, self.node_name(node), True)
+            finally:
+                self._reconciling = False
+
+        self.runtime.keep_task(asyncio.ensure_future(grow()))
 
     def fields(self, q: Queue) -> dict[str, Any]:
         """RabbitMQ's quorum queue fields of ``q`` for the API: leader, members, online

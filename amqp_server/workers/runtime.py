@@ -253,6 +253,12 @@ class WorkerRuntime:
         for vname, name, home in homes:
             self.homes[(vname, name)] = int(home)
 
+    def declare_home(self, vhost: Any, name: str, arguments: dict[str, Any]) -> int:
+        """Where a queue declared through this worker will live (its declare record's
+        ``home``): here (a cluster node places quorum queue leaders:
+        :meth:`~amqp_server.cluster.node.NodeRuntime.declare_home`)."""
+        return self.index
+
     def home_of(self, q: Queue) -> int:
         return q.home if isinstance(q, RemoteQueue) else self.index
 

@@ -15,6 +15,7 @@ from management.routes import (
     exchanges,
     health,
     limits,
+    maintenance,
     move,
     nodes,
     overview,
@@ -36,4 +37,4 @@ def all_routes() -> list[web.RouteTableDef]:
             policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
             shovels.routes,
-            health.routes, move.routes]
+            maintenance.routes, health.routes, move.routes]

@@ -10,6 +10,8 @@ Source: https://www.rabbitmq.com/docs/management#http-api, https://www.rabbitmq.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from amqp_common.errors import AMQPError
@@ -113,16 +115,18 @@ async def put_queue(request: web.Request) -> web.Response:
     try:
         await change_topology(state(request).broker, tr.QueueDeclare(
             vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
-            dict(table(body, "arguments")), None, False, _home(request)))
+            dict(table(body, "arguments")), None, False,
+            _home(request, vhost, name, dict(table(body, "arguments")))))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return created(was_new)
 
 
-def _home(request: web.Request) -> int:
-    """Where a queue declared over HTTP lives: this node (a cluster) or worker 0."""
+def _home(request: web.Request, vhost: Any, name: str, arguments: dict[str, Any]) -> int:
+    """Where a queue declared over HTTP lives: this node (a cluster: where its leader
+    locator places a quorum queue) or worker 0."""
     workers = state(request).broker.workers
-    return int(workers.index) if workers is not None else 0
+    return int(workers.declare_home(vhost, name, arguments)) if workers is not None else 0
 
 
 @routes.delete("/api/queues/{vhost}/{name}")

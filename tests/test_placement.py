@@ -1,0 +1,91 @@
+"""Quorum queue placement, rebalancing and maintenance decisions
+(:mod:`amqp_server.cluster.placement`), on plain states: RabbitMQ 3.13's leader locators,
+``rabbitmq-queues rebalance``, ``check_if_node_is_quorum_critical``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqp_server.cluster.placement import (
+    choose_leader,
+    choose_members,
+    leader_locator,
+    leaders_to_move,
+    quorum_critical,
+    rebalance_moves,
+    short_of_target,
+)
+
+
+def st(leader: int, members: list[int], isr: list[int] | None = None) -> dict[str, Any]:
+    return {"leader": leader, "epoch": 1, "members": members,
+            "isr": members if isr is None else isr}
+
+
+def test_leader_locator_policy_wins_then_argument_then_configuration() -> None:
+    assert leader_locator(None, None, None) == "client-local"
+    assert leader_locator("balanced", None, None) == "balanced"
+    assert leader_locator("balanced", "client-local", None) == "client-local"
+    assert leader_locator(None, None, "balanced") == "balanced"
+    assert leader_locator(b"balanced", None, "client-local") == "balanced"
+    for old in ("random", "least-leaders", "min-masters"):  # 3.13 reads them as balanced
+        assert leader_locator(None, old, None) == "balanced"
+    assert leader_locator(None, "far", None) == "client-local"
+
+
+def test_client_local_leads_where_declared_balanced_where_fewest_lead() -> None:
+    states = [st(0, [0, 1, 2]), st(0, [0, 1, 2]), st(1, [1, 0, 2])]
+    assert choose_leader(0, {0, 1, 2}, set(), states, "client-local") == 0
+    assert choose_leader(0, {0, 1, 2}, set(), states, "balanced") == 2
+    # ties: the local node first, then the lower index
+    assert choose_leader(1, {0, 1, 2}, set(), [], "balanced") == 1
+    # a drained node never leads while another runs, even client-local
+    assert choose_leader(2, {0, 1, 2}, {2}, states, "client-local") == 1
+    assert choose_leader(2, {2}, {2}, states, "client-local") == 2
+
+
+def test_members_are_the_nodes_with_fewest_replicas() -> None:
+    states = [st(0, [0, 1]), st(1, [1, 2]), st(1, [1])]
+    assert choose_members(0, {0, 1, 2, 3}, set(), states, 3) == [0, 3, 2]
+    assert choose_members(0, {0, 1, 2, 3}, {3}, states, 3) == [0, 2, 1]  # drained last
+    assert choose_members(2, {0, 1, 2}, set(), [], 5) == [2, 0, 1]  # at most the running
+    assert choose_members(2, {0, 1, 2}, set(), [], 1) == [2]
+
+
+def test_rebalance_evens_out_leaders_over_in_sync_members() -> None:
+    states = {f"q{i}": st(0, [0, 1, 2]) for i in range(6)}
+    moves = rebalance_moves(states, {0, 1, 2}, set())
+    led = {k: s["leader"] for k, s in states.items()} | dict(moves)
+    assert sorted(list(led.values()).count(n) for n in (0, 1, 2)) == [2, 2, 2]
+    assert len(moves) == 4
+    # only in-sync running members take over; a drained node takes nothing
+    states = {f"q{i}": st(0, [0, 1, 2], [0, 1]) for i in range(4)}
+    moves = rebalance_moves(states, {0, 1, 2}, set())
+    assert {t for _, t in moves} == {1} and len(moves) == 2
+    assert rebalance_moves(states, {0, 1, 2}, {1}) == []
+    assert rebalance_moves({"a": st(0, [0, 1]), "b": st(1, [0, 1])}, {0, 1}, set()) == []
+
+
+def test_drain_moves_each_leader_to_the_member_leading_fewest() -> None:
+    states = {"a": st(0, [0, 1, 2]), "b": st(0, [0, 1, 2]), "c": st(1, [1, 2]),
+              "d": st(0, [0]), "e": st(0, [0, 1, 2], [0])}
+    assert leaders_to_move(states, 0, {0, 1, 2}, set()) == [
+        ("a", 2), ("b", 1), ("d", None), ("e", None)]
+    assert leaders_to_move(states, 0, {0, 1}, set()) == [
+        ("a", 1), ("b", 1), ("d", None), ("e", None)]
+
+
+def test_quorum_critical_as_rabbitmq_counts_it() -> None:
+    states = {"three": st(0, [0, 1, 2]), "one": st(0, [0]), "other": st(1, [1, 2]),
+              "lagging": st(1, [0, 1, 2], [0, 1]), "five": st(0, [0, 1, 2, 3, 4])}
+    # up <= members // 2 + 1: three of three up is fine, two of three is critical
+    assert quorum_critical(states, 0, {0, 1, 2, 3, 4}) == ["lagging", "one"]
+    assert quorum_critical(states, 0, {0, 1, 3, 4}) == ["lagging", "one", "three"]
+    assert quorum_critical(states, 2, {0, 1, 2}) == ["five", "lagging", "other"]
+
+
+def test_reconciliation_grows_queues_short_of_the_target() -> None:
+    states = {"a": st(0, [0]), "b": st(0, [0, 1]), "c": st(0, [0, 1, 2])}
+    assert short_of_target(states, {0, 1, 2, 3}, set(), 3) == [("a", 3), ("b", 2)]
+    assert short_of_target(states, {0, 1, 2, 3}, {3}, 3) == [("a", 2), ("b", 2)]
+    assert short_of_target(states, {0}, set(), 3) == []
