@@ -47,7 +47,17 @@ from typing import Any, NoReturn
 import click
 from click.core import ParameterSource
 
-from amqpqctl import access, connections, limits, quorum, runtime, shovels, streams, topology
+from amqpqctl import (
+    access,
+    connections,
+    limits,
+    maintenance,
+    quorum,
+    runtime,
+    shovels,
+    streams,
+    topology,
+)
 from amqpqctl.base import Context
 from amqpqctl.client import ApiClient
 from amqpqctl.output import FORMATTERS, Output
@@ -118,7 +128,8 @@ def cli(ctx: click.Context, no_table_headers: bool, quiet: bool, silent: bool,
                       ctx.get_parameter_source("vhost") == ParameterSource.COMMANDLINE)
 
 
-for _module in (topology, access, connections, runtime, limits, streams, quorum, shovels):
+for _module in (topology, access, connections, runtime, limits, streams, quorum, maintenance,
+                shovels):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -48,12 +48,14 @@ class Unreachable(CtlError):
 class HttpError(Exception):
     """A non-2xx answer: status and the JSON ``reason`` (or the body)."""
 
-    def __init__(self, status: int, error: str, reason: str, url: str = "") -> None:
+    def __init__(self, status: int, error: str, reason: str, url: str = "",
+                 doc: Any = None) -> None:
         super().__init__(f"{status} {error}: {reason}")
         self.status = status
         self.error = error
         self.reason = reason
         self.url = url
+        self.doc = doc  # the JSON body, when it was one (a health check's 503: its fields)
 
 
 def path(*segments: str) -> str:
@@ -214,4 +216,4 @@ def _http_error(exc: urllib.error.HTTPError) -> HttpError:
         error = str(doc.get("error", error))
         value = doc.get("reason", "")
         reason = value if isinstance(value, str) else json.dumps(value)
-    return HttpError(exc.code, error, reason.strip(), exc.url)
+    return HttpError(exc.code, error, reason.strip(), exc.url, doc)
