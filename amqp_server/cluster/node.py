@@ -125,7 +125,9 @@ class NodeRuntime(WorkerRuntime):
 
     def _peer_lost(self, peer: int) -> None:
         """The TCP link to node ``peer`` closed: publishes waiting for its answer are nacked at
-        once (it may have them: a publisher sends them again; at-least-once), and while the
+        once (it may have them: a publisher sends them again; at-least-once), except those to
+        a quorum queue it led, which wait for the next leader (``RemoteClient.fail_waits``),
+        and while the
         node is still registered (a broken connection, not a dead node) the link is opened
         again a second later."""
         super()._peer_lost(peer)

@@ -19,8 +19,9 @@ answers.
   new leader (or into the queue, when this node became it) once it is known and linked;
   their publishers are confirmed once it commits them, as RabbitMQ's quorum queue client
   resends pending publishes to a new leader. One that waited :data:`PARK_TIMEOUT` seconds
-  is nacked. A publish already sent to the leader when it died is nacked at once (it may
-  have been committed: the publisher sends it again; at-least-once).
+  is nacked. A publish with confirms already sent to the leader and not answered when its
+  link went waits the same way, ahead of the later ones (it may have been committed: then
+  it is in the queue twice; at-least-once).
 * **Calls**: Basic.Get, purge, Declare-Ok counts and consume ask the home; the
   :class:`~queue_store.queue_kind.Requester` waits until the answer (or :data:`CALL_TIMEOUT`).
 
@@ -116,6 +117,11 @@ class RemoteClient:
         self._parked: dict[bytes, deque[tuple[float, Message, tuple[int, int] | None]]] = {}
         # (home, pub_id) of a parked publish sent on -> the local key its publisher waits on
         self._aliases: dict[tuple[int, int], tuple[int, int]] = {}
+        # (home, pub_id) of a publish with confirms sent to a quorum queue's leader and not
+        # answered yet -> (its queue's key, the message, the key its publisher waits on): if
+        # the leader's node goes, it waits for the next leader instead of being nacked
+        self._unanswered: dict[tuple[int, int], tuple[bytes, Message, tuple[int, int]]] = {}
+        self._moved: dict[tuple[int, int], tuple[int, int]] = {}  # such a key -> its new one
 
     # ---- publish -------------------------------------------------------------------------
 
@@ -140,7 +146,10 @@ class RemoteClient:
             publisher.set_flow(True)  # (RabbitMQ's credit_flow)
             self._flowed.add(publisher)
         if want:
-            context.waits.append((q.home, pub_id))  # type: ignore[union-attr]
+            key = (q.home, pub_id)
+            context.waits.append(key)  # type: ignore[union-attr]
+            if q.home_moves:
+                self._unanswered[key] = (q.qkey, message, key)
             return ROUTED | REMOTE
         return ROUTED
 
@@ -155,7 +164,10 @@ class RemoteClient:
         (``waits`` is read now, not kept)."""
         join = Join(len(waits), ok, err)
         early = self._early
+        moved = self._moved
         for key in waits:
+            if moved:
+                key = moved.pop(key, key)
             if key in early:
                 join.done(early.pop(key))
             elif key[0] != self.index and key[0] not in self.links.out:
@@ -176,6 +188,8 @@ class RemoteClient:
     def local_result(self, key: tuple[int, int], result: int) -> None:
         """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
         before anyone waits for it (the publisher's fsync is still running) is kept."""
+        if self._unanswered:
+            self._unanswered.pop(key, None)
         if self._aliases:
             key = self._aliases.pop(key, key)
         join = self._waits.pop(key, None)
@@ -384,7 +398,9 @@ class RemoteClient:
                 self.on_reply(("reply", call_id, "timeout", None))
 
     def fail_waits(self, w: int) -> None:
-        """Nack every publish waiting for worker (node) ``w``'s answer."""
+        """Nack every publish waiting for worker (node) ``w``'s answer, except those sent to
+        a quorum queue it led: they wait for the queue's next leader (:meth:`_repark`)."""
+        self._repark(w)
         for key in [k for k in self._waits if k[0] == w]:
             self._waits.pop(key).done(REJECTED)
         for sent in [k for k in self._aliases if k[0] == w]:
@@ -401,6 +417,34 @@ class RemoteClient:
                         "(up to %.0f s)", rs("queue", q.name, q.vhost_name), PARK_TIMEOUT)
         parked.append((asyncio.get_running_loop().time() + PARK_TIMEOUT, message, key))
         return ROUTED | REMOTE if key is not None else ROUTED
+
+    def _repark(self, w: int) -> None:
+        """Publishes with confirms sent to node ``w`` (a quorum queue's leader) and not
+        answered when its link went: parked again, ahead of those parked since (they were
+        published first), as RabbitMQ's quorum queue client resends its pending publishes
+        to the new leader. ``w`` may have committed some: those are in the queue twice
+        (at-least-once, as a publisher's own resend after a nack would make them)."""
+        gone = [k for k in self._unanswered if k[0] == w]
+        if not gone:
+            return
+        deadline = asyncio.get_running_loop().time() + PARK_TIMEOUT
+        again: dict[bytes, list[tuple[float, Message, tuple[int, int] | None]]] = {}
+        for sent in gone:  # in the order they were sent
+            qkey, message, key = self._unanswered.pop(sent)
+            self._aliases.pop(sent, None)
+            if key == sent:  # its publisher waits on w's answer: on a key of this node now
+                key = (self.index, next(self._pub) & 0xFFFFFFFF)
+                join = self._waits.pop(sent, None)
+                if join is not None:
+                    self._waits[key] = join
+                else:  # its publisher has not asked yet (after_results comes later)
+                    self._moved[sent] = key
+            again.setdefault(qkey, []).append((deadline, message, key))
+        for qkey, entries in again.items():
+            parked = self._parked.setdefault(qkey, deque())
+            parked.extendleft(reversed(entries))
+        log.warning("node %d went with %d publish(es) to quorum queues unanswered: they wait "
+                    "for the next leader (up to %.0f s)", w, len(gone), PARK_TIMEOUT)
 
     def release_parked(self, queue_by_key: Callable[[bytes], Queue | None]) -> None:
         """Publishes that waited for a leader go to it once it is known and linked (or
@@ -447,6 +491,7 @@ class RemoteClient:
         out.schedule()
         if key is not None:
             self._aliases[(q.home, pub_id)] = key
+            self._unanswered[(q.home, pub_id)] = (q.qkey, message, key)
 
     def _publish_here(self, q: Queue, message: Message, key: tuple[int, int] | None) -> None:
         """A parked publish into the queue this node leads now."""
