@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HOST ?=
 PORT ?= 5672
 
-.PHONY: install run test lint unit interop clean bench fuzz soak failover
+.PHONY: install run test lint unit interop clean bench fuzz soak failover rolling-restart
 
 $(VENV)/.venv-made:
 	$(PYTHON) -m venv $(VENV)
@@ -130,6 +130,12 @@ soak: install
 # needs etcd: make etcd-deps). make test runs 3 rounds.
 failover: install
 	$(PY) -m pytest -q -s -m slow tests/test_cluster_failover.py
+
+# A rolling restart of a 3-node cluster under a confirming publisher and a consumer (drain,
+# SIGTERM, start, await_online_quorum_plus_one, revive, node after node; about a minute;
+# needs etcd): prints the longest confirm gap.
+rolling-restart: install
+	$(PY) -m pytest -q -s -m slow tests/test_cluster_rolling_restart.py
 
 # The deterministic simulation of quorum queue replication (tests/sim): SEEDS seeds of three
 # or five nodes under crashes, kills, pauses, cut links, a flaky network, slow fsyncs and
