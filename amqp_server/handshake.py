@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import socket
 import struct
 from collections.abc import Callable
 from enum import Enum
@@ -107,7 +108,9 @@ def server_properties(cfg: BrokerConfig) -> dict[str, Any]:
         "platform": f"Python {platform.python_version()}",
         "copyright": "amqpq contributors",
         "information": "Licensed under the Apache License 2.0",
-        "cluster_name": "amqpq",
+        # the node's name, as RabbitMQ's default cluster name: a federation link reads it
+        # for the x-received-from entry that its cycle detection compares
+        "cluster_name": cfg.node_name or f"amqpq@{socket.gethostname().split('.')[0] or 'localhost'}",
         "capabilities": dict(CAPABILITIES),
     }
 

@@ -53,6 +53,7 @@ from broker.environment import BrokerEnvironment, ResourceProbes
 from broker.listeners import ListenError, bind_all, format_host
 from broker.persistence import DEFINITIONS_FILE, recover_messages
 from broker.private_files import private_dir, restrict_umask
+from federation import start_for_server as start_federation
 from management import options as management
 from management import stop_management
 from management.prometheus import options as prometheus
@@ -263,6 +264,7 @@ class BrokerServer:
         self._ticker = asyncio.create_task(self._tick_loop())
         if not self.config.worker_index:  # dynamic shovels: worker 0 runs them (docs/shovel.md)
             self.shovels = start_shovels(self.broker, self.config, self.port)
+            self.federation = start_federation(self.broker, self.config, self.port)
         # what exists now (modules, recovered topology) lives as long as the process: moved out
         # of the collector's generations, so full collections under load do not walk it
         gc.collect()
@@ -401,6 +403,8 @@ class BrokerServer:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""
         if getattr(self, "shovels", None) is not None:
             await self.shovels.stop()
+        if getattr(self, "federation", None) is not None:
+            await self.federation.stop()
         await stop_management(getattr(self, "management", None))
         await stop_prometheus(getattr(self, "prometheus", None))
         if self.broker.cluster is not None:  # leave at once (the lease is revoked)

@@ -16,7 +16,7 @@ The reference RabbitMQ is the one ``make reference-rabbitmq`` starts (127.0.0.1:
     python -m benchmarks.shovel_bench --messages 20000 --prefetch 1000
     python -m benchmarks.shovel_bench --link-only     # the link alone, in this process
 
-``--link-only`` runs :class:`shovel.link.Link` between two amqpq brokers in this process
+``--link-only`` runs :class:`links.link.Link` between two amqpq brokers in this process
 (no broker shares its loop) and prints its rate, its CPU time per message and the median of
 its in-flight window (received, not yet settled; sampled every 50 ms): a window far below
 the prefetch with the CPU near a core means the link is CPU-bound, a full one that it waits
@@ -113,9 +113,9 @@ def run_pair(label: str, runner_http: str, src_url: str, src_uri: str, dest_url:
 
 
 async def link_only(src_url: str, dest_url: str, n: int, prefetch: int) -> None:
-    """Move ``n`` messages with a bare :class:`shovel.link.Link`; print rate, CPU per
+    """Move ``n`` messages with a bare :class:`links.link.Link`; print rate, CPU per
     message (µs, this process) and the median in-flight window."""
-    from shovel.link import Link, Source, Target
+    from links.link import Link, Source, Target
 
     await fill(src_url, "bench-link-src", n)
     await prepare_dest(dest_url, "bench-link-dst")

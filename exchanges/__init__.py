@@ -16,6 +16,7 @@ from exchanges.deduplication import DeduplicationExchange
 from exchanges.delayed import DelayedMessageExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
+from exchanges.federation_upstream import FederationUpstreamExchange
 from exchanges.headers import HeadersExchange
 from exchanges.topic import TopicExchange
 
@@ -30,9 +31,11 @@ EXCHANGE_TYPES: dict[str, type] = {
     "x-message-deduplication": DeduplicationExchange,
     # the rabbitmq-delayed-message-exchange plugin's exchange, built in (exchanges/delayed.py)
     "x-delayed-message": DelayedMessageExchange,
+    # the rabbitmq_federation plugin's upstream-side exchange (exchanges/federation_upstream.py)
+    "x-federation-upstream": FederationUpstreamExchange,
 }
 #: the types configured by the exchange's arguments (constructed with them)
-_TAKES_ARGUMENTS = (ConsistentHashExchange, DeduplicationExchange)
+_TAKES_ARGUMENTS = (ConsistentHashExchange, DeduplicationExchange, FederationUpstreamExchange)
 
 
 def make_exchange_type(type_name: str, arguments: Mapping[str, Any] | None = None,

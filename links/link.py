@@ -11,7 +11,7 @@ with ``no_ack``. A destination nack nacks the source delivery with requeue, as
 ``rabbit_amqp091_shovel`` does.
 
 The hot path stays lean (it runs in the broker's own event loop): each delivery is published
-through :class:`shovel.transport.BatchPublisher` (the publishes of a loop turn in one
+through :class:`links.transport.BatchPublisher` (the publishes of a loop turn in one
 write-queue item, no task or lock per message) and settled at the source by :class:`Settler`
 (one multiple ack per run); the connections gather frames for ``WRITE_DELAY`` before one
 ``send``.
@@ -36,13 +36,13 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp import commands as spec
 
-from shovel.transport import BatchPublisher, CoalescingTransportFactory
+from links.transport import BatchPublisher, CoalescingTransportFactory
 
 log = logging.getLogger("amqpq.shovel")
 
 T = TypeVar("T")
 
-#: seconds a link's connection gathers frames before one ``send`` (shovel.transport): one
+#: seconds a link's connection gathers frames before one ``send`` (links.transport): one
 #: system call for the publishes (or acks) of many deliveries instead of about one each;
 #: 2 ms adds little to a message's latency and nothing to throughput with a window of
 #: hundreds of messages (measured: docs/shovel.md, "Throughput")
@@ -54,7 +54,12 @@ Route = tuple[str, str, spec.Basic.Properties]
 
 class LinkError(Exception):
     """The link stopped: a connection or channel closed, a declare failed. ``str()`` is the
-    reason shown in the status."""
+    reason shown in the status; :attr:`cause` the exception behind it, when there was one
+    (a federation link shows it in RabbitMQ's words)."""
+
+    def __init__(self, text: str, cause: BaseException | None = None) -> None:
+        super().__init__(text)
+        self.cause = cause
 
 
 @dataclass
@@ -67,6 +72,10 @@ class Source:
             returns ``(channel, queue name, messages in it now)``.
         prefetch: Basic.Qos prefetch count (0: unlimited).
         no_ack: consume with ``no_ack`` (ack mode ``no-ack``).
+        consumer_tag: the Basic.Consume tag ("": the broker names it).
+        consume_arguments: Basic.Consume arguments (e.g. ``{"x-priority": -1}``).
+        paused: set up without consuming; :meth:`Link.resume` starts the consumer (a
+            federated queue consumes only while its local consumers wait).
     """
 
     url: str
@@ -74,6 +83,9 @@ class Source:
                     Awaitable[tuple[aiormq.abc.AbstractChannel, str, int]]]
     prefetch: int = 1000
     no_ack: bool = False
+    consumer_tag: str = ""
+    consume_arguments: dict[str, object] | None = None
+    paused: bool = False
 
 
 @dataclass
@@ -84,13 +96,15 @@ class Target:
         url: the aiormq URL of the destination broker.
         setup: ``await setup(connection)`` opens the publishing channel (with publisher
             confirms when ``confirm``), declares what is needed and returns the channel.
-        route: the exchange, routing key and properties for a delivered message.
+        route: the exchange, routing key and properties for a delivered message, or None
+            to drop it (settled at the source as if published: a federation link's
+            ``max-hops`` and cycle check).
         confirm: wait for publisher confirms before settling (ack mode ``on-confirm``).
     """
 
     url: str
     setup: Callable[[aiormq.abc.AbstractConnection], Awaitable[aiormq.abc.AbstractChannel]]
-    route: Callable[[DeliveredMessage], Route]
+    route: Callable[[DeliveredMessage], Route | None]
     confirm: bool = True
 
 
@@ -104,6 +118,10 @@ class Link:
         received: deliveries taken from the source (count; ``received - moved`` is the
             in-flight window).
         queue_length_at_start: the source queue's message count when consuming began.
+        source_connection, source_channel, queue: the source's connection, consuming
+            channel and queue once set up (None before), for what a caller does beside
+            the link on the same broker (a federated exchange's bindings).
+        consuming: whether the source consumer is on (see :meth:`pause`).
     """
 
     def __init__(self, source: Source, target: Target, *, limit: int | None = None,
@@ -120,6 +138,12 @@ class Link:
         self._done: asyncio.Future[None] | None = None
         self._acker: Settler | None = None
         self._publisher: BatchPublisher | None = None
+        self.source_connection: aiormq.abc.AbstractConnection | None = None
+        self.source_channel: aiormq.abc.AbstractChannel | None = None
+        self.queue: str | None = None
+        self.consuming = False
+        self._on_message: Callable[[DeliveredMessage], Awaitable[None]] | None = None
+        self._consumer_tag: str | None = None
 
     async def run(self) -> None:
         """Connect both ends, declare, consume; return when the limit is reached.
@@ -134,7 +158,9 @@ class Link:
             src = await _connect(self.source.url, "source")
             dest = await _connect(self.target.url, "destination")
             dest_ch = await _declaring(self.target.setup(dest), "destination")
+            self.source_connection = src
             src_ch, queue, length = await _declaring(self.source.setup(src), "source")
+            self.source_channel, self.queue = src_ch, queue
             self.queue_length_at_start = length
             if self.limit_from_length:
                 self.limit = length
@@ -160,7 +186,9 @@ class Link:
                         f"consumer cancelled by the source broker (queue '{queue}')"))
 
             src_ch.on_consumer_cancel_callbacks.add(cancelled)
-            await src_ch.basic_consume(queue, on_message, no_ack=self.source.no_ack)
+            self._on_message = on_message
+            if not self.source.paused:
+                await self.resume()
             if self.on_running is not None:
                 self.on_running()
             closers = [asyncio.ensure_future(_closed(c)) for c in (src, dest, src_ch, dest_ch)]
@@ -180,12 +208,12 @@ class Link:
             for fut in done:
                 exc = fut.exception()
                 if exc is not None:
-                    raise exc if isinstance(exc, LinkError) else LinkError(_why(exc))
+                    raise exc if isinstance(exc, LinkError) else LinkError(_why(exc), exc)
             raise LinkError("connection closed")
         except aiormq.exceptions.AMQPError as exc:
-            raise LinkError(_why(exc)) from None
+            raise LinkError(_why(exc), exc) from None
         except (TimeoutError, OSError) as exc:
-            raise LinkError(_why(exc)) from None
+            raise LinkError(_why(exc), exc) from None
         finally:
             for conn in (src, dest):
                 if conn is not None and not conn.is_closed:
@@ -193,6 +221,39 @@ class Link:
                         await asyncio.wait_for(conn.close(), 5)
                     except Exception:  # noqa: BLE001 - closing a broken connection
                         pass
+
+    async def resume(self) -> None:
+        """Start consuming from the source (no-op when consuming or not yet set up).
+
+        Raises:
+            aiormq.exceptions.AMQPError: the source refused the Basic.Consume.
+        """
+        ch, on_message = self.source_channel, self._on_message
+        if self.consuming or ch is None or on_message is None or self.queue is None:
+            return
+        self.consuming = True
+        try:
+            ok = await ch.basic_consume(self.queue, on_message, no_ack=self.source.no_ack,
+                                        consumer_tag=self.source.consumer_tag or None,
+                                        arguments=self.source.consume_arguments or None)
+        except BaseException:
+            self.consuming = False
+            raise
+        self._consumer_tag = ok.consumer_tag
+
+    async def pause(self) -> None:
+        """Stop consuming (Basic.Cancel); deliveries already received are still published
+        and settled as the ack mode says."""
+        ch, tag = self.source_channel, self._consumer_tag
+        if not self.consuming or ch is None or tag is None:
+            return
+        self.consuming = False
+        self._consumer_tag = None
+        await ch.basic_cancel(tag)
+
+    def fail(self, reason: str) -> None:
+        """Stop the link: :meth:`run` raises :class:`LinkError` with ``reason``."""
+        self._fail(LinkError(reason))
 
     def _forward(self, message: DeliveredMessage) -> None:
         """Publish one delivery and settle it at the source once the destination confirmed
@@ -211,10 +272,15 @@ class Link:
                 acker.nack(tag)
             return
         try:
-            exchange, routing_key, properties = self.target.route(message)
+            routed = self.target.route(message)
         except Exception as exc:  # noqa: BLE001 - the link fails with the reason
             self._fail(exc)
             return
+        if routed is None:  # dropped (a federation link's max-hops / cycle check)
+            if not no_ack:
+                acker.ack(tag)
+            return
+        exchange, routing_key, properties = routed
 
         def done(acked: bool) -> None:
             if no_ack:
@@ -304,14 +370,14 @@ async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:
         return await asyncio.wait_for(
             aiormq.connect(url, transport_factory=CoalescingTransportFactory(WRITE_DELAY)), 30)
     except (TimeoutError, aiormq.exceptions.AMQPError, OSError) as exc:
-        raise LinkError(f"could not connect to {end}: {_why(exc)}") from None
+        raise LinkError(f"could not connect to {end}: {_why(exc)}", exc) from None
 
 
 async def _declaring(step: Awaitable[T], end: str) -> T:
     try:
         return await step
     except (aiormq.exceptions.AMQPError, OSError) as exc:
-        raise LinkError(f"{end} setup failed: {_why(exc)}") from None
+        raise LinkError(f"{end} setup failed: {_why(exc)}", exc) from None
 
 
 async def _closed(obj: aiormq.abc.AbstractConnection | aiormq.abc.AbstractChannel) -> None:
@@ -321,7 +387,7 @@ async def _closed(obj: aiormq.abc.AbstractConnection | aiormq.abc.AbstractChanne
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the close reason
-        raise LinkError(_why(exc)) from None
+        raise LinkError(_why(exc), exc) from None
     raise LinkError("connection closed")
 
 

@@ -1,6 +1,6 @@
 """Dynamic shovels (RabbitMQ's ``rabbitmq_shovel`` plugin): runtime parameters of component
 ``shovel`` that move messages from a queue or exchange on one AMQP 0-9-1 broker to another
-(or the same) broker. :mod:`shovel.params` validates the parameter, :mod:`shovel.link` moves
+(or the same) broker. :mod:`shovel.params` validates the parameter, :mod:`links.link` moves
 messages (aiormq at both ends; meant for federation links too), :mod:`shovel.ends` turns a
 shovel into a link's ends, :mod:`shovel.manager` runs them in the broker process.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING
 
-from shovel.ends import LocalBroker
+from links.local import LocalBroker
 from shovel.manager import ShovelManager, manager_of
 
 if TYPE_CHECKING:

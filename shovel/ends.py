@@ -1,4 +1,4 @@
-"""A shovel's two ends as :mod:`shovel.link` needs them: the URL to connect to (``amqp://``
+"""A shovel's two ends as :mod:`links.link` needs them: the URL to connect to (``amqp://``
 with no host: this broker), what to declare, and how each message is republished.
 
 As RabbitMQ 3.10's dynamic shovel: ``src-queue`` is declared durable when missing (with
@@ -17,80 +17,15 @@ Source: https://www.rabbitmq.com/docs/shovel-dynamic, ``rabbit_amqp091_shovel.er
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode
 
 import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp import commands as spec
 
-from shovel.link import Route, Source, Target
-from shovel.params import ShovelSpec, endpoint, mask_uri
-
-
-@dataclass(frozen=True)
-class LocalBroker:
-    """How a shovel reaches this broker for an ``amqp://`` URI without a host: over loopback
-    as the configured default user (RabbitMQ uses an internal direct connection as the user
-    who set the parameter; amqpq has no such connection)."""
-
-    host: str = "127.0.0.1"
-    port: int = 5672
-    user: str = "guest"
-    password: str = "guest"
-
-
-#: RabbitMQ's URI query parameters (https://www.rabbitmq.com/docs/uri-query-parameters) that
-#: aiormq knows under another name
-_QUERY_NAMES = {"cacertfile": "cafile", "certfile": "certfile", "keyfile": "keyfile",
-                "heartbeat": "heartbeat"}
-
-
-def _query(query: str) -> str:
-    """RabbitMQ's URI query as aiormq's: ``cacertfile`` -> ``cafile``, ``verify=verify_none``
-    -> ``no_verify_ssl=1``, ``connection_timeout`` (ms) -> ``timeout`` (s),
-    ``auth_mechanism=external`` -> ``auth=external``; others are dropped."""
-    out = []
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        if name in _QUERY_NAMES:
-            out.append((_QUERY_NAMES[name], value))
-        elif name == "verify" and value == "verify_none":
-            out.append(("no_verify_ssl", "1"))
-        elif name == "connection_timeout" and value.isdigit():
-            out.append(("timeout", str(max(1, int(value) // 1000))))
-        elif name == "auth_mechanism" and value.lower() == "external":
-            out.append(("auth", "external"))
-    return urlencode(out)
-
-
-def connect_url(uri: str, local: LocalBroker) -> str:
-    """The aiormq URL of one shovel URI (``amqp://``: ``local``; vhost ``/`` by default),
-    its query in aiormq's names."""
-    ep = endpoint(uri)
-    query = _query(ep.query)
-    if ep.local:
-        base = (f"amqp://{quote(local.user, safe='')}:{quote(local.password, safe='')}"
-                f"@{local.host}:{local.port}/{quote(ep.vhost, safe='')}")
-    else:
-        base = uri.split("?", 1)[0]
-    return f"{base}?{query}" if query else base
-
-
-async def _declare_queue(conn: aiormq.abc.AbstractConnection, name: str,
-                         args: dict[str, Any], confirm: bool = False
-                         ) -> tuple[aiormq.abc.AbstractChannel, int]:
-    """A passive declare, then a durable one when the queue is missing (the 404 closed the
-    channel: a new one is opened). Returns the channel to use and the message count."""
-    ch = await conn.channel(publisher_confirms=confirm)
-    try:
-        ok = await ch.queue_declare(name, passive=True)
-        return ch, int(ok.message_count or 0)
-    except aiormq.exceptions.ChannelNotFoundEntity:
-        pass
-    ch = await conn.channel(publisher_confirms=confirm)
-    ok = await ch.queue_declare(name, durable=True, arguments=args or None)
-    return ch, int(ok.message_count or 0)
+from links.link import Route, Source, Target
+from links.local import LocalBroker, connect_url, declare_queue
+from shovel.params import ShovelSpec, mask_uri
 
 
 def source_of(shovel: ShovelSpec, uri: str, local: LocalBroker) -> Source:
@@ -99,7 +34,7 @@ def source_of(shovel: ShovelSpec, uri: str, local: LocalBroker) -> Source:
     async def setup(conn: aiormq.abc.AbstractConnection
                     ) -> tuple[aiormq.abc.AbstractChannel, str, int]:
         if shovel.src_queue is not None:
-            ch, count = await _declare_queue(conn, shovel.src_queue, shovel.src_queue_args)
+            ch, count = await declare_queue(conn, shovel.src_queue, shovel.src_queue_args)
             return ch, shovel.src_queue, count
         ch = await conn.channel()
         ok = await ch.queue_declare("", exclusive=True)
@@ -119,7 +54,7 @@ def target_of(shovel: ShovelSpec, uri: str, local: LocalBroker, node: str,
 
     async def setup(conn: aiormq.abc.AbstractConnection) -> aiormq.abc.AbstractChannel:
         if shovel.dest_queue is not None:
-            ch, _ = await _declare_queue(conn, shovel.dest_queue, shovel.dest_queue_args,
+            ch, _ = await declare_queue(conn, shovel.dest_queue, shovel.dest_queue_args,
                                          confirm)
             return ch
         return await conn.channel(publisher_confirms=confirm)

@@ -2,7 +2,7 @@
 parameter, kept in step with the parameters (set over the HTTP API, the CLI, a definitions
 import, or read back at boot), with the status ``GET /api/shovels`` shows.
 
-Each shovel runs :class:`shovel.link.Link` in a loop: ``starting`` while it connects,
+Each shovel runs :class:`links.link.Link` in a loop: ``starting`` while it connects,
 ``running`` once it consumes, ``terminated`` with a ``reason`` when a connection, channel or
 declare fails; after ``reconnect-delay`` seconds it starts again (with several URIs, the next
 one is tried). ``src-delete-after`` (a number, or ``queue-length``: the source queue's length
@@ -26,8 +26,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shovel.ends import LocalBroker, source_of, target_of
-from shovel.link import Link, LinkError
+from links.link import Link, LinkError
+from links.local import LocalBroker
+from shovel.ends import source_of, target_of
 from shovel.params import COMPONENT, ShovelParamError, ShovelSpec, mask_uri, parse
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from exchanges.deduplication import DeduplicationExchange
 from exchanges.delayed import DelayedMessageExchange
 from exchanges.direct import DirectExchange
 from exchanges.fanout import FanoutExchange
+from exchanges.federation_upstream import FederationUpstreamExchange
 from exchanges.headers import HeadersExchange
 from exchanges.topic import TopicExchange, split_topic_key
 
@@ -27,6 +28,7 @@ Q1, Q2, Q3 = Destination("queue", "q1"), Destination("queue", "q2"), Destination
 X1 = Destination("exchange", "x1")
 #: declare arguments a type requires (x-message-deduplication: a cache size)
 REQUIRED_ARGS: dict[str, dict[str, Any]] = {"x-message-deduplication": {"x-cache-size": 10},
+                                            "x-federation-upstream": {"x-max-hops": 1},
                                             "x-delayed-message": {"x-delayed-type": "direct"}}
 
 
@@ -73,7 +75,8 @@ def test_removing_one_of_two_bindings_keeps_the_destination(type_name: str) -> N
 def test_needs_headers_only_for_types_reading_headers() -> None:
     """Only the headers exchange gets decoded headers; the types that read one header or a
     property take the whole message and read what they need from its raw properties."""
-    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {"headers"}
+    assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_headers} == {
+        "headers", "x-federation-upstream"}  # its x-received-from (max-hops, cycles)
     assert {n for n, cls in EXCHANGE_TYPES.items() if cls.needs_message} == {
         "x-consistent-hash", "x-message-deduplication"}
 
@@ -87,6 +90,7 @@ def test_registry_makes_fresh_tables() -> None:
         "x-consistent-hash": ConsistentHashExchange,
         "x-message-deduplication": DeduplicationExchange,
         "x-delayed-message": DelayedMessageExchange,
+        "x-federation-upstream": FederationUpstreamExchange,
     }
     a, b = make_exchange_type("direct"), make_exchange_type("direct")
     a.add_binding(bind(Q1, "k"))

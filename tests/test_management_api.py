@@ -907,11 +907,10 @@ def test_parameters_list_vhost_limits_and_refuse_unknown_components(
     assert row in api("GET", "/api/parameters").json
     assert api("GET", f"/api/parameters/vhost-limits/{q(vhost)}").json == [row]
     assert api("GET", f"/api/parameters/vhost-limits/{q(vhost)}/limits").json == row
-    r = api("PUT", f"/api/parameters/federation-upstream/{q(vhost)}/up",
-            {"value": {"uri": "amqp://x"}})
+    r = api("PUT", f"/api/parameters/sharding/{q(vhost)}/up", {"value": {"uri": "amqp://x"}})
     assert (r.status, r.json["reason"]) == (
-        400, "Validation failed\n\ncomponent federation-upstream not found\n")
-    assert api("GET", f"/api/parameters/federation-upstream/{q(vhost)}/up").status == 404
+        400, "Validation failed\n\ncomponent sharding not found\n")
+    assert api("GET", f"/api/parameters/sharding/{q(vhost)}/up").status == 404
     r = api("PUT", f"/api/parameters/vhost-limits/{q(vhost)}/limits",
             {"value": {"max-connections": 5}})
     assert r.status == 204

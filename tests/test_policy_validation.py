@@ -98,9 +98,17 @@ def test_misspelled_key_is_refused(api: Callable[..., Answer], resource: str,
 @pytest.mark.parametrize(("resource", "definition", "reason"), [
     ("policies", {}, "Validation failed\n\nno policy provided\n"),
     ("operator-policies", {}, "Validation failed\n\nno policy provided\n"),
-    ("policies", {"federation-upstream": "u", "ha-mode": "all"},
-     _escaped('Validation failed\n\n[{<<"federation-upstream">>,<<"u">>}] are not '
+    ("policies", {"shards-per-node": "u", "ha-mode": "all"},
+     _escaped('Validation failed\n\n[{<<"shards-per-node">>,<<"u">>}] are not '
               'recognised policy settings\n')),
+    # the federation plugin's keys (RabbitMQ 3.10.8's texts, checked with curl)
+    ("policies", {"federation-upstream": 5},
+     "Validation failed\n\n5 is not a valid federation upstream name\n"),
+    ("policies", {"federation-upstream-set": 5},
+     "Validation failed\n\n5 is not a valid federation upstream set name\n"),
+    ("policies", {"federation-upstream": "a", "federation-upstream-set": "b"},
+     "Validation failed\n\ncannot specify federation-upstream, federation-upstream-set or "
+     "federation-upstream-pattern together\n"),
     ("operator-policies", {"federation-upstream": "u", "ha-mode": "all"},
      'Validation failed\n\n[{<<"federation-upstream">>,<<"u">>},{<<"ha-mode">>,<<"all">>}] '
      'are not recognised policy settings\n'),
@@ -178,8 +186,8 @@ DIFFERENTIAL = [
     ("policies", {"zz": 1, "aa": "x", "max-lenght": 5}),
     ("policies", {"vv": "s&p", "ww": -3, "xx": 2.5, "yy": None, "zz": False}),
     ("operator-policies", {"zz": [1, "a", True, None, 1.5, {"k": "v"}]}),
-    # an unknown key beside a known one ('federation-upstream' is known to a RabbitMQ with
-    # the federation plugin, as make reference-rabbitmq starts it, and not yet to amqpq)
+    # an unknown key beside a known one (not a plugin's: make reference-rabbitmq enables
+    # the federation plugin, whose keys amqpq knows too)
     ("policies", {"upstream-of-nothing": "u", "ha-mode": "all"}),
     ("operator-policies", {"upstream-of-nothing": "u", "ha-mode": "all"}),
     ("operator-policies", {"dead-letter-exchange": "dlx"}),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from shovel.link import Settler
-from shovel.transport import CoalescingWriter
+from links.link import Settler
+from links.transport import CoalescingWriter
 
 
 class FakeWriter:
@@ -127,7 +127,7 @@ def test_batch_publisher_frames_and_confirms() -> None:
     from pamqp import commands as spec
     from pamqp import frame as pamqp_frame
 
-    from shovel.transport import BatchPublisher
+    from links.transport import BatchPublisher
 
     async def run() -> None:
         ch = FakePublishChannel()

@@ -33,9 +33,10 @@ EXCHANGE_KEYS = {"alternate-exchange": str}
 #: ``rabbit_quorum_queue``); any other key is refused, as RabbitMQ refuses it. Beyond
 #: :data:`QUEUE_KEYS` and :data:`EXCHANGE_KEYS` these are accepted so that definitions
 #: exported from RabbitMQ import, but nothing here acts on them (mirroring, leader
-#: placement, queue storage, streams, per-queue consumer timeouts). Plugin keys
-#: (``federation-upstream``, ``federation-upstream-set``, ``federation-upstream-pattern``,
-#: ``shards-per-node``, ``routing-key``) are refused, as by a RabbitMQ without those plugins.
+#: placement, queue storage, streams, per-queue consumer timeouts). The federation keys
+#: (:data:`FEDERATION_KEYS`, run by the ``federation`` package) are known, as with
+#: RabbitMQ's federation plugin enabled; other plugins' keys (``shards-per-node``,
+#: ``routing-key``) are refused, as by a RabbitMQ without those plugins.
 POLICY_KEYS = frozenset({
     *QUEUE_KEYS, *EXCHANGE_KEYS,
     "consumer-timeout", "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes",
@@ -43,7 +44,12 @@ POLICY_KEYS = frozenset({
     "stream-filter-size-bytes", "queue-leader-locator", "initial-cluster-size",
     "ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
     "ha-promote-on-failure", "queue-master-locator", "target-group-size",
+    "federation-upstream", "federation-upstream-set", "federation-upstream-pattern",
 })
+#: the ``rabbitmq_federation`` plugin's policy keys: an upstream's name, an upstream set's
+#: name (``all``: every upstream of the vhost), a regular expression over upstream names
+FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set",
+                   "federation-upstream-pattern")
 #: what an operator policy may set (RabbitMQ 3.10's operator_policy_validator): limits only,
 #: each combined with the user's policy and arguments by taking the lower value. RabbitMQ
 #: 3.12+ also takes queue-version, overflow, ha-mode, ha-params, ha-sync-mode and
@@ -125,9 +131,24 @@ def validate_policy(policy: Policy) -> None:
             raise PolicyError(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
         if key == "expires" and value == 0:
             raise PolicyError("'expires' must be a positive integer")
-    error = unrecognised(policy.definition, POLICY_KEYS)
+    error = unrecognised(policy.definition, POLICY_KEYS) or _federation_error(policy.definition)
     if error:
         raise PolicyError(error)
+
+
+def _federation_error(definition: dict[str, Any]) -> str | None:
+    """RabbitMQ 3.10.8's texts for the federation keys (``5 is not a valid federation
+    upstream name``; two of them together), or None. Source:
+    ``rabbit_federation_parameters:validate_policy/1``."""
+    keys = [k for k in FEDERATION_KEYS if k in definition]
+    if len(keys) > 1:
+        return ("cannot specify federation-upstream, federation-upstream-set or "
+                "federation-upstream-pattern together")
+    if not keys or isinstance(definition[keys[0]], str):
+        return None
+    what = {"federation-upstream": "upstream name", "federation-upstream-set": "upstream set name",
+            "federation-upstream-pattern": "upstream pattern"}[keys[0]]
+    return f"{erlang_pformat(definition[keys[0]])} is not a valid federation {what}"
 
 
 def validate_operator_policy(policy: Policy) -> None:

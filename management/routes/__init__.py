@@ -13,6 +13,7 @@ from management.routes import (
     definitions,
     delayed,
     exchanges,
+    federation,
     health,
     limits,
     maintenance,
@@ -36,5 +37,5 @@ def all_routes() -> list[web.RouteTableDef]:
             delayed.routes, exchanges.routes, quorum.routes, queues.routes, bindings.routes,
             policies.routes,
             connections.routes, definitions.routes, limits.routes, parameters.routes,
-            shovels.routes,
+            shovels.routes, federation.routes,
             maintenance.routes, health.routes, move.routes]

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from federation.params import COMPONENTS as FEDERATION_COMPONENTS
+from federation.params import validate as validate_federation
 from management.auth import require_admin
 from management.bodies import check_table, media_type, parse_json, unsupported_media_type
 from management.errors import ApiError, bad_request
@@ -51,18 +53,24 @@ async def _document(request: web.Request) -> dict[str, Any]:
 
 
 def _check_shovels(data: dict[str, Any]) -> None:
-    """400 for a ``shovel`` parameter RabbitMQ would refuse, with its texts and where:
+    """400 for a ``shovel``, ``federation-upstream`` or ``federation-upstream-set``
+    parameter RabbitMQ would refuse, with its texts and where:
     ``Validation failed\n\n<lines>\n (/vhost/shovel/name)`` (checked against 3.10.8)."""
     entries = data.get("parameters")
     for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict) or entry.get("component") != SHOVEL_COMPONENT:
+        if not isinstance(entry, dict):
             continue
-        name = entry.get("name")
-        errors = validate(str(name), entry.get("value"))
+        component, name = entry.get("component"), entry.get("name")
+        if component == SHOVEL_COMPONENT:
+            errors = validate(str(name), entry.get("value"))
+        elif component in FEDERATION_COMPONENTS:
+            errors = validate_federation(str(component), str(name), entry.get("value"))
+        else:
+            continue
         if errors:
             lines = "\n".join(errors)
             raise bad_request(escape_html_tags(
-                f"Validation failed\n\n{lines}\n ({entry.get('vhost')}/shovel/{name})"))
+                f"Validation failed\n\n{lines}\n ({entry.get('vhost')}/{component}/{name})"))
 
 
 def _import(request: web.Request, data: dict[str, Any]) -> web.Response:

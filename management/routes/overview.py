@@ -34,7 +34,10 @@ _TYPE_DESCRIPTIONS = {
     "x-consistent-hash": "Consistent Hashing Exchange",
     "x-message-deduplication": "Message Deduplication Exchange",
     "x-delayed-message": "Delayed Message Exchange.",
+    "x-federation-upstream": "Federation upstream helper exchange",
 }
+#: RabbitMQ 3.10.8 lists a plugin's internal type with its purpose
+_INTERNAL_PURPOSE = {"x-federation-upstream": "federation"}
 
 
 @routes.get("/api/overview")
@@ -70,6 +73,8 @@ async def overview(request: web.Request) -> web.Response:
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
                                       "basic": [600, 3600], "detailed": [600]},
         "exchange_types": [{"name": n, "description": _TYPE_DESCRIPTIONS.get(n, n),
+                            **({"internal_purpose": _INTERNAL_PURPOSE[n]}
+                               if n in _INTERNAL_PURPOSE else {}),
                             "enabled": True} for n in sorted(EXCHANGE_TYPES)],
         "product_version": broker.config.version, "product_name": broker.config.product,
         "rabbitmq_version": RABBITMQ_VERSION, "cluster_name": cluster_name(st), "node": st.node,

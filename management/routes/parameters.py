@@ -2,7 +2,9 @@
 
 The parameters listed are the ones a definitions import brought (kept verbatim, exported
 again), the ``shovel`` parameters (dynamic shovels, validated with RabbitMQ's texts by
-:mod:`shovel.params` and run by :mod:`shovel.manager`) and, as RabbitMQ 3.10 lists them,
+:mod:`shovel.params` and run by :mod:`shovel.manager`), the ``federation-upstream`` and
+``federation-upstream-set`` parameters (:mod:`federation.params`, run by
+:mod:`federation.manager`) and, as RabbitMQ 3.10 lists them,
 each vhost's limits as component ``vhost-limits``, name ``limits``. Setting a parameter of
 any other component is 400 ``component X not found``, as RabbitMQ without the plugin
 answers; ``vhost-limits`` parameters set the vhost's limits. Statuses and reasons checked
@@ -17,6 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
+from federation import manager_of as federation_manager_of
+from federation.params import COMPONENTS as FEDERATION_COMPONENTS
+from federation.params import FederationParamError
+from federation.params import validate as validate_federation
 from management.auth import (
     OBJECT_REFUSED,
     accessible_vhosts,
@@ -93,8 +99,8 @@ async def get_parameter(request: web.Request) -> web.Response:
 
 @routes.put("/api/parameters/{component}/{vhost}/{name}")
 async def put_parameter(request: web.Request) -> web.Response:
-    """``shovel`` parameters (201 created, 204 replaced; 400 ``Validation failed`` with
-    RabbitMQ's lines) and ``vhost-limits`` (name ``limits``: 204) can be set; else 400
+    """``shovel``, ``federation-upstream`` and ``federation-upstream-set`` parameters (201
+    created, 204 replaced; 400 ``Validation failed`` with RabbitMQ's lines) and ``vhost-limits`` (name ``limits``: 204) can be set; else 400
     component not found. 401 ``User not authorised to access object`` without the policymaker tag or
     access to the vhost, 404 ``vhost_not_found``, then 401 ``Not administrator user`` (amqpq
     keeps vhost limits to administrators; RabbitMQ lets policymakers set this parameter)."""
@@ -105,6 +111,9 @@ async def put_parameter(request: web.Request) -> web.Response:
     if component == SHOVEL_COMPONENT:
         return _put_shovel(request, vhost.name, request.match_info["name"],
                            (await read_json(request)).get("value"))
+    if component in FEDERATION_COMPONENTS:
+        return _put_federation(request, component, vhost.name, request.match_info["name"],
+                               (await read_json(request)).get("value"))
     if component != LIMITS_COMPONENT:
         raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
     try:
@@ -133,7 +142,27 @@ async def delete_parameter(request: web.Request) -> web.Response:
         raise not_found()
     if component == SHOVEL_COMPONENT:
         _poke(request)
+    if component in FEDERATION_COMPONENTS:
+        _poke_federation(request)
     return no_content()
+
+
+def _put_federation(request: web.Request, component: str, vhost: str, name: str,
+                    value: Any) -> web.Response:
+    """Store a ``federation-upstream`` / ``federation-upstream-set`` parameter once it
+    validates (RabbitMQ's texts) and have the links follow it."""
+    errors = validate_federation(component, name, value)
+    if errors:
+        raise bad_request(FederationParamError("\n".join(errors)).reason)
+    new = state(request).broker.extras.put_parameter(component, vhost, name, value)
+    _poke_federation(request)
+    return created(new)
+
+
+def _poke_federation(request: web.Request) -> None:
+    manager = federation_manager_of(state(request).broker)
+    if manager is not None:
+        manager.poke()
 
 
 def _put_shovel(request: web.Request, vhost: str, name: str, value: Any) -> web.Response:
