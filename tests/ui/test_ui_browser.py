@@ -338,6 +338,13 @@ def test_shovel_pages_add_restart_and_delete_a_real_shovel(page: Any, http: Http
     http.json("PUT", "/api/parameters/shovel/%2F/ui-shovel-2", {"value": {
         "src-uri": "amqp://", "src-exchange": "amq.topic", "src-exchange-key": "ui.#",
         "dest-uri": "amqp://guest:secret@127.0.0.1:1/%2F", "dest-queue": "ui-shovel-dst"}})
+    # a destination that refuses connections: a status with the reason, never a crash
+    go(page, http, "#/shovels")
+    row = page.locator("#shovels-table tr", has_text="ui-shovel-2")
+    sync_api.expect(row.locator(".state")).to_have_text("terminated", timeout=WAIT_MS)
+    sync_api.expect(row.locator(".reason")).to_contain_text(
+        "could not connect to destination", timeout=WAIT_MS)
+    shoot(page, "shovels-terminated")
     go(page, http, "#/dynamic-shovels")
     row = page.locator("#dynamic-shovels-table tr", has_text="ui-shovel-2")
     row.wait_for()
