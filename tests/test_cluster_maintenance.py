@@ -7,13 +7,14 @@ etcd and broker processes, ``amqpqctl`` as an operator runs it): RabbitMQ 3.13's
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, connect, ctl, wait_until
-from tests.support.etcd import ETCD
+from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
+from tests.support.etcd import ETCD, Etcd, running_etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
@@ -68,7 +69,7 @@ def test_leaders_placed_by_locator_then_rebalanced(nodes: list[BrokerProcess]) -
 
 
 def test_drain_check_and_revive(nodes: list[BrokerProcess]) -> None:
-    n1, n2, n3 = nodes
+    n1, n2, _ = nodes
     names = [f"m-{i}" for i in range(4)]
     declare(n2, *names)  # led by n2
     wait_until(lambda: all_in_sync(n1, names) and everything_in_sync(n1),
@@ -111,20 +112,50 @@ def test_drain_check_and_revive(nodes: list[BrokerProcess]) -> None:
     wait_until(lambda: connect(n2).close() or True, "n2 listening again")
     assert api(n1, "/api/maintenance")["drained"] == []
     wait_until(lambda: everything_in_sync(n1), "every replica in sync again")
-    # n3 stopped: the queues are at their minimum quorum
-    n3.close()
-    try:
-        critical = wait_until(lambda: (lambda r: r if r.returncode == 69 else None)(
-            ctl(n1, "check_if_node_is_quorum_critical")), "n1 quorum critical")
-        assert "queue 'm-0' in vhost '/' would lose quorum if node n1 is stopped" in \
-            critical.stderr.splitlines()
-        late = ctl(n1, "await_online_quorum_plus_one", "-t", "1")
-        assert late.returncode == 70
-        assert "time is up, no quorum + 1 online replicas came online for at least some " \
-               "quorum queues" in late.stderr
-    finally:
-        n3.start()
+    # a queue with one member (on n1) is at its minimum quorum: n1 is critical
+    declare(n1, "solo", **{"x-quorum-initial-group-size": 1})
+    wait_until(lambda: api(n1, "/api/queues/%2F/solo").get("members") == ["n1"], "declared")
+    critical = ctl(n1, "check_if_node_is_quorum_critical")
+    assert critical.returncode == 69, critical.stdout + critical.stderr
+    assert critical.stderr.splitlines() == [
+        "queue 'solo' in vhost '/' would lose quorum if node n1 is stopped"]
+    late = ctl(n1, "await_online_quorum_plus_one", "-t", "1")
+    assert late.returncode == 70
+    assert "time is up, no quorum + 1 online replicas came online for at least some " \
+           "quorum queues" in late.stderr
+    for node in ("n2", "n3"):
+        assert ctl(n1, "add_member", "solo", node).returncode == 0
     back = ctl(n1, "await_online_quorum_plus_one", "-t", "30")
     assert back.returncode == 0, back.stderr
     assert back.stdout.strip() == ("Will wait for a quorum + 1 of nodes to be online for all "
                                    "quorum queues for 30 seconds...")
+
+
+@pytest.mark.slow
+def test_a_node_that_joins_is_grown_into_queues_short_of_the_target_size(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quorum-target-group-size 3``: a queue declared on a two-node cluster gets the
+    third node as a member once it starts (checked once a second here)."""
+    monkeypatch.setenv("AMQPQ_QUORUM_RECONCILE_SECONDS", "1")  # the brokers' environment
+    started: list[BrokerProcess] = []
+    with running_etcd(tmp_path) as etcd:
+        try:
+            grow_cluster(etcd, tmp_path, started)
+        finally:
+            for node in started:
+                node.close()
+
+
+def grow_cluster(etcd: Etcd, tmp_path: Path, started: list[BrokerProcess]) -> None:
+    """g1 and g2 up, a queue on them, then g3: it becomes the third member."""
+    for name in ("g1", "g2"):
+        started.append(cluster_node(tmp_path, name, etcd, "--quorum-target-group-size",
+                                    "3").start())
+    declare(started[0], "grow-me")
+    wait_until(lambda: sorted(api(started[0], "/api/queues/%2F/grow-me").get("members")
+                              or []) == ["g1", "g2"], "two members")
+    started.append(cluster_node(tmp_path, "g3", etcd, "--quorum-target-group-size",
+                                "3").start())
+    wait_until(lambda: sorted(api(started[1], "/api/queues/%2F/grow-me").get("members")
+                              or []) == ["g1", "g2", "g3"], "grown to three members")
+    wait_until(lambda: all_in_sync(started[2], ["grow-me"]), "the new member in sync")

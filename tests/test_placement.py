@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from amqp_server.cluster.placement import (
     choose_leader,
@@ -15,6 +18,7 @@ from amqp_server.cluster.placement import (
     rebalance_moves,
     short_of_target,
 )
+from amqp_server.server import parse_args
 
 
 def st(leader: int, members: list[int], isr: list[int] | None = None) -> dict[str, Any]:
@@ -86,6 +90,29 @@ def test_quorum_critical_as_rabbitmq_counts_it() -> None:
 
 def test_reconciliation_grows_queues_short_of_the_target() -> None:
     states = {"a": st(0, [0]), "b": st(0, [0, 1]), "c": st(0, [0, 1, 2])}
-    assert short_of_target(states, {0, 1, 2, 3}, set(), 3) == [("a", 3), ("b", 2)]
-    assert short_of_target(states, {0, 1, 2, 3}, {3}, 3) == [("a", 2), ("b", 2)]
+    # fewest replicas first, counted as the additions go
+    assert short_of_target(states, {0, 1, 2, 3}, set(), 3) == [("a", 3), ("a", 2),
+                                                                ("b", 3)]
+    assert short_of_target(states, {0, 1, 2, 3}, {3}, 3) == [("a", 2), ("a", 1), ("b", 2)]
     assert short_of_target(states, {0}, set(), 3) == []
+
+
+def test_locator_and_target_size_from_options_and_rabbitmq_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "amqpq.conf"
+    conf.write_text("queue_leader_locator = least-leaders\n"
+                    "quorum_queue.continuous_membership_reconciliation.enabled = true\n")
+    config = parse_args(["--config", str(conf)])
+    assert (config.queue_leader_locator, config.quorum_target_group_size) == ("balanced", 3)
+    conf.write_text("queue_leader_locator = client-local\n"
+                    "quorum_queue.continuous_membership_reconciliation.target_group_size = 5\n")
+    config = parse_args(["--config", str(conf)])
+    assert (config.queue_leader_locator, config.quorum_target_group_size) == ("client-local", 5)
+    config = parse_args(["--queue-leader-locator", "balanced", "--config", str(conf),
+                         "--quorum-target-group-size", "4"])
+    assert (config.queue_leader_locator, config.quorum_target_group_size) == ("balanced", 4)
+    conf.write_text("quorum_queue.continuous_membership_reconciliation.enabled = false\n"
+                    "quorum_queue.continuous_membership_reconciliation.target_group_size = 5\n")
+    assert parse_args(["--config", str(conf)]).quorum_target_group_size == 0
+    conf.write_text("queue_leader_locator = far\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(conf)])

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpq.cluster")
 
 RELINK_AFTER = 1.0  # seconds before a closed link to a registered node is opened again
+#: seconds between quorum queue membership reconciliations (RabbitMQ's trigger_interval);
+#: the environment variable sets another (the tests: 1)
+RECONCILE_EVERY, RECONCILE_ENV = 10.0, "AMQPQ_QUORUM_RECONCILE_SECONDS"
 
 
 async def cluster_secret(membership: Membership, secret_file: Path | None) -> bytes:
@@ -178,6 +181,7 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         Path(config.data_dir), lambda: _declared_down(broker))
     runtime.quorum.leader_locator = config.queue_leader_locator
     runtime.quorum.target_group_size = config.quorum_target_group_size
+    runtime.quorum.reconcile_every = float(os.environ.get(RECONCILE_ENV, RECONCILE_EVERY))
     node = runtime
     hub.state_source = lambda: state_records(broker, node.index, node.home_of)
     await runtime.quorum.load_states()

@@ -188,18 +188,18 @@ def short_of_target(states: Mapping[Any, State], running: Collection[int],
                     drained: Collection[int], target: int) -> list[tuple[Any, int]]:
     """``(queue, node)`` member additions that bring queues with fewer than ``target``
     members up to it with running nodes (RabbitMQ 4's continuous membership
-    reconciliation): each queue gets the running, non-drained non-member holding the fewest
-    replicas (counted as the additions go), one node per queue per call."""
+    reconciliation): each queue gets the running, non-drained non-members holding the
+    fewest replicas (counted as the additions go; ties: the lower index)."""
     replicas = _count(states.values(), "members")
     out: list[tuple[Any, int]] = []
     for key in sorted(states, key=repr):
         members = {int(m) for m in states[key]["members"]}
-        if len(members) >= target:
-            continue
-        able = [n for n in running if n not in members and n not in drained]
-        if not able:
-            continue
-        node = min(able, key=lambda n: (replicas[n], n))
-        replicas[node] += 1
-        out.append((key, node))
+        while len(members) < target:
+            able = [n for n in running if n not in members and n not in drained]
+            if not able:
+                break
+            node = min(able, key=lambda n: (replicas[n], n))
+            replicas[node] += 1
+            members.add(node)
+            out.append((key, node))
     return out
