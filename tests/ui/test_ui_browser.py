@@ -353,3 +353,34 @@ def test_shovel_pages_add_restart_and_delete_a_real_shovel(page: Any, http: Http
     row.locator("button", has_text="Delete").click()
     sync_api.expect(row).to_have_count(0, timeout=WAIT_MS)
     assert http.call("GET", "/api/parameters/shovel/%2F/ui-shovel-2")[0] == 404
+
+
+def test_shovel_pages_follow_the_users_tags(browser: Any, http: Http) -> None:
+    """As rabbitmq_shovel_management: Shovel Status for monitoring, Shovel Management for
+    policymakers; adding, restarting and deleting shovels stays with administrators (amqpq
+    lets only them set shovel parameters), so a policymaker sees the list without them."""
+    http.json("PUT", "/api/users/ui-policymaker",
+              {"password": "secret", "tags": "policymaker,monitoring"})
+    http.json("PUT", "/api/permissions/%2F/ui-policymaker",
+              {"configure": ".*", "write": ".*", "read": ".*"})
+    http.json("PUT", "/api/parameters/shovel/%2F/ui-shovel-seen", {"value": {
+        "src-uri": "amqp://", "src-queue": "ui-seen-src", "dest-uri": "amqp://",
+        "dest-queue": "ui-seen-dst"}})
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        tab.goto(http.base + "/")
+        log_in(tab, "ui-policymaker", "secret")
+        tab.wait_for_selector("#nav a")
+        assert tab.locator("#nav a").all_inner_texts()[-3:] == [
+            "Policies", "Shovel Status", "Shovel Management"]
+        go(tab, http, "#/dynamic-shovels")
+        row = tab.locator("#dynamic-shovels-table tr", has_text="ui-shovel-seen")
+        row.wait_for()
+        assert row.locator("button").count() == 0 and tab.locator("#add-shovel").count() == 0
+        go(tab, http, "#/shovels")
+        row = tab.locator("#shovels-table tr", has_text="ui-shovel-seen")
+        row.wait_for()
+        assert row.locator("button").count() == 0
+    finally:
+        tab.close()
+        http.call("DELETE", "/api/parameters/shovel/%2F/ui-shovel-seen")
