@@ -3,7 +3,9 @@ upstream, ``down`` federates from it): a federated exchange (the upstream's exch
 queue, bindings kept in step, ``x-received-from``, a loop of two links that does not echo),
 a federated queue (moves messages only while a downstream consumer waits), the status rows of
 ``/api/federation-links`` (``econnrefused`` for an upstream that is down, no row for a missing
-upstream), validation texts, the definitions round trip and ``amqpqctl federation_status``.
+upstream), validation texts, the definitions round trip and ``amqpqctl federation_status``;
+on demand (``-m slow``), the upstream killed -9 mid-transfer: nothing lost, the link says so
+and reconnects.
 
 Source: https://www.rabbitmq.com/docs/federation, /docs/federated-exchanges,
 /docs/federated-queues; texts and status fields as RabbitMQ 3.10.8 with
@@ -12,6 +14,7 @@ rabbitmq_federation_management answers them (checked with curl).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
+import aiormq
 import pika
 import pytest
 
@@ -263,3 +267,75 @@ def test_status_errors_validation_definitions_and_cli(pair: tuple[Node, Node]) -
     for p in (f"d-{tag}", f"m-{tag}"):
         down.api("DELETE", f"/api/policies/%2F/{p}")
     assert down.api("DELETE", f"/api/parameters/federation-upstream/%2F/dead-{tag}")[0] == 204
+
+
+def _publish_to_exchange(url: str, exchange: str, key: str, bodies: list[bytes]) -> None:
+    """Persistent publishes to ``exchange``, confirms pipelined (aiormq)."""
+
+    async def run() -> None:
+        conn = await aiormq.connect(url)
+        try:
+            ch = await conn.channel()
+            props = aiormq.spec.Basic.Properties(delivery_mode=2)
+            for start in range(0, len(bodies), 500):
+                await asyncio.gather(*(ch.basic_publish(b, exchange=exchange, routing_key=key,
+                                                        properties=props)
+                                       for b in bodies[start:start + 500]))
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.slow  # ~9 s with the upstream's restart (-m slow); the link's kill tests are
+# tests/test_shovel.py's, in the default run
+def test_upstream_killed_mid_transfer_loses_nothing(pair: tuple[Node, Node]) -> None:
+    """on-confirm: the upstream amqpq is killed -9 while the link moves messages; the link
+    says so (status ``error``, a log line), reconnects by itself once the upstream is back,
+    and every message arrives (duplicates only of what was in flight). Last in the module:
+    it restarts the shared upstream."""
+    up, down = pair
+    tag = uuid.uuid4().hex[:6]
+    try:
+        x, q, n = f"orders-{tag}", f"orders.site-b-{tag}", 1000
+        set_upstream(down, f"site-a-{tag}", {"uri": up.url, "reconnect-delay": 1,
+                                      "prefetch-count": 200})
+        conn, ch = channel(down)
+        ch.exchange_declare(x, "direct", durable=True)
+        ch.queue_declare(q, durable=True)
+        ch.queue_bind(q, x, "new")
+        conn.close()
+        set_policy(down, f"fed-{tag}", f"^{x}$", {"federation-upstream": f"site-a-{tag}"})
+        wait_running(down, exchange=x)
+        uconn, uch = channel(up)  # the link has bound the upstream exchange
+        uch.exchange_declare(x, "direct", durable=True, passive=True)
+        uconn.close()
+        wait_for(lambda: any(r["routing_key"] == "new" for r in up.api(
+            "GET", f"/api/exchanges/%2F/{x}/bindings/source")[1]), what="upstream binding")
+        bodies = [f"order-{i}".encode() for i in range(n)]
+        _publish_to_exchange(up.url, x, "new", bodies)  # confirmed: in the upstream queue
+        wait_for(lambda: down.count(q) > 0, timeout=60, what="transfer started")
+        up.proc.kill()
+        row = wait_for(lambda: next((r for r in links(down, exchange=x)
+                                     if r["status"] == "error"), None), what="error row")
+        assert row["upstream"] == f"site-a-{tag}" and row["error"]
+        up.proc.start()
+        wait_running(down, exchange=x)
+        got: list[bytes] = []
+
+        def everything() -> bool:
+            got.extend(m for m, _ in get_all(down, q))
+            return set(got) >= set(bodies)
+
+        wait_for(everything, timeout=120, what=f"all {n} messages",
+                 describe=lambda: f"{len(set(got))} distinct")
+        assert set(got) == set(bodies) and len(got) - n <= 200  # duplicates: the window
+        log = down.proc.log_text()
+        what = f"Federation link for exchange '{x}' in vhost '/' (upstream: site-a-{tag}"
+        assert f"{what}, amqp://127.0.0.1:{up.proc.port}/%2F) failed: " in log
+        assert "reconnecting in 1 s" in log
+        assert log.count(f"{what}, amqp://127.0.0.1:{up.proc.port}/%2F) is running") >= 2
+    finally:
+        if not up.proc.alive():
+            up.proc.start()
+        down.api("DELETE", f"/api/policies/%2F/fed-{tag}")
