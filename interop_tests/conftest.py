@@ -11,6 +11,10 @@ Which broker:
   ``--workers 2`` (connections spread over two worker processes). ``AMQPQ_TEST_CLUSTER=3``
   runs it as a cluster of three nodes joined through a real etcd; the tests use node n1.
 
+Tests that start broker processes of their own (kill -9, a tmpfs, users of their own) and
+never use the broker under test are marked ``own_broker``: they run in the plain run only, not
+again under ``AMQPQ_TEST_WORKERS`` or ``AMQPQ_TEST_CLUSTER`` (they would run the same there).
+
 Tests never collide on a shared broker: every name they declare comes from ``unique_name``
 (a uuid suffix), and they delete what they declare (or use exclusive/auto-delete queues).
 """
@@ -104,6 +108,27 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield broker.url
     except BrokerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "own_broker: starts broker processes of its own and never uses the broker "
+        "under test; skipped under AMQPQ_TEST_WORKERS/AMQPQ_TEST_CLUSTER, where it would run "
+        "exactly as in the plain run")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``own_broker`` tests run once per CI run (the plain one): the ``--workers 2`` and
+    cluster runs change only the broker under test, which they do not use."""
+    if not (worker_args() or cluster_size()):
+        return
+    mode = f"{ENV_WORKERS}={os.environ.get(ENV_WORKERS)}" if worker_args() else \
+        f"{ENV_CLUSTER}={cluster_size()}"
+    skip = pytest.mark.skip(reason=f"starts its own broker: runs in the plain run, not "
+                                   f"again under {mode}")
+    for item in items:
+        if item.get_closest_marker("own_broker") is not None:
+            item.add_marker(skip)
 
 
 def cluster_size() -> int:

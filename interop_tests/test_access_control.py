@@ -15,7 +15,7 @@ import pytest
 from tests.support.broker_process import BrokerProcess
 from vhosts.users import hash_password
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.own_broker]  # own_broker: see conftest.py
 
 USERS = {"alice": "a-pw", "bob": "b-pw", "carol": "c-pw", "dave": "d-pw"}
 

@@ -12,6 +12,8 @@ pika = pytest.importorskip("pika")
 from interop_tests.conftest import process_connection as connect  # noqa: E402
 from tests.support.broker_process import BrokerProcess, broker_fixture  # noqa: E402
 
+pytestmark = pytest.mark.own_broker  # never uses the broker under test (conftest.py)
+
 broker_process = broker_fixture(start=False, fresh_port=True, log_level="info")
 
 

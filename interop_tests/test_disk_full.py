@@ -26,6 +26,8 @@ from pika import exceptions as pika_exc  # noqa: E402
 
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 
+pytestmark = pytest.mark.own_broker  # never uses the broker under test (conftest.py)
+
 QUEUE = "diskfull.q"
 LATER = "diskfull.declared-while-full"
 BODY = 16 * 1024  # bytes per message

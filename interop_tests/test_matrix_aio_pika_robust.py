@@ -24,7 +24,7 @@ from pamqp.commands import Basic  # noqa: E402
 from interop_tests.conftest import pika_parameters  # noqa: E402
 from tests.support.broker_process import REPO_ROOT, BrokerProcess  # noqa: E402
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.own_broker]  # own_broker: see conftest.py
 
 WAIT = 10.0
 

@@ -36,6 +36,8 @@ aio_pika = pytest.importorskip("aio_pika")
 
 from tests.support.broker_process import BrokerProcess, broker_fixture, free_port  # noqa: E402
 
+pytestmark = pytest.mark.own_broker  # never uses the broker under test (conftest.py)
+
 MGMT_PORT = free_port()
 broker = broker_fixture(scope="module", management=MGMT_PORT)
 

@@ -24,6 +24,8 @@ from pika import exceptions as pika_exc  # noqa: E402
 from interop_tests.conftest import process_connection as connect  # noqa: E402
 from tests.support.broker_process import BrokerProcess, broker_fixture  # noqa: E402
 
+pytestmark = pytest.mark.own_broker  # never uses the broker under test (conftest.py)
+
 QUEUE = "persistence.q"
 
 # a data dir each, a new port each start, its log at info level

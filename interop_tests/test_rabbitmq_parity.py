@@ -188,6 +188,7 @@ def test_channel_count_limit_is_a_connection_error(url: str) -> None:
 # ---- both loopbacks ------------------------------------------------------------------------
 
 
+@pytest.mark.own_broker
 def test_ipv6_loopback_reaches_the_default_listener(tmp_path: Path) -> None:
     """``make run`` / no ``--host``: a client resolving localhost to ::1 connects, and one
     resolving it to 127.0.0.1 too."""

@@ -248,6 +248,7 @@ stream_broker = broker_fixture(start=False, fresh_port=True, log_level="info",
                                management=free_port())
 
 
+@pytest.mark.own_broker
 def test_kill_9_keeps_every_confirmed_message_at_its_offset(stream_broker: BrokerProcess
                                                             ) -> None:
     bp = stream_broker
@@ -271,6 +272,7 @@ def test_kill_9_keeps_every_confirmed_message_at_its_offset(stream_broker: Broke
     conn.close()
 
 
+@pytest.mark.own_broker
 def test_retention_drops_whole_old_segments(stream_broker: BrokerProcess) -> None:
     bp = stream_broker
     bp.start()
