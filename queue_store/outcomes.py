@@ -29,6 +29,7 @@ class PublishResult(IntFlag):
     NEEDS_SYNC = 4  # written to disk: confirm only after the next fsync
     DUPLICATE = 8  # dropped by a deduplication exchange: not returned, confirm ack
     REMOTE = 16  # sent to a queue on another worker: confirm when its home answers
+    NOT_LEADER = 32  # with REJECTED: refused by a node that does not lead the quorum queue
 
 
 UNROUTABLE = 0
@@ -37,6 +38,7 @@ REJECTED = 2
 NEEDS_SYNC = 4
 DUPLICATE = 8
 REMOTE = 16
+NOT_LEADER = 32
 #: Queue.publish's answers: taken; refused; taken and written to disk.
 ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC

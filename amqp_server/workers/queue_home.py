@@ -46,7 +46,14 @@ from amqp_server.workers.links import Links
 from amqp_server.workers.remote_client import RemoteClient
 from amqp_server.workers.remote_queue import LinkConsumerChannel, RemoteQueue
 from queue_store.consumer import Consumer
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, ROUTED, PublishContext, Settlement
+from queue_store.outcomes import (
+    NEEDS_SYNC,
+    NOT_LEADER,
+    REJECTED,
+    ROUTED,
+    PublishContext,
+    Settlement,
+)
 from queue_store.queue import Delivery, Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -290,12 +297,13 @@ class QueueHome:
 
     def _orphan_dropped(self, peer: int, kind: int, body: bytes, refuse: bool = False) -> None:
         """A record for a queue that is not here: a publish is answered as dropped (the queue
-        is gone, as RabbitMQ), or nacked (``refuse``: a quorum queue that moved to another
-        leader: never a confirm for a message nobody has)."""
+        is gone, as RabbitMQ), or refused (``refuse``: a quorum queue that moved to another
+        leader, or whose leadership has not reached this node yet: never a confirm for a
+        message nobody has; NOT_LEADER tells the sender to wait for the leader again)."""
         if kind == PUBLISH:
             pub_id, want, *_ = read_publish(body)
             if want:
-                self._result(peer, pub_id, REJECTED if refuse else ROUTED)
+                self._result(peer, pub_id, REJECTED | NOT_LEADER if refuse else ROUTED)
         elif kind == CONTROL:
             rec = read_control(body)
             if rec[0] == "call":

@@ -21,7 +21,8 @@ answers.
   resends pending publishes to a new leader. One that waited :data:`PARK_TIMEOUT` seconds
   is nacked. A publish with confirms already sent to the leader and not answered when its
   link went waits the same way, ahead of the later ones (it may have been committed: then
-  it is in the queue twice; at-least-once).
+  it is in the queue twice; at-least-once), and so does one refused with NOT_LEADER by a
+  node that does not lead the queue (yet: etcd's news reached this node first).
 * **Calls**: Basic.Get, purge, Declare-Ok counts and consume ask the home; the
   :class:`~queue_store.queue_kind.Requester` waits until the answer (or :data:`CALL_TIMEOUT`).
 
@@ -51,7 +52,14 @@ from amqp_server.workers.links import Links
 from amqp_server.workers.remote_queue import CREDIT_WINDOW, RemoteQueue
 from queue_store.consumer import Consumer
 from queue_store.message import Message
-from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext, Settlement
+from queue_store.outcomes import (
+    NOT_LEADER,
+    REJECTED,
+    REMOTE,
+    ROUTED,
+    PublishContext,
+    Settlement,
+)
 from queue_store.queue import Queue, QueuedMessage
 from queue_store.queue_kind import Requester
 
@@ -65,6 +73,10 @@ __all__ = ["CALL_TIMEOUT", "CREDIT_BATCH", "PARK_TIMEOUT", "Join", "RemoteClient
 CREDIT_BATCH = CREDIT_WINDOW // 4  # deliveries whose credit goes back in one record
 CALL_TIMEOUT = 10.0  # seconds a Basic.Get, purge or count may wait for the queue's home
 PARK_TIMEOUT = 30.0  # seconds a publish waits for a quorum queue's next leader, then nacked
+
+#: A publish waiting for a quorum queue's next leader: (deadline (loop time), its place in
+#: this node's publish order, the message, the key its publisher waits on or None).
+Parked = tuple[float, int, Message, "tuple[int, int] | None"]
 
 
 class Join:
@@ -112,15 +124,14 @@ class RemoteClient:
         self._flowed: set[Any] = set()  # publishers not read until the links drain
         self._flush_scheduled = False
         self.dirty_connections: set[Any] = set()  # confirms settled by a home's answer
-        # qkey -> publishes waiting for the queue's next leader: (deadline, message, the
-        # local key its publisher waits on or None), in publish order
-        self._parked: dict[bytes, deque[tuple[float, Message, tuple[int, int] | None]]] = {}
+        # qkey -> publishes waiting for the queue's next leader, in publish order
+        self._parked: dict[bytes, deque[Parked]] = {}
         # (home, pub_id) of a parked publish sent on -> the local key its publisher waits on
         self._aliases: dict[tuple[int, int], tuple[int, int]] = {}
         # (home, pub_id) of a publish with confirms sent to a quorum queue's leader and not
-        # answered yet -> (its queue's key, the message, the key its publisher waits on): if
-        # the leader's node goes, it waits for the next leader instead of being nacked
-        self._unanswered: dict[tuple[int, int], tuple[bytes, Message, tuple[int, int]]] = {}
+        # answered yet -> (its queue's key, it parked again): if the leader's node goes, or
+        # the node answers that it does not lead the queue, it waits for the next leader
+        self._unanswered: dict[tuple[int, int], tuple[bytes, Parked]] = {}
         self._moved: dict[tuple[int, int], tuple[int, int]] = {}  # such a key -> its new one
 
     # ---- publish -------------------------------------------------------------------------
@@ -136,7 +147,8 @@ class RemoteClient:
             return self._park(q, message, context)
         if out is None:
             return REJECTED
-        pub_id = next(self._pub) & 0xFFFFFFFF
+        order = next(self._pub)
+        pub_id = order & 0xFFFFFFFF
         want = context is not None and context.want_results
         out.outbox.publish(pub_id, want, q.qkey, message.ex_rk_raw, message.properties_raw,
                            message.body)
@@ -148,8 +160,8 @@ class RemoteClient:
         if want:
             key = (q.home, pub_id)
             context.waits.append(key)  # type: ignore[union-attr]
-            if q.home_moves:
-                self._unanswered[key] = (q.qkey, message, key)
+            if q.home_moves:  # no deadline yet: it starts if it has to wait
+                self._unanswered[key] = (q.qkey, (0.0, order, message, key))
             return ROUTED | REMOTE
         return ROUTED
 
@@ -189,7 +201,10 @@ class RemoteClient:
         """The answer for ``key`` (a home's RESULTS, or a commit here); one that comes
         before anyone waits for it (the publisher's fsync is still running) is kept."""
         if self._unanswered:
-            self._unanswered.pop(key, None)
+            sent = self._unanswered.pop(key, None)
+            if sent is not None and result & NOT_LEADER:
+                self._park_again([(key, sent)], "its node does not lead the queue")
+                return
         if self._aliases:
             key = self._aliases.pop(key, key)
         join = self._waits.pop(key, None)
@@ -415,36 +430,45 @@ class RemoteClient:
             parked = self._parked[q.qkey] = deque()
             log.warning("%s has no reachable leader: publishes wait for the next one "
                         "(up to %.0f s)", rs("queue", q.name, q.vhost_name), PARK_TIMEOUT)
-        parked.append((asyncio.get_running_loop().time() + PARK_TIMEOUT, message, key))
+        parked.append((asyncio.get_running_loop().time() + PARK_TIMEOUT, next(self._pub),
+                       message, key))
         return ROUTED | REMOTE if key is not None else ROUTED
 
     def _repark(self, w: int) -> None:
         """Publishes with confirms sent to node ``w`` (a quorum queue's leader) and not
-        answered when its link went: parked again, ahead of those parked since (they were
-        published first), as RabbitMQ's quorum queue client resends its pending publishes
-        to the new leader. ``w`` may have committed some: those are in the queue twice
-        (at-least-once, as a publisher's own resend after a nack would make them)."""
-        gone = [k for k in self._unanswered if k[0] == w]
-        if not gone:
-            return
-        deadline = asyncio.get_running_loop().time() + PARK_TIMEOUT
-        again: dict[bytes, list[tuple[float, Message, tuple[int, int] | None]]] = {}
-        for sent in gone:  # in the order they were sent
-            qkey, message, key = self._unanswered.pop(sent)
-            self._aliases.pop(sent, None)
-            if key == sent:  # its publisher waits on w's answer: on a key of this node now
+        answered when its link went: parked again (:meth:`_park_again`)."""
+        gone = [(k, self._unanswered.pop(k)) for k in [k for k in self._unanswered
+                                                       if k[0] == w]]
+        if gone:
+            self._park_again(gone, f"the link to node {w} went")
+
+    def _park_again(self, sent: list[tuple[tuple[int, int], tuple[bytes, Parked]]],
+                    why: str) -> None:
+        """Publishes sent to a quorum queue's leader, ``(home, pub_id) -> (qkey, entry)``,
+        that it will not answer (``why``): they wait for the next leader again, in their
+        publish order among those waiting (RabbitMQ's quorum queue client resends its
+        pending publishes to a new leader), until the deadline they had or
+        :data:`PARK_TIMEOUT` from now. One the old leader had committed is in the queue
+        twice (at-least-once, as a publisher's own resend after a nack would make it)."""
+        now = asyncio.get_running_loop().time()
+        again: dict[bytes, list[Parked]] = {}
+        for home_key, (qkey, (deadline, order, message, key)) in sent:
+            self._aliases.pop(home_key, None)
+            if key == home_key:  # its publisher waits on the home's answer: on a local key
                 key = (self.index, next(self._pub) & 0xFFFFFFFF)
-                join = self._waits.pop(sent, None)
+                join = self._waits.pop(home_key, None)
                 if join is not None:
                     self._waits[key] = join
                 else:  # its publisher has not asked yet (after_results comes later)
-                    self._moved[sent] = key
-            again.setdefault(qkey, []).append((deadline, message, key))
+                    self._moved[home_key] = key
+            again.setdefault(qkey, []).append((deadline or now + PARK_TIMEOUT, order,
+                                               message, key))
         for qkey, entries in again.items():
-            parked = self._parked.setdefault(qkey, deque())
-            parked.extendleft(reversed(entries))
-        log.warning("node %d went with %d publish(es) to quorum queues unanswered: they wait "
-                    "for the next leader (up to %.0f s)", w, len(gone), PARK_TIMEOUT)
+            waiting = self._parked.get(qkey)
+            self._parked[qkey] = deque(sorted([*(waiting or ()), *entries],
+                                              key=lambda e: e[1]))
+        log.warning("%d publish(es) to quorum queues wait for the next leader again (%s)",
+                    len(sent), why)
 
     def release_parked(self, queue_by_key: Callable[[bytes], Queue | None]) -> None:
         """Publishes that waited for a leader go to it once it is known and linked (or
@@ -470,20 +494,19 @@ class RemoteClient:
                 continue
             log.info("%s: %d waiting publish(es) go to its leader",
                      rs("queue", q.name, q.vhost_name), len(parked))
-            for _, message, key in parked:
+            for entry in parked:
                 if isinstance(q, RemoteQueue):
-                    self._send_parked(q, message, key)
+                    self._send_parked(q, entry)
                 else:
-                    self._publish_here(q, message, key)
+                    self._publish_here(q, entry[2], entry[3])
 
-    def _nack_parked(self, entries: Iterable[tuple[float, Message, tuple[int, int] | None]]
-                     ) -> None:
-        for _, _, key in entries:
+    def _nack_parked(self, entries: Iterable[Parked]) -> None:
+        for *_, key in entries:
             if key is not None:
                 self.local_result(key, REJECTED)
 
-    def _send_parked(self, q: RemoteQueue, message: Message, key: tuple[int, int] | None
-                     ) -> None:
+    def _send_parked(self, q: RemoteQueue, entry: Parked) -> None:
+        _, _, message, key = entry
         out = self.links.out[q.home]
         pub_id = next(self._pub) & 0xFFFFFFFF
         out.outbox.publish(pub_id, key is not None, q.qkey, message.ex_rk_raw,
@@ -491,7 +514,7 @@ class RemoteClient:
         out.schedule()
         if key is not None:
             self._aliases[(q.home, pub_id)] = key
-            self._unanswered[(q.home, pub_id)] = (q.qkey, message, key)
+            self._unanswered[(q.home, pub_id)] = (q.qkey, entry)
 
     def _publish_here(self, q: Queue, message: Message, key: tuple[int, int] | None) -> None:
         """A parked publish into the queue this node leads now."""
