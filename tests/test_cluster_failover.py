@@ -12,21 +12,26 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, wait_until
+from tests.support.cluster import cluster_node, connect, wait_until
 from tests.support.etcd import ETCD, running_etcd
+from tests.support.failover import (
+    Consumer,
+    Publisher,
+    check_history,
+    leader_of,
+    queue_state,
+)
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 QQ = {"x-queue-type": "quorum"}
-ACK_GRACE = 1.0  # s: an ack sent this close to a kill may not have reached the followers
 
 
 @pytest.fixture()
@@ -40,104 +45,6 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
         finally:
             for node in nodes.values():
                 node.close()
-
-
-def queue_state(node: BrokerProcess, name: str) -> dict[str, object]:
-    return api(node, f"/api/queues/%2F/{name}")  # type: ignore[no-any-return]
-
-
-@dataclass(eq=False)
-class Publisher(threading.Thread):
-    """Publishes ``tag-0``, ``tag-1``... one at a time with confirms through ``node``; a
-    nacked or unanswered message is sent again (same body) until confirmed."""
-
-    node: BrokerProcess
-    queue: str
-    tag: str
-    confirmed: list[str] = field(default_factory=list)
-    nacked: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        threading.Thread.__init__(self, daemon=True)
-
-    def run(self) -> None:
-        seq = 0
-        conn = None
-        while not self.stop.is_set():
-            try:
-                if conn is None:
-                    conn = connect(self.node)
-                    ch = conn.channel()
-                    ch.confirm_delivery()
-                body = f"{self.tag}-{seq}"
-                ch.basic_publish("", self.queue, body.encode(), mandatory=True)
-                self.confirmed.append(body)
-                seq += 1
-            except pika.exceptions.NackError:
-                self.nacked += 1
-                time.sleep(0.05)
-            except (pika.exceptions.AMQPError, OSError):
-                conn = None
-                time.sleep(0.2)
-        if conn is not None and conn.is_open:
-            conn.close()
-
-
-@dataclass(eq=False)
-class Consumer(threading.Thread):
-    """Consumes ``queue`` through ``node`` with manual acks (prefetch 20), subscribing
-    again after a consumer-cancel notification or a closed channel."""
-
-    node: BrokerProcess
-    queue: str
-    delivered: list[tuple[str, bool]] = field(default_factory=list)
-    acked_at: dict[str, float] = field(default_factory=dict)
-    cancels: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        threading.Thread.__init__(self, daemon=True)
-
-    def run(self) -> None:
-        conn = None
-        consuming = False
-        while not self.stop.is_set():
-            try:
-                if conn is None:
-                    conn = connect(self.node)
-                    ch = conn.channel()
-                    ch.basic_qos(prefetch_count=20)
-                    ch.add_on_cancel_callback(self._cancelled)
-                    consuming = False
-                if not consuming or not ch.consumer_tags:
-                    ch.basic_consume(self.queue, self._got)
-                    consuming = True
-                conn.process_data_events(0.05)
-            except (pika.exceptions.AMQPError, OSError):
-                if conn is not None and conn.is_open:
-                    conn.close()
-                conn = None
-                time.sleep(0.2)
-        if conn is not None and conn.is_open:
-            conn.close()
-
-    def _cancelled(self, _frame: object) -> None:
-        self.cancels += 1
-
-    def _got(self, ch: object, method: object, _props: object, body: bytes) -> None:
-        text = body.decode()
-        self.delivered.append((text, bool(method.redelivered)))  # type: ignore[attr-defined]
-        ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
-        self.acked_at[text] = time.monotonic()
-
-
-def leader_of(nodes: dict[str, BrokerProcess], queue: str) -> tuple[str, int]:
-    for node in nodes.values():
-        if node.alive:
-            state = queue_state(node, queue)
-            return str(state["leader"]), int(state["epoch"])  # type: ignore[call-overload]
-    raise AssertionError("no node is up")
 
 
 def run_rounds(nodes: dict[str, BrokerProcess], rounds: int) -> list[dict[str, float]]:
@@ -196,34 +103,12 @@ def run_rounds(nodes: dict[str, BrokerProcess], rounds: int) -> list[dict[str, f
     wait_until(lambda: queue_state(nodes[leader], queue)["messages"] == 0, "queue drained")
     drain.stop.set()
     drain.join(10)
-    check_history([*consumers_history, drain], publishers, kills)
+    verdict = check_history([*consumers_history, drain], publishers, kills)
+    assert verdict.ok, verdict
     return report
 
 
 consumers_history: list[Consumer] = []
-
-
-def check_history(consumers: list[Consumer], publishers: list[Publisher],
-                  kills: list[float]) -> None:
-    """Nothing confirmed lost; no message acked (well before a kill) delivered again; each
-    publisher's confirmed messages first delivered in the order published."""
-    acked: dict[str, float] = {}
-    first_seen: list[str] = []
-    for c in consumers:
-        for body, _ in c.delivered:
-            if body in acked:
-                t = acked[body]
-                assert any(0 <= k - t < ACK_GRACE for k in kills), \
-                    f"{body} was acked and came back"
-            elif body not in first_seen:
-                first_seen.append(body)
-        acked.update(c.acked_at)
-    confirmed = {m for p in publishers for m in p.confirmed}
-    assert confirmed <= set(first_seen), sorted(confirmed - set(first_seen))[:5]
-    for p in publishers:
-        order = [int(m.rsplit("-", 1)[1]) for m in first_seen if m.startswith(p.tag + "-")]
-        mine = [n for n in order if f"{p.tag}-{n}" in confirmed]
-        assert mine == sorted(mine), f"{p.tag}: confirmed messages out of order"
 
 
 def test_failover_loop_loses_nothing_confirmed(cluster: dict[str, BrokerProcess]) -> None:
