@@ -157,6 +157,22 @@ class ExchangeEnds:
         await _disposable(conn, lambda c: c.exchange_delete(old))
         return ch, self.queue, int(ok.message_count or 0)
 
+    async def delete_upstream(self) -> None:
+        """Delete the upstream queue and both internal exchanges (the link stopped for
+        good), on a connection of its own.
+
+        Raises:
+            aiormq.exceptions.AMQPError, OSError: the upstream could not be reached.
+        """
+        conn = await aiormq.connect(connect_url(self.uri, self.local))
+        try:
+            for suffix in ("A", "B"):
+                await _disposable(conn, lambda c, s=suffix: c.exchange_delete(
+                    f"{self.queue} {s}"))
+            await _disposable(conn, lambda c: c.queue_delete(self.queue))
+        finally:
+            await conn.close()
+
     def _binding_args(self, args: dict[str, Any]) -> dict[str, Any] | None:
         """The upstream binding's arguments for a local binding's (RabbitMQ's
         ``update_binding``: an ``x-bound-from`` entry prepended with the hops left; None

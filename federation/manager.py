@@ -108,7 +108,7 @@ class _Running:
     uri: str | None = None
     since: float = field(default_factory=time.time)
     task: asyncio.Task[None] | None = None
-    suffix: str = "B"  # the internal exchange's; alternates on each start
+    suffix: str = "A"  # the internal exchange's; alternates on each start (B first)
 
     def set(self, status: str, error: str | None = None) -> None:
         self.status, self.error, self.since = status, error, time.time()
@@ -135,6 +135,7 @@ class FederationManager:
         self._links: dict[tuple[str, str, str, str], _Running] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
+        self._cleanups: set[asyncio.Task[None]] = set()
         _MANAGERS[broker] = self
 
     def start(self) -> None:
@@ -147,6 +148,7 @@ class FederationManager:
         if self._loop_task is not None:
             self._loop_task.cancel()
         tasks = [r.task for r in self._links.values() if r.task is not None]
+        tasks += list(self._cleanups)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -240,10 +242,19 @@ class FederationManager:
         return max(running, key=weight) == cluster.info.get("name", self.node)
 
     def reconcile(self) -> None:
-        """Start links newly asked for (or whose upstream changed), stop the others."""
-        wanted = {k: w for k, w in self.wanted().items() if self._mine(k)}
+        """Start links newly asked for (or whose upstream changed), stop the others. A
+        federated exchange's link that no policy asks for any more (policy, upstream or
+        exchange removed) also deletes its queue and internal exchange on the upstream, as
+        RabbitMQ 3.10.8 does; one that only moves to another node or restarts keeps them."""
+        everywhere = self.wanted()
+        wanted = {k: w for k, w in everywhere.items() if self._mine(k)}
         for key in [k for k, r in self._links.items() if wanted.get(k) != r.want]:
+            run = self._links[key]
             self._cancel(key)
+            if key not in everywhere and key[0] == "exchange" and run.uri is not None:
+                task = asyncio.get_running_loop().create_task(self._clean_upstream(run))
+                self._cleanups.add(task)
+                task.add_done_callback(self._cleanups.discard)
         for key, want in wanted.items():
             if key not in self._links:
                 self._launch(key, want)
@@ -254,6 +265,25 @@ class FederationManager:
             run.task.cancel()
         log.info("Federation link for %s '%s' in vhost '%s' (upstream: %s) stopped",
                  key[0], key[2], key[1], key[3])
+
+    async def _clean_upstream(self, run: _Running) -> None:
+        """Delete a stopped exchange link's upstream queue and internal exchanges (best
+        effort: an upstream that cannot be reached keeps them; logged)."""
+        want, uri = run.want, run.uri
+        assert want.exchange is not None and uri is not None
+        ends = ExchangeEnds(want.upstream, uri, want.exchange, self.cluster, self.local,
+                            run.suffix, lambda: [])
+        try:
+            await asyncio.wait_for(ends.delete_upstream(), 30)
+            log.info("Federation link for exchange '%s' in vhost '%s' (upstream: %s): "
+                     "deleted '%s' and its exchange on the upstream", want.name, want.vhost,
+                     want.upstream.name, ends.queue)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+            log.warning("Federation link for exchange '%s' in vhost '%s' (upstream: %s): "
+                        "could not delete its upstream queue: %s", want.name, want.vhost,
+                        want.upstream.name, error_text(exc))
 
     def _launch(self, key: tuple[str, str, str, str], want: _Want) -> None:
         run = _Running(want, link_id(*key))

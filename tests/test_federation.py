@@ -163,6 +163,14 @@ def test_federated_exchange(pair: tuple[Node, Node]) -> None:
     wait_for(lambda: not links(down, exchange=x) and not links(up, exchange=x),
              what="links gone with their policies")
 
+    def leftovers(node: Node) -> list[str]:  # as RabbitMQ 3.10.8, a link stopped for good
+        _, qs = node.api("GET", "/api/queues/%2F")  # deletes its upstream queue and exchange
+        _, xs = node.api("GET", "/api/exchanges/%2F")
+        return [r["name"] for r in qs + xs if r["name"].startswith(f"federation: {x} ")]
+
+    wait_for(lambda: not leftovers(up) and not leftovers(down), what="upstream cleanup",
+             describe=lambda: repr(leftovers(up) + leftovers(down)))
+
 
 def _peek(node: Node, queue: str) -> list[bytes]:
     """The bodies in ``queue``, left there (got and requeued)."""
