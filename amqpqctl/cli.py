@@ -50,6 +50,7 @@ from click.core import ParameterSource
 from amqpqctl import (
     access,
     connections,
+    federation,
     limits,
     maintenance,
     quorum,
@@ -129,7 +130,7 @@ def cli(ctx: click.Context, no_table_headers: bool, quiet: bool, silent: bool,
 
 
 for _module in (topology, access, connections, runtime, limits, streams, quorum, maintenance,
-                shovels):
+                shovels, federation):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

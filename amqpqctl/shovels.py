@@ -23,7 +23,6 @@ import click
 
 from amqpqctl.base import Context, call, json_arg, output_options, vhost_option
 from amqpqctl.client import path
-from amqpqctl.federation import COMMANDS as FEDERATION_COMMANDS
 from amqpqctl.output import Output, emit
 
 STATUS_COLUMNS = ["destination", "last_changed", "name", "source", "state",
@@ -130,7 +129,5 @@ def restart_shovel(ctx: Context, name: str, vhost: str | None, out: Output) -> N
          missing=f"shovel '{name}' in vhost '{vhost}' does not exist")
 
 
-#: with the federation commands (amqpqctl/federation.py), which manage links of the same
-#: runtime parameters (registered here so the CLI's module list stays as it is)
 COMMANDS = [set_parameter, clear_parameter, list_parameters, shovel_status, delete_shovel,
-            restart_shovel, *FEDERATION_COMMANDS]
+            restart_shovel]
