@@ -50,6 +50,14 @@ def test_leaders_placed_by_locator_then_rebalanced(nodes: list[BrokerProcess]) -
     local = [f"local-{i}" for i in range(3)]
     declare(n1, *local)  # client-local (the default): all led by n1
     wait_until(lambda: set(leaders(n1, local).values()) == {"n1"}, "led where declared")
+    # a policy's queue-leader-locator wins over the argument (RabbitMQ 3.13)
+    api(n1, "/api/policies/%2F/locator", "PUT", {
+        "pattern": "^pol-", "apply-to": "queues",
+        "definition": {"queue-leader-locator": "client-local"}})
+    declare(n1, "pol-0", **{"x-queue-leader-locator": "balanced"})
+    wait_until(lambda: leaders(n1, ["pol-0"]) == {"pol-0": "n1"}, "placed by the policy")
+    api(n1, "/api/queues/%2F/pol-0", "DELETE")
+    api(n1, "/api/policies/%2F/locator", "DELETE")
     balanced = [f"balanced-{i}" for i in range(3)]
     declare(n1, *balanced, **{"x-queue-leader-locator": "balanced"})
     # the nodes leading the fewest (n2, n3 lead nothing yet) take the balanced ones
