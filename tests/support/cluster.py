@@ -83,3 +83,32 @@ def ctl(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "amqpqctl", "--port", str(node.management_port), *args],
         capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+
+
+QQ = {"x-queue-type": "quorum"}
+
+
+def declare(node: BrokerProcess, *names: str, **arguments: object) -> None:
+    """Declare durable quorum queues ``names`` (with ``arguments``) through ``node``."""
+    conn = connect(node)
+    ch = conn.channel()
+    for name in names:
+        ch.queue_declare(name, durable=True, arguments={**QQ, **arguments})
+    conn.close()
+
+
+def leaders(node: BrokerProcess, names: list[str]) -> dict[str, str]:
+    """Each quorum queue's leader (node name) as ``node``'s API shows it."""
+    return {n: api(node, f"/api/queues/%2F/{n}").get("leader") for n in names}
+
+
+def all_in_sync(node: BrokerProcess, names: list[str]) -> bool:
+    """Queues ``names`` have three in-sync replicas."""
+    return all(len(api(node, f"/api/queues/%2F/{n}").get("in_sync") or []) == 3
+               for n in names)
+
+
+def everything_in_sync(node: BrokerProcess) -> bool:
+    """Every quorum queue of the cluster has all its members in sync."""
+    return all(len(q.get("in_sync") or []) == len(q.get("members") or [])
+               for q in api(node, "/api/queues") if q.get("type") == "quorum")
