@@ -148,6 +148,14 @@ def test_authorisation(node: InProcessBroker) -> None:
         401, {"error": "not_authorized", "reason": "Login failed"})
 
 
+def test_one_node_is_never_quorum_critical(node: InProcessBroker) -> None:
+    """RabbitMQ 3.10.8's answer on a single node (cluster nodes:
+    tests/test_cluster_membership.py); rebalancing has nothing to move: 204 as RabbitMQ."""
+    assert get(node, "/node-is-quorum-critical") == (
+        200, {"status": "ok", "reason": "single node cluster"})
+    assert http(node.url, "POST", "/api/rebalance/queues", {}).status == 204
+
+
 # ---- against the reference RabbitMQ ------------------------------------------------------
 
 
@@ -157,6 +165,7 @@ def test_authorisation(node: InProcessBroker) -> None:
     "/protocol-listener/amqp", "/protocol-listener/amqp091", "/protocol-listener/http",
     "/protocol-listener/amqps", "/protocol-listener/foo", "/certificate-expiration/1/weeks",
     "/certificate-expiration/1/fortnights", "/certificate-expiration/abc/days",
+    "/node-is-quorum-critical",
 ])
 def test_same_answers_as_rabbitmq(node: InProcessBroker, path: str) -> None:
     if not _reference_up():

@@ -8,7 +8,7 @@
                                                     with RabbitMQ's summary ``[{"Node name",
                                                     "Number of quorum queues"}]`` (RabbitMQ
                                                     answers 204 and rebalances in the
-                                                    background)
+                                                    background; one amqpq node: 204)
 ``GET /api/health/checks/node-is-quorum-critical``  RabbitMQ's: 200 ``{"status":"ok"}``, or
                                                     503 ``{"status":"failed","reason":
                                                     "There are quorum queues that would
@@ -25,8 +25,8 @@
 
 RabbitMQ runs drain and revive over its CLI's Erlang distribution, not HTTP; amqpq's
 ``amqpqctl`` speaks HTTP only, hence the two ``/api/maintenance`` routes (administrator
-only). Without a cluster the health check answers ok (a single node, as RabbitMQ) and the
-others 400.
+only). Without a cluster the health check answers ok (a single node, as RabbitMQ),
+rebalancing 204, and the maintenance routes 400.
 
 Source: RabbitMQ 3.13's ``rabbit_mgmt_wm_rebalance_queues``,
 ``rabbit_mgmt_wm_health_check_node_is_quorum_critical``, ``rabbit_maintenance``.
@@ -67,8 +67,10 @@ def _cluster_node(request: web.Request) -> Any:
 @routes.post("/api/rebalance/queues")
 async def rebalance(request: web.Request) -> web.Response:
     """Move quorum queue leaders so each running node leads about as many
-    (:meth:`~amqp_server.cluster.quorum.QuorumManager.rebalance`)."""
-    node = _cluster_node(request)
+    (:meth:`~amqp_server.cluster.quorum.QuorumManager.rebalance`); one node: 204, nothing to
+    move (as RabbitMQ answers)."""
+    require_admin(request)
+    node = _node(request)
     body = await read_json(request) if request.can_read_body else {}
     kind = body.get("type", "all")
     if kind not in ("all", "classic", "quorum"):
@@ -79,6 +81,8 @@ async def rebalance(request: web.Request) -> web.Response:
             re.compile(pattern)
         except re.error as exc:
             raise bad_request(f"{pattern} is not a regular expression: {exc}") from None
+    if node is None:
+        return no_content()
     if kind == "classic":  # amqpq's classic queues are not replicated: nothing to move
         return ok([])
     return ok(await node.quorum.rebalance(*patterns))
