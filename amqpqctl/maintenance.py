@@ -12,14 +12,14 @@
                                                   quorum if the node stopped
 ``await_online_quorum_plus_one [-t SECONDS]``     ``rabbitmq-upgrade``: waits (120 s by
                                                   default) until no quorum queue of the
-                                                  node is at its minimum quorum; exit 70
+                                                  node is at its minimum quorum; exit 69
                                                   with RabbitMQ's text when time is up
 ================================================  =======================================
 
 Banners, messages and exit codes are RabbitMQ's (``rabbitmq_cli``'s ``DrainCommand``,
 ``ReviveCommand``, ``RebalanceCommand``, ``CheckIfNodeIsQuorumCriticalCommand``,
-``AwaitOnlineQuorumPlusOneCommand``): a failed health check exits 69 (EX_UNAVAILABLE), an
-error 70 (EX_SOFTWARE). The node is the one whose management API amqpqctl talks to
+``AwaitOnlineQuorumPlusOneCommand``): a failed health check and an error result both exit 69
+(EX_UNAVAILABLE: ``ExitCodes.exit_code_for({:error, _})``). The node is the one whose management API amqpqctl talks to
 (``--port``), as ``-n NODE`` picks it for RabbitMQ's.
 
 Source: https://www.rabbitmq.com/docs/man/rabbitmq-queues.8,
@@ -37,8 +37,7 @@ from amqpqctl.base import Context, call, output_options
 from amqpqctl.client import CtlError, HttpError, path
 from amqpqctl.output import Output, emit
 
-EX_UNAVAILABLE = 69  # a health check that failed (RabbitMQ's check_failed)
-EX_SOFTWARE = 70  # RabbitMQ's exit code for an error result
+EX_UNAVAILABLE = 69  # a failed health check, an error result (RabbitMQ's ExitCodes)
 AWAIT_DEFAULT = 120.0  # s, await_online_quorum_plus_one (RabbitMQ's default timeout)
 POLL = 1.0  # s between checks while waiting
 SINGLE_NODE = "Target node seems to be the only one in a single node cluster, the {} does not apply"
@@ -51,9 +50,9 @@ class CheckFailed(CtlError):
 
 
 class CommandError(CtlError):
-    """An error result of the command (exit 70, as rabbitmqctl's ``{:error, Msg}``)."""
+    """An error result of the command (exit 69: rabbitmqctl's ``{:error, Msg}``)."""
 
-    exit_code = EX_SOFTWARE
+    exit_code = EX_UNAVAILABLE
 
 
 def _node_name(ctx: Context) -> str:
