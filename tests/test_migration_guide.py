@@ -1,5 +1,6 @@
 """docs/migrating-from-rabbitmq.md, run as written against the reference RabbitMQ 3.10.8
-(``make reference-rabbitmq``; skipped when it is not reachable, or without ``curl``/``jq``).
+(``make reference-rabbitmq``; skipped when it is not reachable, or without ``curl``/``jq``),
+once with its step 3a (shovels) and once with 3b (federated queues).
 
 The guide's code blocks run in order under bash, as a reader would paste them: the first
 block (Settings) is kept as written except for the values this test must change (amqpq's
@@ -7,8 +8,9 @@ ports: free ones; the vhost and application user: unique names, removed from Rab
 afterwards), and each later block is run according to the HTML comment before it:
 ``<!-- test: run -->`` (must exit 0), ``background NAME until "TEXT"`` (started in its own
 process group, waited for until it prints TEXT), ``stop NAME...`` (Ctrl-C: SIGINT to the
-group; must exit 0), ``pause N`` (N seconds of traffic between two steps), ``skip``. Every
-``sh`` block of the guide must be claimed by one of them, so no command goes untested.
+group; must exit 0), ``pause N`` (N seconds of traffic between two steps), ``skip``; a
+marker with ``only=shovels`` or ``only=federation`` runs in that variant only. Every ``sh``
+block of the guide must be claimed by one of them, so no command goes untested.
 
 What the run must show: the practice application's check finds every confirmed message in
 both consumers' logs (``missing 0``), and the consumers on amqpq received more than the
@@ -83,6 +85,8 @@ def test_every_block_of_the_guide_is_claimed() -> None:
     settings, steps = parse(GUIDE.read_text())
     assert "AMQPQ_PORT=" in settings
     assert all(s.code for s in steps if s.command.split()[0] in ("run", "background", "skip"))
+    variants = {w for s in steps for w in s.command.split() if w.startswith("only=")}
+    assert variants == {"only=shovels", "only=federation"}
 
 
 def _set(settings: str, **values: str) -> str:
@@ -118,8 +122,9 @@ def reference() -> Iterator[None]:
     yield
 
 
-def test_guide_runs_as_written_without_losing_a_message(reference: None,
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", ["shovels", "federation"])
+def test_guide_runs_as_written_without_losing_a_message(reference: None, tmp_path: Path,
+                                                        variant: str) -> None:
     settings, steps = parse(GUIDE.read_text())
     tag = uuid.uuid4().hex[:8]
     vhost, user = f"migration-{tag}", f"migration-{tag}"
@@ -142,8 +147,12 @@ def test_guide_runs_as_written_without_losing_a_message(reference: None,
 
     try:
         for step in steps:
-            verb, *rest = step.command.split(maxsplit=1)
-            arg = rest[0] if rest else ""
+            words = step.command.split()
+            only = [w.removeprefix("only=") for w in words if w.startswith("only=")]
+            if only and only != [variant]:
+                continue
+            verb, *rest = [w for w in words if not w.startswith("only=")]
+            arg = " ".join(rest)
             if verb == "run":
                 assert step.code is not None
                 done = subprocess.run(bash(step.code), cwd=tmp_path, env=env, text=True,

@@ -19,7 +19,8 @@ The state file keeps the next number, so a publisher started again (on another b
 goes on where the last one stopped.
 
 ``consume`` takes one queue (prefetch 50), appends each message's number to the log file
-(flushed) before acking it, until stopped. ``check`` compares: for each log, published,
+(flushed) before acking it, until stopped (then it cancels its consumer and acks what it
+received before closing, so a stop causes no redelivery). ``check`` compares: for each log, published,
 received, duplicates, missing; exit status 1 when any message is missing.
 
 Only the broker's own dependencies are used (aiormq), so ``make run``'s venv runs it.
@@ -117,18 +118,24 @@ async def consume(url: str, queue: str, log_path: Path) -> None:
     ch = await conn.channel()
     await ch.basic_qos(prefetch_count=50)
     got = 0
+    last = asyncio.get_running_loop().time()
     with log_path.open("a") as log:
 
         async def on_message(message: DeliveredMessage) -> None:
-            nonlocal got
+            nonlocal got, last
             log.write(message.body.decode() + "\n")
             log.flush()
             got += 1
             await message.channel.basic_ack(message.delivery.delivery_tag)
+            last = asyncio.get_running_loop().time()
 
-        await ch.basic_consume(queue, on_message)
+        ok = await ch.basic_consume(queue, on_message)
         print(f"consuming {queue}", flush=True)
         await stop.wait()
+        # a clean stop: no new deliveries, then the ones received are handled and acked
+        await ch.basic_cancel(ok.consumer_tag)
+        while asyncio.get_running_loop().time() - last < 0.5:
+            await asyncio.sleep(0.1)
         await conn.close()
     print(f"consumed {got} from {queue}", flush=True)
 
