@@ -30,8 +30,8 @@ __all__ = ["LocalBroker", "connect_url", "declare_queue"]
 @dataclass(frozen=True)
 class LocalBroker:
     """How a shovel reaches this broker for an ``amqp://`` URI without a host: over loopback
-    as the configured default user (RabbitMQ uses an internal direct connection as the user
-    who set the parameter; amqpq has no such connection)."""
+    as the configured default user (RabbitMQ uses an internal direct connection as its
+    built-in user ``none``, allowed into every vhost; amqpq has no such connection)."""
 
     host: str = "127.0.0.1"
     port: int = 5672
