@@ -371,8 +371,9 @@ def test_shovel_pages_follow_the_users_tags(browser: Any, http: Http) -> None:
         tab.goto(http.base + "/")
         log_in(tab, "ui-policymaker", "secret")
         tab.wait_for_selector("#nav a")
-        assert tab.locator("#nav a").all_inner_texts()[-3:] == [
-            "Policies", "Shovel Status", "Shovel Management"]
+        assert tab.locator("#nav a").all_inner_texts()[-5:] == [
+            "Policies", "Shovel Status", "Shovel Management", "Federation Status",
+            "Federation Upstreams"]  # the federation pages follow the same rights
         go(tab, http, "#/dynamic-shovels")
         row = tab.locator("#dynamic-shovels-table tr", has_text="ui-shovel-seen")
         row.wait_for()

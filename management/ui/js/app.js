@@ -4,6 +4,7 @@ import { fill, form, h } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as connections from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
+import * as federation from "./pages/federation.js";
 import * as nodes from "./pages/nodes.js";
 import * as overview from "./pages/overview.js";
 import * as policies from "./pages/policies.js";
@@ -25,6 +26,9 @@ const TABS = [
   // rabbitmq_shovel_management's Admin pages: status for monitoring, management for policymakers
   ["#/shovels", "Shovel Status", (u) => isAdmin(u) || u.tags.includes("monitoring")],
   ["#/dynamic-shovels", "Shovel Management", isPolicymaker],
+  // rabbitmq_federation_management's Admin pages, the same rights
+  ["#/federation", "Federation Status", (u) => isAdmin(u) || u.tags.includes("monitoring")],
+  ["#/federation-upstreams", "Federation Upstreams", isPolicymaker],
 ];
 
 // [pattern, render(ctx, ...decoded groups)]
@@ -47,6 +51,8 @@ const ROUTES = [
   [/^#\/limits$/, policies.limits],
   [/^#\/shovels$/, shovels.status],
   [/^#\/dynamic-shovels$/, shovels.manage],
+  [/^#\/federation$/, federation.status],
+  [/^#\/federation-upstreams$/, federation.upstreams],
 ];
 
 const VHOST_KEY = "amqpq.vhost";
@@ -94,7 +100,7 @@ async function route() {
   document.querySelectorAll("#nav a").forEach((a) => {
     const target = a.getAttribute("href");
     // a node's page sits under Overview, as in RabbitMQ's UI
-    a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" || hash.startsWith("#/nodes") : hash.startsWith(target));
+    a.classList.toggle("active", target === "#/" ? hash === "#/" || hash === "#" || hash.startsWith("#/nodes") : hash === target || hash.startsWith(`${target}/`));
   });
   fill(document.getElementById("status"));
   await updateVhosts().catch(showError);
