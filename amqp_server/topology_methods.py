@@ -123,6 +123,8 @@ def queue_declare(ch: Channel, m: Any) -> None:
     workers = conn.broker.workers
     home = workers.declare_home(ch.vhost, name, m.arguments or {}) \
         if workers is not None and is_new else workers.index if workers is not None else 0
+    if workers is not None and is_new:  # placed by its first use: workers/placement.py
+        home = workers.first_use_home(home, m.durable, m.exclusive, m.arguments or {})
     ops.run(ch, tr.QueueDeclare(ch.vhost.name, name, m.durable, m.exclusive, m.auto_delete,
                                 m.arguments or {}, ops.owner_ref(ch), server_named, home),
             lambda q: _declared(ch, m, q, is_new))

@@ -33,6 +33,9 @@ the link's tagged JSON (:mod:`amqp_server.workers.link_values`):
     ("worker_down", index)
     ("access", document)
 
+  (``qplace``, an unplaced queue placed on a worker, exists in version 1 only; a ``qdecl``
+  record's ``home`` below 0 declares such a queue: ``-1 - declaring worker``.)
+
 A record of an unknown kind, of a version newer than :data:`VERSION` (written by a newer
 amqpq) or otherwise malformed is not applied: :func:`from_wire` returns None and logs an
 error once per kind and version (a node replaying a log goes on with the next record rather
@@ -149,12 +152,21 @@ class AccessChange:
     document: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePlace(_Named):
+    """An unplaced queue (``--workers N``, :mod:`amqp_server.workers.placement`) lives on
+    ``worker`` from now on: the first such record for a queue places it, later ones change
+    nothing. The worker runtime applies it itself, as WorkerDown and AccessChange."""
+    KIND: ClassVar[str] = "qplace"
+    worker: int
+
+
 Record = (ExchangeDeclare | ExchangeDelete | Bind | Unbind | QueueDeclare | QueueDelete
-          | QueueForget | WorkerDown | AccessChange)
+          | QueueForget | QueuePlace | WorkerDown | AccessChange)
 Op = Record  # what apply_op and the callers name a record
 KINDS: dict[str, type[Any]] = {cls.KIND: cls for cls in (
     ExchangeDeclare, ExchangeDelete, Bind, Unbind, QueueDeclare, QueueDelete, QueueForget,
-    WorkerDown, AccessChange)}
+    QueuePlace, WorkerDown, AccessChange)}
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in KINDS.values()}
 _MISSING = object()
 _reported: set[tuple[str, object]] = set()  # (kind, version) already logged as unreadable
@@ -215,16 +227,17 @@ async def change_topology(broker: Broker, op: Record) -> Any:
 
 
 def apply_op(broker: Broker, op: Record, owner_of: OwnerOf) -> Any:
-    """Apply one topology record (not :class:`WorkerDown` nor :class:`AccessChange`) to
+    """Apply one topology record (not :class:`WorkerDown`, :class:`AccessChange` nor
+    :class:`QueuePlace`, which the worker runtime applies) to
     ``broker``'s vhosts; returns what the vhost returned (the queue for
     :class:`QueueDeclare`, the message count for :class:`QueueDelete`).
 
     Raises:
         AMQPError: what the vhost raises (NotFound 404, ResourceLocked 405, ...).
         KeyError: an unknown vhost (deleted meanwhile).
-        TypeError: a WorkerDown or AccessChange record.
+        TypeError: a WorkerDown, AccessChange or QueuePlace record.
     """
-    if isinstance(op, WorkerDown | AccessChange):
+    if isinstance(op, WorkerDown | AccessChange | QueuePlace):
         raise TypeError(f"not a topology record: {summary(op)}")
     vhost = broker.vhosts[op.vhost]
     t = type(op)

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.broker_process import BrokerProcess, free_port
-from tests.support.workers import api, connect_on, running_workers
+from tests.support.workers import PIN, api, connect_on, running_workers
 
 WAIT = 10.0
 PROMETHEUS = free_port()
@@ -56,7 +56,7 @@ def test_a_publisher_on_worker_1_is_seen_with_rates_counts_and_metrics(
     try:
         ch = conn.channel()
         ch.confirm_delivery()
-        ch.queue_declare("views.w1")  # lives on worker 1, the connection's
+        ch.queue_declare("views.w1", arguments=PIN)  # lives on worker 1, the connection's
         for _ in range(25):
             ch.basic_publish("", "views.w1", b"x")
 
@@ -99,7 +99,7 @@ def test_every_queue_is_on_the_one_node_whatever_its_worker(broker: BrokerProces
     for worker in (0, 1):
         conn = connect_on(broker, worker)
         try:
-            conn.channel().queue_declare(f"views.w{worker}.node")
+            conn.channel().queue_declare(f"views.w{worker}.node", arguments=PIN)
         finally:
             conn.close()
     node = api(broker, "/api/overview")["node"]

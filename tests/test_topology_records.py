@@ -68,7 +68,11 @@ def test_typed_arguments_keep_their_amqp_type_in_an_old_record() -> None:
     assert record.arguments["x-max-length"].amqp_type == "signedint"  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("record", [r for _, r in OLD_LOG], ids=[r.KIND for _, r in OLD_LOG])
+V1_ONLY = [tr.QueuePlace("/", "q1", 1)]  # kinds newer than the version 0 form
+
+
+@pytest.mark.parametrize("record", [r for _, r in OLD_LOG] + V1_ONLY,
+                         ids=[r.KIND for _, r in OLD_LOG] + [r.KIND for r in V1_ONLY])
 def test_every_kind_round_trips_in_the_version_1_form(record: tr.Record) -> None:
     wire = tr.to_wire(record)
     assert wire["kind"] == record.KIND and wire["version"] == tr.VERSION == 1
@@ -106,7 +110,7 @@ def test_an_unknown_kind_or_newer_version_is_skipped_with_one_error(
 
 def test_the_kinds_are_the_documented_ones() -> None:
     assert sorted(tr.KINDS) == sorted(["xdecl", "xdel", "bind", "unbind", "qdecl", "qdel",
-                                       "qforget", "worker_down", "access"])
+                                       "qforget", "qplace", "worker_down", "access"])
 
 
 # ---- a real etcd log written by the previous version ------------------------------------

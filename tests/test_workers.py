@@ -1,8 +1,10 @@
 """``amqpq-server --workers 2``: one broker in two processes, seen by real pika clients.
 
-Connections land on either worker (the supervisor hands them out in turn); a queue lives on
-the worker of the
-connection that declared it (``worker`` in ``/api/queues``). These tests pick connections on
+Connections land on either worker (the supervisor hands them out in turn); the queues here
+are declared with ``PIN`` (``x-queue-master-locator: client-local``), so each lives on the
+worker of the connection that declared it (``worker`` in ``/api/queues``) and is used from
+the other (a transient queue without it lives where it is first used:
+``tests/test_workers_placement.py``). These tests pick connections on
 a given worker and check that what one worker's client does reaches the other's: topology,
 publishes with confirms, consumers with acks and prefetch, Basic.Get, transactions,
 exclusivity, deletes with consumer cancel notifications, and a worker killed with -9.
@@ -25,6 +27,7 @@ from pika.exceptions import ChannelClosedByBroker, NackError
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.workers import (
+    PIN,
     WAIT,
     api,
     connect_on,
@@ -65,7 +68,7 @@ def test_topology_from_one_worker_routes_on_the_other(pair: tuple) -> None:
     ca, cb = a.channel(), b.channel()
     q, x = qname(), qname()
     ca.exchange_declare(x, "topic")
-    ca.queue_declare(q)
+    ca.queue_declare(q, arguments=PIN)
     ca.queue_bind(q, x, "orders.*")
     cb.confirm_delivery()
     cb.basic_publish(x, "orders.new", b"routed across", mandatory=True)
@@ -82,7 +85,7 @@ def test_consumer_on_other_worker_gets_everything_in_order_with_acks(
     a, b = pair
     q = qname()
     ca = a.channel()
-    ca.queue_declare(q)  # home: worker 0
+    ca.queue_declare(q, arguments=PIN)  # home: worker 0
     ca.confirm_delivery()
     cb = b.channel()
     cb.basic_qos(prefetch_count=10)
@@ -113,7 +116,7 @@ def test_prefetch_holds_across_workers(pair: tuple) -> None:
     a, b = pair
     q = qname()
     ca = a.channel()
-    ca.queue_declare(q)
+    ca.queue_declare(q, arguments=PIN)
     for i in range(20):
         ca.basic_publish("", q, b"%d" % i)
     cb = b.channel()
@@ -135,7 +138,7 @@ def test_basic_get_requeue_on_close_and_counts(pair: tuple) -> None:
     a, b = pair
     q = qname()
     ca = a.channel()
-    ca.queue_declare(q)
+    ca.queue_declare(q, arguments=PIN)
     for i in range(3):
         ca.basic_publish("", q, b"g%d" % i)
     cb = b.channel()
@@ -153,7 +156,7 @@ def test_basic_get_requeue_on_close_and_counts(pair: tuple) -> None:
 def test_reject_publish_overflow_nacks_a_publisher_on_the_other_worker(pair: tuple) -> None:
     a, b = pair
     q = qname()
-    a.channel().queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    a.channel().queue_declare(q, arguments={**PIN, "x-max-length": 1, "x-overflow": "reject-publish"})
     cb = b.channel()
     cb.confirm_delivery()
     cb.basic_publish("", q, b"fits")
@@ -203,7 +206,7 @@ def test_delete_on_one_worker_cancels_consumers_on_the_other(pair: tuple) -> Non
     a, b = pair
     q = qname()
     cb = b.channel()
-    cb.queue_declare(q)  # home: worker 1
+    cb.queue_declare(q, arguments=PIN)  # home: worker 1
     ca = a.channel()
     cancelled: list[str] = []
     ca.basic_consume(q, lambda *args: None)
@@ -312,7 +315,7 @@ def test_direct_reply_to_across_workers(pair: tuple) -> None:
     a, b = pair
     server_q = qname()
     ca = a.channel()
-    ca.queue_declare(server_q)
+    ca.queue_declare(server_q, arguments=PIN)
 
     def serve(ch, method, props, body):  # type: ignore[no-untyped-def]
         ch.basic_publish("", props.reply_to, b"re:" + body)
@@ -335,9 +338,9 @@ def test_direct_reply_to_across_workers(pair: tuple) -> None:
 def test_dead_letters_reach_a_queue_on_the_other_worker(pair: tuple) -> None:
     a, b = pair
     dlq, q = qname(), qname()
-    b.channel().queue_declare(dlq)  # home: worker 1
+    b.channel().queue_declare(dlq, arguments=PIN)  # home: worker 1
     ca = a.channel()
-    ca.queue_declare(q, arguments={"x-dead-letter-exchange": "",
+    ca.queue_declare(q, arguments={**PIN, "x-dead-letter-exchange": "",
                                    "x-dead-letter-routing-key": dlq, "x-message-ttl": 50})
     ca.basic_publish("", q, b"expires")  # home: worker 0; expires, dead-lettered to worker 1
     cb = b.channel()
@@ -356,7 +359,7 @@ def test_workers_listed_with_their_queues_and_totals_summed(broker: BrokerProces
                                                              pair: tuple) -> None:
     a, b = pair
     q = qname()
-    b.channel().queue_declare(q)  # lives on worker 1
+    b.channel().queue_declare(q, arguments=PIN)  # lives on worker 1
     deadline = time.monotonic() + WAIT
     while True:  # summaries travel once a second
         workers = api(broker, "/api/workers")
@@ -497,7 +500,7 @@ def test_single_active_consumer_across_workers(pair: tuple) -> None:
     a, b = pair
     q = qname()
     ca = a.channel()
-    ca.queue_declare(q, arguments={"x-single-active-consumer": True})
+    ca.queue_declare(q, arguments={**PIN, "x-single-active-consumer": True})
     got_a: list[bytes] = []
     got_b: list[bytes] = []
     cb = b.channel()
@@ -519,7 +522,7 @@ def test_single_active_consumer_across_workers(pair: tuple) -> None:
 def test_priorities_and_nack_requeue_across_workers(pair: tuple) -> None:
     a, b = pair
     q = qname()
-    a.channel().queue_declare(q, arguments={"x-max-priority": 5})
+    a.channel().queue_declare(q, arguments={**PIN, "x-max-priority": 5})
     cb = b.channel()
     for prio in (1, 5, 3):
         cb.basic_publish("", q, b"p%d" % prio, pika.BasicProperties(priority=prio))
@@ -569,7 +572,7 @@ def test_stream_read_from_the_other_worker(pair: tuple) -> None:
 def test_quorum_delivery_limit_dead_letters_across_workers(pair: tuple) -> None:
     a, b = pair
     q, dlq = qname(), qname()
-    a.channel().queue_declare(dlq)
+    a.channel().queue_declare(dlq, arguments=PIN)
     a.channel().queue_declare(q, durable=True, arguments={
         "x-queue-type": "quorum", "x-delivery-limit": 1, "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": dlq})
@@ -596,7 +599,7 @@ def test_exclusive_consumer_refused_by_the_home_at_once(pair: tuple) -> None:
     a, b = pair
     q = qname()
     ca = a.channel()
-    ca.queue_declare(q)  # home: worker 0
+    ca.queue_declare(q, arguments=PIN)  # home: worker 0
     ca.basic_consume(q, lambda *args: None)
     cb = b.channel()  # at once: worker 1's figures of the queue are up to a second old
     with pytest.raises(ChannelClosedByBroker) as err:

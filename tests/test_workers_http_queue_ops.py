@@ -18,7 +18,7 @@ import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.workers import WAIT, connect_on, qname, queue_info, running_workers
+from tests.support.workers import PIN, WAIT, connect_on, qname, queue_info, running_workers
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def on_worker_1(broker: BrokerProcess) -> Iterator[tuple[str, pika.BlockingConne
     ch = conn.channel()
     ch.confirm_delivery()
     name = qname()
-    ch.queue_declare(name)
+    ch.queue_declare(name, arguments=PIN)
     for i in range(5):
         ch.basic_publish("", name, f"m{i}".encode())
     assert queue_info(broker, name)["worker"] == 1
@@ -96,7 +96,7 @@ def test_move_from_a_queue_on_the_other_worker(broker: BrokerProcess, on_worker_
     target = qname()
     home0 = connect_on(broker, 0)
     try:
-        home0.channel().queue_declare(target)
+        home0.channel().queue_declare(target, arguments=PIN)
         status, body = _call(broker, "POST", f"/api/queues/%2F/{name}/move",
                              {"destination": target, "count": 3})
         assert status == 200, body

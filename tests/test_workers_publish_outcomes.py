@@ -28,7 +28,7 @@ import pytest
 from pika.exceptions import NackError
 
 from tests.support.broker_process import BrokerProcess, broker_fixture, free_port
-from tests.support.workers import WAIT, connected_pair, qname, worker_pid
+from tests.support.workers import PIN, WAIT, connected_pair, qname, worker_pid
 
 broker = broker_fixture(scope="module", management=free_port(), log_level="info",
                         args=("--workers", "2"))
@@ -68,9 +68,9 @@ def test_reject_publish_dlx_nacks_the_publisher_and_dead_letters_on_the_other_wo
     a, b = pair
     q, dlq = qname(), qname()
     cb = b.channel()
-    cb.queue_declare(dlq)  # home: worker 1
+    cb.queue_declare(dlq, arguments=PIN)  # home: worker 1
     ca = a.channel()
-    ca.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish-dlx",
+    ca.queue_declare(q, arguments={**PIN, "x-max-length": 1, "x-overflow": "reject-publish-dlx",
                                    **_dlx(dlq)})  # home: worker 0
     pub = (a, b)[publisher_worker].channel()
     pub.confirm_delivery()
@@ -106,7 +106,7 @@ def test_a_dead_letter_made_during_a_publish_is_not_part_of_its_confirm(
     a, b = pair
     q, dlq = qname(), qname()
     cb = b.channel()
-    cb.queue_declare(dlq, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    cb.queue_declare(dlq, arguments={**PIN, "x-max-length": 1, "x-overflow": "reject-publish"})
     cb.basic_publish("", dlq, b"filler")  # dlq (worker 1) now refuses every message
     ca = a.channel()
     ca.queue_declare(q, durable=True, arguments={**arguments, **_dlx(dlq)})  # worker 0
@@ -136,9 +136,9 @@ def test_timer_dead_letters_hold_back_no_stale_publisher(broker: BrokerProcess,
     a, b = pair
     q, dlq = qname(), qname()
     cb = b.channel()
-    cb.queue_declare(dlq)  # home: worker 1
+    cb.queue_declare(dlq, arguments=PIN)  # home: worker 1
     ca = a.channel()
-    ca.queue_declare(q, arguments={"x-message-ttl": 1000, **_dlx(dlq)})  # home: worker 0
+    ca.queue_declare(q, arguments={**PIN, "x-message-ttl": 1000, **_dlx(dlq)})  # home: worker 0
     log_from = len(broker.log_text())
     body = b"x" * (1 << 20)
     n = 24  # 24 MB of dead letters: over the 8 MB a link buffers before it is full

@@ -12,8 +12,9 @@ queue that lives here, and the answers.
   that worker dies, when they are requeued.
 * **Calls** (Basic.Get, purge, counts, consume) are answered by a ``reply`` record; an
   error is sent back to be raised on the asking side.
-* **Orphans**: a record for a queue whose declare has not reached this worker yet waits up
-  to :data:`ORPHAN_WAIT` seconds; a record for a queue that does not live here is answered
+* **Orphans**: a record for a queue whose declare (or placement on this worker:
+  :mod:`amqp_server.workers.placement`) has not reached this worker yet waits up to
+  :data:`ORPHAN_WAIT` seconds; a record for a queue that does not live here is answered
   as for a queue that is gone (a publish nacked when the queue's home can move: a quorum
   queue's leader).
 
@@ -43,6 +44,7 @@ from amqp_server.workers.link_codec import (
     read_settle,
 )
 from amqp_server.workers.links import Links
+from amqp_server.workers.placement import UnplacedQueue
 from amqp_server.workers.remote_client import RemoteClient
 from amqp_server.workers.remote_queue import LinkConsumerChannel, RemoteQueue
 from queue_store.consumer import Consumer
@@ -272,14 +274,20 @@ class QueueHome:
         heard of yet (its declare is still on its way) waits."""
         q = self.queue_by_key(qkey)
         if q is None:
-            now = asyncio.get_running_loop().time()
-            self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
+            self._orphan_waits(peer, kind, body, qkey)
             return None
         if isinstance(q, RemoteQueue):  # the sender thinks it lives here: as if it were gone
+            if isinstance(q, UnplacedQueue):  # placed here by a record still on its way
+                self._orphan_waits(peer, kind, body, qkey)
+                return None
             log.warning("worker %d sent a record for %r, which does not live here", peer, q)
             self._orphan_dropped(peer, kind, body, refuse=q.home_moves)
             return None
         return q
+
+    def _orphan_waits(self, peer: int, kind: int, body: bytes, qkey: bytes) -> None:
+        now = asyncio.get_running_loop().time()
+        self._orphans.setdefault(qkey, []).append((peer, kind, body, now))
 
     def drain_orphans(self) -> None:
         """Records whose queue arrived are fed back in; those that waited too long are
@@ -288,7 +296,8 @@ class QueueHome:
             return
         now = asyncio.get_running_loop().time()
         for qkey in list(self._orphans):
-            if self.queue_by_key(qkey) is not None:
+            q = self.queue_by_key(qkey)
+            if q is not None and not isinstance(q, UnplacedQueue):
                 for peer, kind, body, _ in self._orphans.pop(qkey):
                     self.redeliver(peer, [(kind, body)])
             elif all(now - t > ORPHAN_WAIT for *_, t in self._orphans[qkey]):

@@ -58,6 +58,13 @@ from amqp_server.workers.link_codec import (
 )
 from amqp_server.workers.links import Links
 from amqp_server.workers.ops import OwnerStub
+from amqp_server.workers.placement import (
+    Placement,
+    UnplacedQueue,
+    declared_by,
+    movable,
+    unplaced_home,
+)
 from amqp_server.workers.queue_home import QueueHome
 from amqp_server.workers.remote_client import RemoteClient
 from amqp_server.workers.remote_queue import RemoteQueue
@@ -155,7 +162,9 @@ class WorkerRuntime:
                               self.on_records)
         self.stats = PeerStats(broker, index, count, self.links, self.links.send_control)
         self.topology = Topology(broker, index, sequencer or SupervisorSequencer(self.links),
-                                 self._worker_down, self.home.drain_orphans)
+                                 self._worker_down, self.home.drain_orphans,
+                                 self._place)
+        self.placement = Placement(index, self.client, self.topology.submit_async)
         broker.queue_factory.plug(self)  # every vhost's queues: make_queue, queue_removed
 
     # ---- start ---------------------------------------------------------------------------
@@ -235,9 +244,12 @@ class WorkerRuntime:
                    **kwargs: Any) -> Queue:
         """A new queue: built here when this worker is its ``home`` (the declare record's;
         None: as the definitions file says, else worker 0), else a stand-in; a quorum
-        queue of a cluster node: the node's replicated queues decide."""
+        queue of a cluster node: the node's replicated queues decide; a negative ``home``:
+        unplaced until its first use (:mod:`amqp_server.workers.placement`)."""
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
+        if home < 0:
+            return self.placement.make(declared_by(home), name, vhost_name, **kwargs)
         if self.quorum is not None and queue_type_of(kwargs["arguments"]) == "quorum":
             return self.quorum.make_queue(name, vhost_name, home, kwargs)
         if home == self.index:
@@ -259,8 +271,26 @@ class WorkerRuntime:
         :meth:`~amqp_server.cluster.node.NodeRuntime.declare_home`)."""
         return self.index
 
+    def first_use_home(self, home: int, durable: bool, exclusive: bool,
+                       arguments: dict[str, Any]) -> int:
+        """The declare record's ``home`` for a new queue :meth:`declare_home` put ``home``:
+        with ``--workers N``, a queue placed by its first use
+        (:func:`~amqp_server.workers.placement.movable`) is declared unplaced (a negative
+        ``home``); otherwise, and on a cluster node, ``home``."""
+        if self.quorum is None and home == self.index and movable(durable, exclusive,
+                                                                  arguments):
+            return unplaced_home(self.index)
+        return home
+
     def home_of(self, q: Queue) -> int:
-        return q.home if isinstance(q, RemoteQueue) else self.index
+        """The worker queue ``q`` lives on (an unplaced one: the worker that declared it)."""
+        if isinstance(q, RemoteQueue):
+            return q.declared_by if isinstance(q, UnplacedQueue) else q.home
+        return self.index
+
+    def _place(self, op: Any, vhost: Any) -> Queue | None:
+        """A QueuePlace record (:meth:`Placement.apply`)."""
+        return self.placement.apply(op, vhost)
 
     def queue_removed(self, q: Queue, everywhere: bool) -> None:
         """A queue of a vhost went: a home that removed it by itself (not ``everywhere``)
@@ -300,6 +330,8 @@ class WorkerRuntime:
                 gone_owner = isinstance(owner, OwnerStub) and owner.worker == w
                 # w == this worker: replayed to it after its restart (its old transient
                 # queues were re-created by the records before this one)
+                if isinstance(q, UnplacedQueue):  # nothing of it lived on w
+                    continue
                 if gone_owner or (self.home_of(q) == w and not q.durable):
                     vhost.remove_queue(q, everywhere=True)  # every worker applies this
                 elif isinstance(q, RemoteQueue) and q.home == w:

@@ -80,15 +80,20 @@ class Topology:
         worker_down: handles a WorkerDown record (after the dead worker's owner stubs are
             forgotten): forget what died with it, cancel what used it.
         applied: called after each record is applied (records that waited for a queue).
+        place: applies a QueuePlace record to its vhost (:meth:`Placement.apply
+            <amqp_server.workers.placement.Placement.apply>`); None: such records change
+            nothing here.
     """
 
     def __init__(self, broker: Broker, index: int, sequencer: Sequencer,
-                 worker_down: Callable[[int], None], applied: Callable[[], None]) -> None:
+                 worker_down: Callable[[int], None], applied: Callable[[], None],
+                 place: Callable[[tr.QueuePlace, Any], Any] | None = None) -> None:
         self.broker = broker
         self.index = index
         self.sequencer = sequencer
         self.worker_down = worker_down
         self.applied = applied
+        self.place = place
         self.count = 0  # records applied (log)
         self._ops = itertools.count(1)
         # op_id -> (channel, continuation) of a client's method, or the HTTP API's future
@@ -199,4 +204,6 @@ class Topology:
             return apply_access(self.broker, op.document)
         if op.vhost not in self.broker.vhosts:
             raise NotFound(f"no vhost '{op.vhost}'")
+        if isinstance(op, tr.QueuePlace):
+            return None if self.place is None else self.place(op, self.broker.vhosts[op.vhost])
         return ops.apply_op(self.broker, op, owner_of)

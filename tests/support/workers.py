@@ -18,6 +18,10 @@ import pika
 from tests.support.broker_process import BrokerProcess, free_port
 
 WAIT = 10.0  # seconds a change may take to reach the other worker
+#: declare arguments that keep a classic queue on the worker of the connection declaring it
+#: (RabbitMQ's client-local locator), for tests of a queue used from the other worker; without
+#: them a transient queue lives where it is first used (amqp_server/workers/placement.py)
+PIN = {"x-queue-master-locator": "client-local"}
 
 
 @contextmanager
