@@ -106,6 +106,11 @@ def test_misspelled_key_is_refused(api: Callable[..., Answer], resource: str,
      "Validation failed\n\n5 is not a valid federation upstream name\n"),
     ("policies", {"federation-upstream-set": 5},
      "Validation failed\n\n5 is not a valid federation upstream set name\n"),
+    # a queue leader locator (RabbitMQ 3.10.8's texts, checked with curl)
+    ("policies", {"queue-leader-locator": "far"},
+     _escaped('Validation failed\n\n<<"far">> is not a valid queue leader locator value\n')),
+    ("policies", {"queue-leader-locator": 5},
+     "Validation failed\n\n5 is not a valid queue leader locator value\n"),
     ("policies", {"federation-upstream": "a", "federation-upstream-set": "b"},
      "Validation failed\n\ncannot specify federation-upstream, federation-upstream-set or "
      "federation-upstream-pattern together\n"),
@@ -195,6 +200,10 @@ DIFFERENTIAL = [
     ("policies", {}),
     ("policies", {"max-length": 5, "ha-mode": "all", "queue-mode": "lazy"}),
     ("operator-policies", {"max-length": 5, "message-ttl": 100}),
+    ("policies", {"queue-leader-locator": "far"}),
+    ("policies", {"queue-leader-locator": "min-masters"}),
+    ("policies", {"queue-leader-locator": "least-leaders"}),
+    ("policies", {"queue-leader-locator": "balanced"}),
 ]
 
 

@@ -32,8 +32,9 @@ EXCHANGE_KEYS = {"alternate-exchange": str}
 #: ``rabbit_mirror_queue_misc``, ``rabbit_queue_location_validator``,
 #: ``rabbit_quorum_queue``); any other key is refused, as RabbitMQ refuses it. Beyond
 #: :data:`QUEUE_KEYS` and :data:`EXCHANGE_KEYS` these are accepted so that definitions
-#: exported from RabbitMQ import, but nothing here acts on them (mirroring, leader
-#: placement, queue storage, streams, per-queue consumer timeouts). The federation keys
+#: exported from RabbitMQ import, but nothing here acts on them (mirroring, queue storage,
+#: streams, per-queue consumer timeouts), except ``queue-leader-locator`` (a cluster's
+#: placement of quorum queue leaders; its value is checked). The federation keys
 #: (:data:`FEDERATION_KEYS`, run by the ``federation`` package) are known, as with
 #: RabbitMQ's federation plugin enabled; other plugins' keys (``shards-per-node``,
 #: ``routing-key``) are refused, as by a RabbitMQ without those plugins.
@@ -46,6 +47,10 @@ POLICY_KEYS = frozenset({
     "ha-promote-on-failure", "queue-master-locator", "target-group-size",
     "federation-upstream", "federation-upstream-set", "federation-upstream-pattern",
 })
+#: ``queue-leader-locator`` values a policy may set (RabbitMQ 3.10.8 and 3.13: the last two
+#: are older names of ``balanced``); a cluster places new quorum queue leaders by it
+#: (:mod:`amqp_server.cluster.placement`)
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 #: the ``rabbitmq_federation`` plugin's policy keys: an upstream's name, an upstream set's
 #: name (``all``: every upstream of the vhost), a regular expression over upstream names
 FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set",
@@ -131,6 +136,9 @@ def validate_policy(policy: Policy) -> None:
             raise PolicyError(f"'overflow' must be one of {', '.join(OVERFLOW_VALUES)}")
         if key == "expires" and value == 0:
             raise PolicyError("'expires' must be a positive integer")
+        if key == "queue-leader-locator" and value not in LEADER_LOCATORS:
+            raise PolicyError(f"{erlang_pformat(value)} is not a valid queue leader locator "
+                              "value")
     error = unrecognised(policy.definition, POLICY_KEYS) or _federation_error(policy.definition)
     if error:
         raise PolicyError(error)
