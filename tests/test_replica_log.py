@@ -1,5 +1,6 @@
 """The quorum queue replica log (queue_store/replica_log.py): what a replica holds after
-operations, a restart, a torn tail, chunks from a leader and snapshots."""
+operations, a restart, a torn tail, entries from a leader, a truncation, snapshots and
+compaction; every entry keeps the leader epoch that appended it."""
 
 from __future__ import annotations
 
@@ -7,79 +8,114 @@ from pathlib import Path
 
 import pytest
 
-from queue_store.replica_log import ReplicaLog, ReplicaLogError
+from queue_store.replica_log import ReplicaLog, ReplicaLogError, check_entry
 
 EXRK = b"\x00\x02rk"
 
 
-def test_operations_survive_a_reopen_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
+def _lead(log: ReplicaLog, epoch: int, payloads: list[bytes | None]) -> list[tuple[int, bytes]]:
+    """Write the leader's operations (as the replication log's Write would)."""
+    entries = [(epoch, p) for p in payloads if p is not None]
+    log.write(log.written, entries)
+    return entries
+
+
+def _bodies(log: ReplicaLog) -> dict[int, tuple[bytes, int]]:
+    return {o: (e[2], e[3]) for o, e in log.entries.items()}
+
+
+def test_operations_and_epochs_survive_a_reopen_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
     log = ReplicaLog(tmp_path / "q.log")
-    offsets = [log.enq(EXRK, b"\x00\x00", f"m{i}".encode())[0] for i in range(5)]
-    assert offsets == [1, 2, 3, 4, 5]
-    log.ack([1, 3])
-    log.ret(2, 1)
-    log.take_chunk()
+    enqs = [log.enq(EXRK, b"\x00\x00", f"m{i}".encode()) for i in range(5)]
+    assert [o for o, _ in enqs] == [1, 2, 3, 4, 5]
+    _lead(log, 1, [p for _, p in enqs[:3]])
+    _lead(log, 2, [p for _, p in enqs[3:]] + [log.ack([1, 3]), log.ret(2, 1)])
+    assert log.ack([99]) is None and log.ret(99, 1) is None  # not here: no entry
     log.sync()
     lsn, size = log.lsn, log.size
     log.close()
     with open(tmp_path / "q.log", "ab") as f:
         f.write(b"\x00\x00\x00\x30garbage")  # a write cut by a crash
     again = ReplicaLog(tmp_path / "q.log")
-    assert again.lsn == lsn == 7 and again.size == size
-    assert {o: (e[2], e[3]) for o, e in again.entries.items()} == {
-        2: (b"m1", 1), 4: (b"m3", 0), 5: (b"m4", 0)}
+    assert again.lsn == again.written == lsn == 7 and again.size == size
+    assert _bodies(again) == {2: (b"m1", 1), 4: (b"m3", 0), 5: (b"m4", 0)}
+    tail = again.tail()
+    assert [e for e, _ in tail] == [1, 1, 1, 2, 2, 2, 2] and again.last_epoch == 2
+    assert tail[0][1] == enqs[0][1]  # the entry's payload: the record bytes as sent
     assert again.enq(EXRK, b"", b"next")[0] == 6  # offsets go on after the restart
 
 
-def test_a_follower_applies_the_leaders_chunks_and_refuses_a_gap(tmp_path: Path) -> None:
+def test_a_follower_applies_the_leaders_entries_and_refuses_a_gap(tmp_path: Path) -> None:
     leader, follower = ReplicaLog(tmp_path / "l.log"), ReplicaLog(tmp_path / "f.log")
-    leader.enq(EXRK, b"", b"a")
-    leader.enq(EXRK, b"", b"b")
-    first, data = leader.take_chunk()
-    assert follower.append_chunk(first, data)
-    leader.ack([1])
-    first2, data2 = leader.take_chunk()
-    leader.enq(EXRK, b"", b"c")
-    first3, data3 = leader.take_chunk()
-    assert not follower.append_chunk(first3, data3)  # the ack's chunk is missing
-    assert follower.append_chunk(first2, data2) and follower.append_chunk(first3, data3)
+    first = _lead(leader, 1, [leader.enq(EXRK, b"", b"a")[1], leader.enq(EXRK, b"", b"b")[1]])
+    follower.write(0, first)
+    second = _lead(leader, 1, [leader.ack([1]), leader.enq(EXRK, b"", b"c")[1]])
+    with pytest.raises(ReplicaLogError):
+        follower.write(3, second)  # not at its end
+    follower.write(2, second)
     assert follower.lsn == leader.lsn == 4
     assert [e[2] for e in follower.entries.values()] == [b"b", b"c"]
-    with pytest.raises(ReplicaLogError):
-        follower.append_chunk(follower.lsn + 1, data3[:-1])
+    check_entry(second[1][1])
+    for bad in (second[1][1][:-1], second[0][1] + second[1][1]):
+        with pytest.raises(ReplicaLogError):
+            check_entry(bad)  # cut, or two records
 
 
-def test_a_snapshot_stands_at_the_leaders_lsn_and_chunks_follow_it(tmp_path: Path) -> None:
+def test_truncation_cuts_a_divergent_tail_on_disk_and_undoes_its_operations(
+        tmp_path: Path) -> None:
+    log = ReplicaLog(tmp_path / "f.log")
+    _lead(log, 1, [log.enq(EXRK, b"", b"a")[1], log.enq(EXRK, b"", b"b")[1]])
+    _lead(log, 2, [log.ack([1]), log.ret(2, 3), log.enq(EXRK, b"", b"x")[1]])
+    log.truncate(2)  # epoch 2's entries were never the new leader's
+    assert log.lsn == log.written == 2 and log.last_epoch == 1
+    assert _bodies(log) == {1: (b"a", 0), 2: (b"b", 0)}
+    _lead(log, 3, [log.enq(EXRK, b"", b"y")[1]])
+    log.close()
+    again = ReplicaLog(tmp_path / "f.log")
+    assert again.lsn == 3 and [e for e, _ in again.tail()] == [1, 1, 3]
+    assert _bodies(again) == {1: (b"a", 0), 2: (b"b", 0), 3: (b"y", 0)}
+    again.truncate(0)
+    assert again.lsn == 0 and again.entries == {} and again.size == 0
+
+
+def test_a_snapshot_point_installs_on_a_follower_and_entries_follow_it(tmp_path: Path) -> None:
     leader, follower = ReplicaLog(tmp_path / "l.log"), ReplicaLog(tmp_path / "f.log")
-    follower.enq(EXRK, b"", b"stale")  # what an old leader left: replaced whole
-    follower.take_chunk()
-    for body in (b"a", b"b", b"c"):
-        leader.enq(EXRK, b"", body)
-    leader.ack([2])
-    leader.take_chunk()
-    follower.install(leader.snapshot())
-    assert follower.lsn == leader.lsn == 4
-    leader.enq(EXRK, b"", b"d")
-    assert follower.append_chunk(*leader.take_chunk())
+    _lead(follower, 1, [follower.enq(EXRK, b"", b"stale")[1]])  # an old leader's: replaced
+    _lead(leader, 1, [leader.enq(EXRK, b"", b)[1] for b in (b"a", b"b", b"c")])
+    _lead(leader, 2, [leader.ack([2])])
+    assert leader.mark(4) == 4 and leader.start_epoch == 2
+    later = _lead(leader, 2, [leader.enq(EXRK, b"", b"d")[1]])  # after the point
+    follower.install(4, 2, leader.snapshot_bytes())
+    assert follower.lsn == follower.start == 4 and follower.start_epoch == 2
+    assert [e[2] for e in follower.entries.values()] == [b"a", b"c"]
+    follower.write(4, later)
     follower.close()
     reopened = ReplicaLog(tmp_path / "f.log")
-    assert reopened.lsn == 5 and [e[2] for e in reopened.entries.values()] == [b"a", b"c", b"d"]
+    assert reopened.start == 4 and reopened.start_epoch == 2 and reopened.lsn == 5
+    assert reopened.tail() == later
+    assert [e[2] for e in reopened.entries.values()] == [b"a", b"c", b"d"]
+    with pytest.raises(ReplicaLogError):
+        reopened.install(3, 2, leader.snapshot_bytes())  # not where it says it stands
+    reopened.truncate(3)  # below the snapshot: it was not the leader's, start over
+    assert reopened.lsn == reopened.start == 0 and reopened.entries == {}
+    assert reopened.size == 0 and reopened.tail() == []
 
 
-def test_compaction_keeps_the_lsn_and_the_live_messages(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compaction_keeps_the_lsn_epoch_and_the_live_messages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("queue_store.replica_log.COMPACT_MIN", 1000)
     log = ReplicaLog(tmp_path / "q.log")
-    for i in range(200):
-        log.enq(EXRK, b"", f"m{i:03}".encode() * 10)
-    log.ack(range(1, 196))
-    assert log.compact() is False  # operations not taken yet: nothing is rewritten under them
-    log.take_chunk()
+    _lead(log, 3, [log.enq(EXRK, b"", f"m{i:03}".encode() * 10)[1] for i in range(200)])
+    payload = log.ack(range(1, 196))
+    assert log.compact() is False  # an operation not written yet: nothing is rewritten
+    _lead(log, 3, [payload])
     before = log.size
     assert log.compact() is True and log.size < before // 4
-    assert log.lsn == 201 and [o for o in log.entries] == [196, 197, 198, 199, 200]
-    log.enq(EXRK, b"", b"after")
-    log.take_chunk()
+    assert log.lsn == log.start == 201 and log.start_epoch == 3
+    assert list(log.entries) == [196, 197, 198, 199, 200]
+    _lead(log, 4, [log.enq(EXRK, b"", b"after")[1]])
     log.close()
     again = ReplicaLog(tmp_path / "q.log")
-    assert again.lsn == 202 and list(again.entries) == [196, 197, 198, 199, 200, 201]
+    assert again.lsn == 202 and again.start == 201 and list(again.entries) == [
+        196, 197, 198, 199, 200, 201]
+    assert [e for e, _ in again.tail()] == [4]

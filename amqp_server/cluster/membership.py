@@ -140,6 +140,9 @@ class Membership:
         self._client: Any = None
         self._lease: Any = None
         self._task: asyncio.Task[None] | None = None
+        #: event-loop time when the last lease grant or refresh that etcd answered was sent:
+        #: this node's registration is surely alive until that plus the lease's seconds
+        self.refreshed_at = 0.0
 
     @property
     def client(self) -> Any:
@@ -246,7 +249,9 @@ class Membership:
 
     async def _register(self) -> None:
         key = self.prefix + self.node.encode()
+        sent = asyncio.get_running_loop().time()
         self._lease = await self._client.lease(self.etcd.lease_ttl)
+        self.refreshed_at = sent
         self.info["lease"] = self._lease.id
         self.info["index"] = self.index
         ok, _ = await self._client.transaction(
@@ -284,12 +289,15 @@ class Membership:
         while True:
             await asyncio.sleep(min(POLL, self.etcd.lease_ttl / 3))
             try:
+                sent = asyncio.get_running_loop().time()
                 response = await self._lease.refresh()
                 if not getattr(response[0] if isinstance(response, list) else response,
                                "TTL", 1):
                     # the lease expired (this node was stopped longer than the TTL): join again
                     log.warning("this node's etcd lease expired; registering again")
                     await self._register()
+                else:
+                    self.refreshed_at = sent
                 await self._read()
             except (aetcd.exceptions.ClientError, ClusterError) as exc:
                 log.warning("etcd %s: %s", self.url, exc)

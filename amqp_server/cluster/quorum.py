@@ -7,48 +7,55 @@ node, its first leader, and the next running nodes, ``x-quorum-initial-group-siz
 all (default 3, or the cluster's size when smaller). Its replication state lives in etcd
 (``/amqpq/<cluster>/qq/<vhost>/<name>``, JSON)::
 
-    {"leader": node index, "epoch": n, "members": [...], "isr": [...]}
+    {"leader": node index, "run": its etcd lease id, "epoch": n, "members": [...],
+     "isr": [...]}
 
 and changes only by etcd transactions that compare the value they replace, so two nodes never
 both win a change (no consensus here: etcd's).
 
-* **Replication** (Kafka's in-sync replicas): each member keeps the queue's
-  :class:`~queue_store.replica_log.ReplicaLog`. The leader appends an operation per publish,
-  ack and return; once per event-loop turn it writes the new bytes to its file, sends the same
-  bytes to its followers (a REPL record on the node link, tagged with its epoch), and fsyncs. A
-  follower appends, fsyncs and acknowledges the last LSN it has on disk. The *high watermark*
-  is the lowest such LSN over the in-sync replicas (``isr``, the leader included); a message
-  below it is committed: it enters the leader's queue (:class:`ReplicatedQueue`), consumers see
-  it, its publisher is confirmed. Nothing commits while the ISR is smaller than a majority of
-  the members.
-* **ISR changes** (the rules: :mod:`amqp_server.cluster.isr`) are asked of etcd by the
-  leader: a follower whose link is down, or that is behind and acknowledged nothing for
-  ``isr.LAG_TIMEOUT`` (5 s), is removed from ``isr`` (then commits go on without it); one
-  that caught up (installed this epoch's snapshot and has on disk everything committed) is
-  added back. While a change is on its way the high watermark counts the ISR before and after
-  it (the maximal ISR), so nothing commits without a member being added. So every replica in
-  ``isr`` has every committed message.
+* **Replication** (Kafka's in-sync replicas, leader epochs and fetches): each member keeps
+  the queue's :class:`~queue_store.replica_log.ReplicaLog`, whose entries (ENQ, ACK, RET)
+  carry the leader epoch that appended them. The rules are a sans-IO state machine,
+  :class:`~amqp_server.cluster.replication.Replica`; :class:`QuorumGroup` feeds it events
+  and carries out its actions (the table in :mod:`amqp_server.cluster.quorum_group`). The
+  leader appends a turn's operations at its end, writes and fsyncs them; followers *fetch*
+  from their log end (a REPL record on the node link, naming the epoch of their last entry
+  and what they have fsynced: their acknowledgement) and get the entries after it, or
+  ``Diverging`` when their tail is not the leader's (they cut it and fetch again), or a
+  snapshot when the leader's log no longer holds that offset. The *high watermark* is the
+  offset every in-sync replica (``isr``, the leader included) has on disk; entries below it
+  are committed: a publish enters the leader's queue (:class:`ReplicatedQueue`), consumers
+  see it, its publisher is confirmed; a requeued message comes back once its RET is
+  committed. Nothing commits while the ISR is smaller than a majority of the members.
+* **ISR changes** (:mod:`amqp_server.cluster.isr`) are asked of etcd by the leader: a
+  follower that fetched nothing for ``isr.LAG_TIMEOUT`` (5 s) while behind is removed from
+  ``isr`` (then commits go on without it); one is added back only once it has on disk
+  everything committed and the leader's log as of its election. While a change is on its
+  way the high watermark counts the ISR before and after it (the maximal ISR), so nothing
+  commits without a member being added. So every replica in ``isr`` has every committed
+  entry.
 * **Failover**: when the leader's node dies (its etcd lease expires: a ``worker_down``
   record), every surviving in-sync member tries one transaction: leader = itself, epoch + 1,
-  ``isr`` without the old leader. One wins; its replica becomes the queue (every message
-  flagged redelivered: it may have been delivered by the old leader), the other members take a
-  snapshot from it. Consumers of the queue on surviving nodes were sent Basic.Cancel (their
-  consumer-cancel notification); publishes waiting for the old leader were nacked.
-* **Fencing**: a follower refuses a REPL record of an epoch older than the one etcd holds, or
-  from a node that is not the leader of that epoch, and says so (``qfenced``); a leader that
-  learns of a newer epoch (that answer, or etcd's watch) steps down: its uncommitted publishes
-  are nacked, its consumers cancelled, its replica resynchronised from the new leader. An old
-  leader resumed after a partition therefore never commits again.
-* **Catch-up**: a member that (re)starts, falls behind or changes leader asks the leader for
-  a snapshot (``qsync``) and installs it in place of its log; it counts as in sync once it
-  acknowledged what the leader has on disk.
+  its ``run`` (the node's etcd lease id), ``isr`` without the old leader. One wins; its
+  replica becomes the queue (every message flagged redelivered: it may have been delivered
+  by the old leader) and delivers once it has committed what its log held when elected; the
+  other members fetch from it. A node that finds itself named leader by a state of another
+  run (it restarted, its lease expired, or a leader transfer named it) takes a new epoch
+  first; publishes to it wait meanwhile. Consumers of the queue on surviving nodes were sent
+  Basic.Cancel (their consumer-cancel notification).
+* **Fencing**: a follower takes entries only from the leader of the epoch it follows; a
+  leader answers only fetches of its epoch and steps down when a fetch or etcd's watch shows
+  a newer one: its uncommitted publishes are nacked, its consumers cancelled, its replica
+  follows the new leader (cutting what the new leader does not have). A leader delivers only
+  while its etcd session is surely alive, so an old leader resumed after a partition neither
+  commits nor delivers again.
 
 An acknowledgement still on its way to the followers when the leader dies is lost: that message
 is delivered again (flagged redelivered), as with RabbitMQ when an ack was not yet committed by
 the quorum.
 
-Source: Kafka replication (ISR, high watermark, leader epoch); RabbitMQ quorum queues
-(https://www.rabbitmq.com/docs/quorum-queues); etcd transactions.
+Source: Kafka replication (ISR, high watermark, leader epochs: KIP-101, KIP-279, KIP-320);
+RabbitMQ quorum queues (https://www.rabbitmq.com/docs/quorum-queues); etcd transactions.
 """
 
 from __future__ import annotations
@@ -61,8 +68,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from amqp_server.cluster import placement
-from amqp_server.cluster.quorum_group import QuorumGroup
+from amqp_server.cluster import placement, replica_records
+from amqp_server.cluster.quorum_group import QuorumGroup, new_run
 from amqp_server.cluster.quorum_queue import ReplicatedQueue, replicated_class
 from amqp_server.workers.link_codec import queue_key, split_queue_key
 from amqp_server.workers.remote_queue import RemoteQueue
@@ -94,6 +101,7 @@ class QuorumManager:
         self.maintenance_prefix = hub.m.root + b"maintenance/"
         self.groups: dict[bytes, QuorumGroup] = {}
         self.states: dict[bytes, tuple[dict[str, Any], bytes]] = {}
+        self._run = new_run()  # without an etcd lease id (not expected)
         #: nodes in maintenance (``amqpqctl drain``): etcd's ``maintenance/<node>`` keys
         self.drained: dict[str, int] = {}
         #: ``queue_leader_locator`` of the configuration (None: client-local)
@@ -112,6 +120,12 @@ class QuorumManager:
         for prefix in (self.prefix, self.maintenance_prefix):
             for kv in await self.hub.client.get_prefix(prefix):
                 self._on_etcd("PUT", kv.key, kv.value)
+
+    @property
+    def run(self) -> int:
+        """This node's incarnation for its replicas (:attr:`GroupState.run`): its etcd
+        lease's id, new at every registration (a lease that expired is a new run)."""
+        return int(self.hub.m.info.get("lease") or 0) or self._run
 
     def _key(self, qkey: bytes) -> bytes:
         vhost, name = split_queue_key(qkey)
@@ -168,11 +182,9 @@ class QuorumManager:
             return q
         group = self.group(qkey)
         queue = replicated_class(kwargs["arguments"])(name, vhost_name, group=group, **kwargs)
+        group.lead(queue)  # it delivers once elected (a new epoch of this run) and serving
         if known:
-            group.state, group.raw = known
-        group.lead(queue, from_disk=True)
-        if known:  # led here before this start: a new epoch, so the followers take a snapshot
-            group._change({"epoch": int(known[0]["epoch"]) + 1}, "leader again after a start")
+            group.on_state(*known)
         else:
             self.runtime.keep_task(asyncio.ensure_future(self._create(group, kwargs)))
         return queue
@@ -185,7 +197,8 @@ class QuorumManager:
             self.runtime.index, self.hub.running, self.drained_indexes(),
             [s for s, _ in self.states.values()], size)
         await self.replace_state(group.qkey, None, {
-            "leader": self.runtime.index, "epoch": 1, "members": members, "isr": members})
+            "leader": self.runtime.index, "run": group.replica.run, "epoch": 1,
+            "members": members, "isr": members})
 
     async def replace_state(self, qkey: bytes, raw: bytes | None, new: dict[str, Any]) -> bool:
         """Write queue ``qkey``'s state ``new`` if etcd still holds ``raw`` (None: if it
@@ -237,9 +250,6 @@ class QuorumManager:
         if vhost.queues.get(old.name) is old:
             vhost.queues[old.name] = new
 
-    def leader_down(self, group: QuorumGroup) -> bool:
-        return group.state is not None and int(group.state["leader"]) not in self.hub.running
-
     def worker_down(self, w: int) -> None:
         """Node ``w`` died (an ordered record): the groups it led hold an election."""
         for group in list(self.groups.values()):
@@ -263,8 +273,14 @@ class QuorumManager:
         for group in self.groups.values():
             group.close()
 
-    def on_repl(self, peer: int, qkey: bytes, epoch: int, first: int, snapshot: bool,
-                data: bytes) -> None:
+    def on_repl(self, peer: int, body: bytes) -> None:
+        """A REPL record's body from node ``peer``: to the queue's replica here (made when
+        this node is a member of a queue it knows)."""
+        try:
+            qkey, record = replica_records.decode(body)
+        except replica_records.RecordError as exc:
+            log.error("replication record from node %d dropped: %s", peer, exc)
+            return
         group = self.groups.get(qkey)
         if group is None:
             known = self.states.get(qkey)
@@ -272,19 +288,8 @@ class QuorumManager:
                     or self.runtime.queue_by_key(qkey) is None:
                 return
             group = self.group(qkey)
-            group.state, group.raw = known
-        group.on_repl(peer, epoch, first, snapshot, data)
-
-    def on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
-        group = self.groups.get(rec[1])
-        if group is None:
-            return
-        if rec[0] == "qack":
-            group.on_ack(peer, int(rec[2]), int(rec[3]))
-        elif rec[0] == "qsync":
-            group.on_snapshot_request(peer, int(rec[2]))
-        elif rec[0] == "qfenced":
-            group.on_fenced(int(rec[2]))
+            group.on_state(*known)
+        group.on_record(peer, record)
 
     def tick(self) -> None:
         for group in list(self.groups.values()):

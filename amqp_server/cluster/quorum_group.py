@@ -1,30 +1,98 @@
-"""One quorum queue's replica on a node: replication, commits, ISR changes, elections.
+"""One quorum queue's replica on a node: the asyncio, etcd and node-link shell around the
+sans-IO :class:`~amqp_server.cluster.replication.Replica`.
 
-The leader's side (append, send, fsync, high watermark, ISR shrink and growth) and a
-follower's (chunks, snapshots, acknowledgements, taking over) of a replicated quorum queue;
-:mod:`amqp_server.cluster.quorum` explains the design and holds the node's groups.
+The replication rules (fetch from an offset, leader epochs and truncation of a divergent
+tail, the high watermark, ISR shrink and expand, elections, fencing) are the replica's; this
+shell only feeds it events and carries out its actions:
 
-Source: Kafka replication (ISR, high watermark, leader epoch); RabbitMQ quorum queues.
+=================================  ==========================================================
+event                              from
+=================================  ==========================================================
+``append_many``                    the leader's :class:`ReplicatedQueue` (its operations of
+                                   one event-loop turn: ENQ, ACK, RET payloads)
+``receive``                        a REPL record of the node link
+                                   (:mod:`amqp_server.cluster.replica_records`)
+``on_state`` / ``cas_result``      etcd's watch of the queue's state / an etcd transaction
+``fsync_done``                     the replica log's fsync, run off the event loop
+``session`` / ``on_alive``         this node's etcd lease (membership) / the running nodes
+``tick``                           once a second (the runtime's tick), and a node's death
+=================================  ==========================================================
+
+========================  =========================================================
+action                    carried out as
+========================  =========================================================
+Send                      a REPL record on the node link (lost when the link is down)
+Write / Truncate          :meth:`ReplicaLog.write` / :meth:`ReplicaLog.truncate`
+Install                   :meth:`ReplicaLog.install` of the snapshot just received
+Fsync                     :meth:`ReplicaLog.sync` in the broker's blocking pool
+Cas                       an etcd transaction comparing the value it replaces
+Commit                    :meth:`ReplicatedQueue.commit` (publishers confirmed)
+Become / StepDown         the queue here becomes the leader's / a stand-in for the new one
+========================  =========================================================
+
+The leader's queue delivers only while :meth:`Replica.serving`: its epoch's start is
+committed (so an operation the last leader committed, a return say, is applied before any
+delivery) and its etcd session is surely alive. Publishes to a queue whose etcd state names
+this node but whose election is not done yet (a restart, a new queue) wait here and are
+appended once it leads.
+
+Source: Kafka replication (fetch, ISR, high watermark, leader epochs: KIP-101, KIP-279,
+KIP-320); RabbitMQ quorum queues; h11's sans-IO split.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
+import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
-from amqp_server.cluster.quorum_queue import ReplicatedQueue
+from amqp_server.cluster import replica_records
+from amqp_server.cluster.isr import LAG_TIMEOUT
+from amqp_server.cluster.replication import Replica, Timing
+from amqp_server.cluster.replication_types import (
+    Become,
+    Cas,
+    Commit,
+    Fsync,
+    GroupState,
+    Install,
+    Records,
+    Send,
+    Snapshot,
+    StepDown,
+    Truncate,
+    Write,
+)
 from amqp_server.workers.link_codec import message_from, queue_key
-from queue_store.replica_log import ReplicaLog, ReplicaLogError
+from queue_store.replica_log import ReplicaLog, ReplicaLogError, check_entry
 
 if TYPE_CHECKING:
     from amqp_server.cluster.quorum import QuorumManager
+    from amqp_server.cluster.quorum_queue import ReplicatedQueue
 
 log = logging.getLogger("amqpq.quorum")
 
-RESYNC_AFTER = 2.0  # seconds before a snapshot request is repeated
+#: the replica's snapshot, as the replication log holds it: "the replica log file's bytes
+#: up to its snapshot point" (:meth:`ReplicaLog.snapshot_bytes`, read when sent)
+SNAPSHOT_IN_FILE = "replica-log-file"
+#: entries a replica keeps in RAM past its snapshot point before it moves the point
+COMPACT_ENTRIES = 1024
+TIMING = Timing(lag_timeout=LAG_TIMEOUT, fetch_interval=0.5, batch=512)
+LEASE_MARGIN = 0.9  # the share of the etcd lease a leader counts on (clock drift, delays)
+FSYNC_RETRY = 1.0  # seconds before a failed fsync is tried again
+
+
+def group_state(state: dict[str, Any], version: int) -> GroupState:
+    """etcd's JSON state of a quorum queue as a :class:`GroupState` (``run`` 0 when the
+    value names none: written by a membership change or a leader transfer, so the leader
+    it names takes a new epoch of its own first)."""
+    return GroupState(int(state["leader"]), int(state.get("run") or 0), int(state["epoch"]),
+                      tuple(int(m) for m in state["members"]),
+                      tuple(int(m) for m in state["isr"]), version)
 
 
 class QuorumGroup:
@@ -38,314 +106,315 @@ class QuorumGroup:
         self.qkey = queue_key(vhost, name)
         digest = hashlib.sha1(self.qkey).hexdigest()[:16]
         self.log = ReplicaLog(manager.data_dir / f"{digest}.log")
+        self.replica = self._replica(manager.run)
         self.state: dict[str, Any] | None = None
         self.raw = b""  # the etcd value the state was read from (for transactions)
+        self._versions = 0  # etcd values seen (GroupState.version counts them)
+        self._raws: dict[int, bytes] = {}  # version -> its value, for a swap's compare
         self.queue: ReplicatedQueue | None = None
-        self.acks: list[int] = []  # offsets that left the queue, for this turn's ACK record
-        self.leading = False
-        self.epoch = 0  # the epoch this replica leads or follows
-        # leader side
-        self.progress: dict[int, int] = {}  # follower -> LSN it has on disk
-        self.last_ack: dict[int, float] = {}
-        self.ready: set[int] = set()  # followers that took a snapshot of this epoch
-        self.durable = 0  # this replica's LSN on disk
-        self.lead_since = 0.0
+        self.acks: list[int] = []  # offsets that left the queue, for this turn's ACK entry
+        self._ops: list[bytes] = []  # this turn's operations, appended at its end
         self._scheduled = False
-        self._syncing = False
-        self._sync_again = False
-        self._changing = False  # an etcd transaction of this group is on its way
-        # the ISR asked of etcd, counted by the high watermark until etcd's state has it
-        # or the request lost (the maximal ISR: amqp_server.cluster.isr)
-        self.proposed: tuple[int, ...] | None = None
-        self.committed = 0  # the highest LSN committed while leading this epoch
-        # follower side
-        self.leader = -1  # the node whose chunks this replica takes (etcd's may lag)
-        self.stepped_down = 0  # the epoch this node stopped leading at
-        self.synced = False
-        self.asked = 0.0  # when a snapshot was last asked for
+        self._incoming: bytes | None = None  # a snapshot being installed
+        self._closed = False
 
-    # ---- roles ---------------------------------------------------------------------------
+    def _replica(self, run: int) -> Replica:
+        log_ = self.log
+        return Replica(self.me, run, log_.tail(), TIMING, start=log_.start,
+                       start_epoch=log_.start_epoch,
+                       snapshot=SNAPSHOT_IN_FILE if log_.start else None)
+
+    # ---- views ---------------------------------------------------------------------------
 
     @property
-    def isr(self) -> list[int]:
-        return list(self.state["isr"]) if self.state else []
+    def leading(self) -> bool:
+        return self.replica.leading
 
     @property
-    def members(self) -> list[int]:
-        return list(self.state["members"]) if self.state else [self.me]
+    def epoch(self) -> int:
+        return self.replica.epoch
+
+    @property
+    def progress(self) -> dict[int, int]:
+        """Leader: follower -> entries it has on disk (empty on a follower)."""
+        lead = self.replica.lead
+        return dict(lead.progress) if lead is not None else {}
+
+    @property
+    def expecting(self) -> bool:
+        """Not leading yet, but etcd names this node (or names nobody yet): publishes to
+        the queue here wait for the election instead of being refused."""
+        return not self.replica.leading and not self._closed and (
+            self.state is None or int(self.state["leader"]) == self.me)
+
+    def serving(self) -> bool:
+        """May the leader's queue deliver now (:meth:`Replica.serving`)?"""
+        return self.replica.serving(self._now())
+
+    # ---- the queue here ------------------------------------------------------------------
 
     def lead(self, queue: ReplicatedQueue, from_disk: bool = False) -> None:
-        """This node leads the queue (declared here, elected, or led here before a restart):
-        ``queue`` holds the replica's messages, flagged redelivered. ``from_disk``: the log
-        was just read from the file (all of it is on disk); else what was fsynced so far
-        counts, and an fsync covers the rest."""
+        """``queue`` is this queue's object here (declared or recovered here while etcd
+        names this node, or created at an election): it takes the replica's messages,
+        flagged redelivered; it delivers once the replica leads and serves."""
         self.queue = queue
         queue.restore((offset, message_from(e[0], e[1], e[2]), e[3])
                       for offset, e in self.log.entries.items())
-        self.leading = True
-        self.epoch = int(self.state["epoch"]) if self.state else 1
-        self.progress.clear()
-        self.ready.clear()
-        if from_disk:
-            self.durable = self.log.lsn
-        else:
-            self.sync()
-        self.lead_since = self._now()
-        self.committed = 0
-        log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages)",
-                 self.name, self.vhost, self.epoch, len(self.log.entries))
 
-    def step_down(self) -> None:
-        """Another node leads now: nack what was not committed, cancel consumers, and follow."""
-        queue = self.queue
-        self.leading = False
-        self.stepped_down = max(self.stepped_down, self.epoch)
-        self.queue = None
-        self.ready.clear()
-        if queue is not None:
-            log.warning("quorum queue '%s' in vhost '%s': no longer the leader here "
-                        "(epoch %s)", self.name, self.vhost, self.state and self.state["epoch"])
-            queue.fail_pending()
-            self.manager.replace(queue, self.state["leader"] if self.state else None)
-        self.synced = False
-
-    def on_state(self, state: dict[str, Any], raw: bytes) -> None:
-        """etcd's state of the queue changed (or was read at start)."""
-        self.state, self.raw = state, raw
-        self.proposed = None  # etcd's state now says what the ISR is
-        leader, epoch = int(state["leader"]), int(state["epoch"])
-        if leader == self.me:
-            if epoch <= self.stepped_down:
-                return  # an old state (fenced meanwhile): a newer one follows
-            if not self.leading and self.manager.queue_of(self) is not None:
-                self.manager.promote(self)
-            if epoch != self.epoch:  # a new epoch: followers take a snapshot of it first
-                self.ready.clear()
-            self.epoch = epoch
+    def append(self, payload: bytes | None) -> int:
+        """The leader's queue applied an operation (its replica log payload; None: nothing
+        to log): appended at the end of this event-loop turn. Returns the log's LSN."""
+        if payload is not None:
+            self._ops.append(payload)
             self.changed()
-            self.try_commit()
-            return
-        if self.leading:
-            self.step_down()
-        if self.me not in state["members"]:
-            self.manager.drop(self)
-            return
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.synced = False
-        if not self.synced:
-            self.ask_snapshot()
-
-    # ---- leader: replication -------------------------------------------------------------
+        return self.log.lsn
 
     def changed(self) -> None:
-        """Operations were appended: written, sent and fsynced at the end of this turn."""
+        """Operations wait: appended at the end of this turn (one Write, one fsync)."""
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
     def take_acks(self) -> None:
-        """The messages that left the leader's queue this turn: one ACK record."""
+        """The messages that left the leader's queue this turn: one ACK entry."""
         if self.acks:
             acks, self.acks = self.acks, []
-            self.log.ack(acks)
+            self.append(self.log.ack(acks))
+
+    def ret(self, offset: int, returns: int) -> None:
+        """A message went back to the leader's queue (``returns`` so far): a RET entry,
+        after this turn's ACK (the log keeps their order)."""
+        self.take_acks()
+        self.append(self.log.ret(offset, returns))
 
     def flush(self) -> None:
         self._scheduled = False
         self.take_acks()
-        first, data = self.log.take_chunk()
-        if not data:
+        if not self._ops:
             return
-        if self.leading:
-            for peer in self.ready:
-                self._send(peer, first, False, data)
-        self.sync()
-
-    def _send(self, peer: int, first: int, snapshot: bool, data: bytes) -> None:
-        out = self.runtime.links.out.get(peer)
-        if out is not None:
-            out.outbox.repl(self.qkey, self.epoch, first, snapshot, data)
-            out.schedule()
-
-    def sync(self) -> None:
-        """fsync the replica off the event loop; then acknowledge (follower) or commit."""
-        if self._syncing:
-            self._sync_again = True
+        ops, self._ops = self._ops, []
+        first, actions = self.replica.append_many(ops, self._now())
+        if first is None:  # no longer leading (stepped down this turn): never logged
+            self.log.discard_unwritten()
             return
-        self._syncing = True
-        target = self.log.lsn
-        self.runtime.broker.env.run_blocking(self.log.sync, lambda error: self._synced(
-            target, error))
+        self._do(actions)
 
-    def _synced(self, target: int, error: Exception | None) -> None:
-        self._syncing = False
-        if error is not None:
-            log.error("quorum queue '%s': fsync failed: %s", self.name, error)
-        else:
-            self.durable = max(self.durable, target)
-        if self._sync_again:
-            self._sync_again = False
-            self.sync()
-        elif error is None and not self.acks and self.log.compact():
-            log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
-                     self.name, self.vhost, self.log.size)
-        if self.leading:
-            self.try_commit()
-        elif error is None and self.synced and self.leader >= 0:
-            self.runtime.send_control(self.leader, ("qack", self.qkey, self.epoch, self.durable))
+    # ---- events in -----------------------------------------------------------------------
 
-    def replicas(self) -> Replicas:
-        """What this leader knows of the replicas (:mod:`amqp_server.cluster.isr`)."""
-        return Replicas(self.me, tuple(self.members), tuple(self.isr), self.proposed,
-                        self.durable, self.log.lsn, self.progress, self.committed)
-
-    def high_watermark(self) -> int | None:
-        """:func:`amqp_server.cluster.isr.high_watermark` (None: below a majority)."""
-        return high_watermark(self.replicas())
-
-    def try_commit(self) -> None:
-        hw = self.high_watermark()
-        if hw is None:
+    def on_state(self, state: dict[str, Any], raw: bytes) -> None:
+        """etcd's state of the queue changed (or was read at start)."""
+        if raw == self.raw:
             return
-        self.committed = max(self.committed, hw)
-        if self.queue is not None and self.queue.pending:
-            self.queue.commit(hw)
-            self.runtime.after_commit()
+        self.state, self.raw = state, raw
+        self._versions += 1
+        self._raws[self._versions] = raw
+        for v in [v for v in self._raws if v < self._versions - 8]:
+            del self._raws[v]
+        self.replica.on_alive(self.manager.hub.running)
+        self._do(self.replica.on_state(group_state(state, self._versions), self._now()))
+        leader = int(state["leader"])
+        if not self.replica.leading and leader != self.me and self.queue is not None:
+            self._hand_over(leader)  # waited for an election another node won
+        if self.me not in state["members"]:
+            self.manager.drop(self)
 
-    def on_ack(self, peer: int, epoch: int, lsn: int) -> None:
-        if not self.leading or epoch != self.epoch:
-            return
-        self.progress[peer] = max(self.progress.get(peer, 0), lsn)
-        self.last_ack[peer] = self._now()
-        self.try_commit()
-
-    def on_snapshot_request(self, peer: int, epoch: int) -> None:
-        if not self.leading:
-            if self.state is not None:
-                self.runtime.send_control(peer, ("qfenced", self.qkey, int(self.state["epoch"])))
-            return
-        self.flush()  # what the others have, before the snapshot
-        self._send(peer, self.log.lsn, True, self.log.snapshot())
-        self.ready.add(peer)
-        self.last_ack[peer] = self._now()
-
-    # ---- follower ------------------------------------------------------------------------
-
-    def ask_snapshot(self) -> None:
-        if self.state is None or self.leading:
-            return
-        self.asked = self._now()
-        self.runtime.send_control(int(self.state["leader"]), ("qsync", self.qkey,
-                                                          int(self.state["epoch"])))
-
-    def on_repl(self, peer: int, epoch: int, first: int, snapshot: bool, data: bytes) -> None:
-        """A chunk (or a snapshot) from the leader of ``epoch``."""
-        state = self.state
-        known = max(int(state["epoch"]) if state else 0, self.epoch)
-        stale = epoch < known or (epoch == known and (
-            self.leading or (state is not None and int(state["epoch"]) == epoch
-                             and peer != int(state["leader"]))))
-        if stale:
-            log.warning("quorum queue '%s': refused replication from node %d with stale "
-                        "epoch %d (current %d)", self.name, peer, epoch, known)
-            self.runtime.send_control(peer, ("qfenced", self.qkey, known))
-            return
-        if self.leading:  # a newer leader: this one was cut off
-            self.step_down()
-        if epoch != self.epoch or peer != self.leader:
-            self.synced = False  # another leader's log: a snapshot of it first
-        self.epoch, self.leader = epoch, peer
-        if snapshot:
-            self._install_snapshot(data)
-            return
-        if not self.synced:
-            return  # a snapshot is on its way
+    def on_record(self, peer: int, record: Any) -> None:
+        """A replication record from node ``peer`` (a decoded REPL body)."""
+        if isinstance(record, Records):
+            try:
+                for _, payload in record.entries:
+                    check_entry(payload)
+            except ReplicaLogError as exc:
+                log.error("quorum queue '%s': damaged entries from node %d: %s", self.name,
+                          peer, exc)
+                return
+        elif isinstance(record, Snapshot):
+            self._incoming = record.state
+            record = dataclasses.replace(record, state=SNAPSHOT_IN_FILE)
         try:
-            ok = self.log.append_chunk(first, data)
-        except ReplicaLogError as exc:
-            log.error("quorum queue '%s': damaged chunk from node %d: %s", self.name, peer, exc)
-            ok = False
-        if not ok:
-            self.synced = False
-            self.ask_snapshot()
-            return
-        self.sync()
-
-    def _install_snapshot(self, data: bytes) -> None:
-        try:
-            self.log.install(data)
-        except (ReplicaLogError, OSError) as exc:
-            log.error("quorum queue '%s': snapshot not installed: %s", self.name, exc)
-            return
-        self.synced = True
-        self.durable = self.log.lsn
-        log.info("quorum queue '%s' in vhost '%s': replica in step with node %s (%d messages)",
-                 self.name, self.vhost, self.state and self.state["leader"],
-                 len(self.log.entries))
-        self.sync()
-
-    def on_fenced(self, epoch: int) -> None:
-        if self.leading and epoch > self.epoch:
-            log.warning("quorum queue '%s': a follower knows epoch %d: stepping down",
-                        self.name, epoch)
-            self.step_down()
-
-    # ---- once a second -------------------------------------------------------------------
+            self._do(self.replica.receive(peer, record, self._now()))
+        finally:
+            self._incoming = None
 
     def tick(self) -> None:
-        now = self._now()
-        if self.leading and self.state is not None and not self._changing:
-            silent_for = {m: now - max(self.last_ack.get(m, 0.0), self.lead_since)
-                          for m in self.members if m != self.me}
-            change = isr_change(self.replicas(), {*self.runtime.links.out, self.me},
-                                self.ready, silent_for)
-            if change is not None:
-                self._change({"isr": list(change[0])}, change[1])
-        elif not self.leading and self.state is not None:
-            if self.me in self.members and not self.synced and now - self.asked > RESYNC_AFTER:
-                self.ask_snapshot()
-            if self.manager.leader_down(self):
-                self.elect()
+        """Once a second: the lease, the running nodes, the replica's timers, compaction."""
+        r = self.replica
+        m = self.manager.hub.m
+        run = self.manager.run
+        if m.refreshed_at:
+            self._do(r.session(run, m.refreshed_at + LEASE_MARGIN * m.etcd.lease_ttl))
+        r.on_alive(self.manager.hub.running)
+        self._do(r.tick(self._now()))
+        self._compact()
+        if self.queue is not None and r.leading and self.serving():
+            self.queue.dispatch()
 
     def elect(self) -> None:
-        """The leader's node is down: try to take over (only an in-sync member may)."""
-        state = self.state
-        if state is None or self.me not in state["isr"] or self._changing:
-            return
-        old = int(state["leader"])
-        self._change({"leader": self.me, "epoch": int(state["epoch"]) + 1,
-                      "isr": [m for m in state["isr"] if m != old]},
-                     f"node {self.me} takes over from node {old}")
+        """The leader's node died (an ordered record): take over now if allowed."""
+        self.replica.on_alive(self.manager.hub.running)
+        self._do(self.replica.tick(self._now()))
 
-    def _change(self, update: dict[str, Any], why: str) -> None:
-        """Replace the state in etcd if nobody changed it meanwhile (the watch brings the
-        result back to :meth:`on_state`)."""
-        assert self.state is not None
-        new = {**self.state, **update}
-        self._changing = True
-        if self.leading and "isr" in update:
-            self.proposed = tuple(update["isr"])
+    # ---- actions out ---------------------------------------------------------------------
+
+    def _do(self, actions: Sequence[Any]) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                self._send(a.to, a.record)
+            elif isinstance(a, Write):
+                try:
+                    self.log.write(a.first, a.entries)
+                except (ReplicaLogError, OSError) as exc:  # not expected: start again
+                    log.error("quorum queue '%s': replica log write failed: %s", self.name,
+                              exc)
+                    self._restart_replica()
+                    return
+            elif isinstance(a, Fsync):
+                self._fsync(a.token)
+            elif isinstance(a, Commit):
+                self._commit(a.end)
+            elif isinstance(a, Cas):
+                self._cas(a)
+            elif isinstance(a, Truncate):
+                log.warning("quorum queue '%s' in vhost '%s': divergent entries from %d on "
+                            "cut (epoch %d's leader does not have them)", self.name,
+                            self.vhost, a.offset, self.replica.epoch)
+                self.log.truncate(a.offset)
+            elif isinstance(a, Install):
+                self._install(a)
+            elif isinstance(a, Become):
+                self._become(a)
+            elif isinstance(a, StepDown):
+                self._step_down(a.epoch)
+
+    def _send(self, peer: int, record: Any) -> None:
+        out = self.runtime.links.out.get(peer)
+        if out is None:
+            return
+        if isinstance(record, Snapshot):
+            record = dataclasses.replace(record, state=self.log.snapshot_bytes())
+            log.info("quorum queue '%s' in vhost '%s': node %d fetched below this replica's "
+                     "log start: snapshot at offset %d sent", self.name, self.vhost, peer,
+                     record.offset)
+        out.outbox.repl(replica_records.encode(self.qkey, record))
+        out.schedule()
+
+    def _fsync(self, token: tuple[int, int]) -> None:
+        def done(error: Exception | None) -> None:
+            if self._closed:
+                return
+            if error is not None:
+                log.error("quorum queue '%s': fsync failed: %s", self.name, error)
+                asyncio.get_running_loop().call_later(FSYNC_RETRY, self._fsync, token)
+                return
+            self._do(self.replica.fsync_done(token, self._now()))
+
+        self.runtime.broker.env.run_blocking(self.log.sync, done)
+
+    def _commit(self, end: int) -> None:
+        queue = self.queue
+        if queue is None:
+            return
+        confirms = bool(queue.pending)
+        queue.commit(end)  # LSN = offset + 1: entries below ``end`` have LSN <= end
+        if confirms:
+            self.runtime.after_commit()
+        if self.serving():
+            queue.dispatch()
+
+    def _cas(self, cas: Cas) -> None:
+        base = cas.new.version
+        raw = self._raws.get(base)
+        new = cas.new
+        if raw is None or self.state is None:
+            self.replica.cas_result(base, False)
+            return
+        value = {**self.state, "leader": new.leader, "run": new.run, "epoch": new.epoch,
+                 "members": list(new.members), "isr": list(new.isr)}
 
         async def run() -> None:
+            won: bool | None = None
             try:
-                won = await self.manager.replace_state(self.qkey, self.raw, new)
-                if not won:
-                    self.proposed = None  # etcd kept another state: the watch brings it
+                won = await self.manager.replace_state(self.qkey, raw, value)
                 if won:
                     log.info("quorum queue '%s' in vhost '%s': %s (epoch %d)", self.name,
-                             self.vhost, why, new["epoch"])
+                             self.vhost, cas.why, new.epoch)
             except Exception as exc:
-                self.proposed = None
                 log.warning("quorum queue '%s': etcd change failed: %r", self.name, exc)
             finally:
-                self._changing = False
+                self.replica.cas_result(base, won)
 
         self.runtime.keep_task(asyncio.ensure_future(run()))
 
+    def _install(self, a: Install) -> None:
+        data = self._incoming
+        try:
+            if data is None:
+                raise ReplicaLogError("no snapshot received")
+            self.log.install(a.offset, a.last_epoch, data)
+        except (ReplicaLogError, OSError) as exc:
+            log.error("quorum queue '%s': snapshot not installed: %s", self.name, exc)
+            self._restart_replica()
+            return
+        log.info("quorum queue '%s' in vhost '%s': snapshot of node %s installed at offset "
+                 "%d (%d messages)", self.name, self.vhost, self.state and self.state["leader"],
+                 a.offset, len(self.log.entries))
+
+    def _restart_replica(self) -> None:
+        """The replica log and the replica disagree (a failed install): start the replica
+        again from the file, as after a restart."""
+        self.log.close()
+        self.log = ReplicaLog(self.log.path)
+        self.replica = self._replica(self.manager.run)
+        if self.state is not None:
+            state, raw = self.state, self.raw
+            self.raw = b""
+            self.on_state(state, raw)
+
+    def _become(self, a: Become) -> None:
+        log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages, "
+                 "%d entries to commit first)", self.name, self.vhost, a.epoch,
+                 len(self.log.entries), self.replica.log_end - a.committed)
+        if self.queue is None:
+            self.manager.promote(self)  # the stand-in gives way: lead() is called
+        if self.queue is not None:
+            self.queue.release_held()
+
+    def _step_down(self, epoch: int) -> None:
+        log.warning("quorum queue '%s' in vhost '%s': no longer the leader here (epoch %d)",
+                    self.name, self.vhost, epoch)
+        self._ops.clear()
+        self.acks.clear()
+        self.log.discard_unwritten()
+        leader = int(self.state["leader"]) if self.state else -1
+        self._hand_over(leader if leader != self.me else -1)
+
+    def _hand_over(self, leader: int) -> None:
+        """Another node leads (or will): nack what was not committed, cancel consumers,
+        a stand-in for ``leader`` takes the queue's place."""
+        queue, self.queue = self.queue, None
+        if queue is not None:
+            queue.fail_pending()
+            self.manager.replace(queue, leader)
+
+    def _compact(self) -> None:
+        """Move the snapshot point up to what is committed and on disk (the replica keeps
+        only the entries after it in RAM), and rewrite the file when dead records outweigh
+        live ones and nothing is in flight."""
+        r, log_ = self.replica, self.log
+        upto = min(r.committed, r.durable)
+        if upto - r.start >= COMPACT_ENTRIES or (upto == r.log_end and upto > r.start):
+            point = log_.mark(upto)
+            if point > r.start:
+                r.compact(point, SNAPSHOT_IN_FILE)
+        if r.start == r.log_end == log_.lsn == log_.written and not self._ops \
+                and not self.acks and log_.compact():
+            log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
+                     self.name, self.vhost, log_.size)
+
     def close(self, remove: bool = False) -> None:
+        self._closed = True
         if self.queue is not None:
             self.queue.fail_pending()
-        self.leading = False
         if remove:
             self.log.remove()
         else:
@@ -353,3 +422,8 @@ class QuorumGroup:
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
+
+
+def new_run() -> int:
+    """A run number for a process without an etcd lease id (unique enough per start)."""
+    return int.from_bytes(os.urandom(6), "big") or 1

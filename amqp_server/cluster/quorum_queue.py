@@ -3,11 +3,19 @@
 On its leader node a replicated quorum queue is a :class:`ReplicatedQueue`: the queue
 semantics of :class:`~queue_store.queue.Queue` (consumers, prefetch, requeue, TTL, dead
 lettering, ``x-delivery-limit``) over messages that are all *committed*. A publish is first an
-``ENQ`` of the group's replica log (:mod:`queue_store.replica_log`), sent to the followers;
-only once the in-sync replicas have it on disk (the high watermark passed it) does it enter the
+``ENQ`` entry of the group's replica log (:mod:`queue_store.replica_log`,
+:class:`~amqp_server.cluster.quorum_group.QuorumGroup`), fetched by the followers; only once
+the in-sync replicas have it on disk (the high watermark passed it) does it enter the
 queue, where consumers can see it, and is its publisher confirmed. What takes a message out for
-good (ack, reject, expiry, a drop at the length limit, purge) is an ``ACK`` of the log, and a
+good (ack, reject, expiry, a drop at the length limit, purge) is an ``ACK`` entry, and a
 requeue of a quorum queue a ``RET`` (its delivery count), replicated the same way.
+
+The queue delivers (consumers, Basic.Get) only while its replica *serves*
+(:meth:`~amqp_server.cluster.replication.Replica.serving`): a new leader first commits what
+its log held when elected, so a return the old leader committed counts before a delivery, and
+a leader whose etcd session may have lapsed stops. Publishes made while the election that
+makes this node the leader is still under way wait (:meth:`release_held`) instead of being
+refused.
 
 The queue keeps no queue index of its own: the replica log is its durability.
 
@@ -52,6 +60,10 @@ class ReplicatedQueue(Queue):
         self.group = group
         # (lsn, offset, message, result key or None): appended, not committed yet
         self.pending: deque[tuple[int, int, Message, tuple[int, int] | None]] = deque()
+        # (message, result key or None): published before this node's election was done
+        self.held: deque[tuple[Message, tuple[int, int] | None]] = deque()
+        # (LSN of their RET entries, messages): requeued, back in the queue once committed
+        self.returning: deque[tuple[int, list[QueuedMessage]]] = deque()
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.name!r} vhost={self.vhost_name!r} "
@@ -72,12 +84,37 @@ class ReplicatedQueue(Queue):
     def _replicate(self, message: Message, context: PublishContext | None) -> int:
         group = self.group
         if not group.leading:
-            return REJECTED
-        offset, lsn = group.log.enq(message.ex_rk_raw, message.properties_raw, message.body)
-        key = group.runtime.local_pending(context)
-        self.pending.append((lsn, offset, message, key))
-        group.changed()
-        return ROUTED | REMOTE if key is not None else ROUTED
+            if not group.expecting:
+                return REJECTED
+            key = group.runtime.local_pending(context)
+            self.held.append((message, key))
+            return ROUTED | REMOTE if key is not None else ROUTED
+        self._append(message, group.runtime.local_pending(context))
+        return ROUTED | REMOTE if self.pending[-1][3] is not None else ROUTED
+
+    def _append(self, message: Message, key: tuple[int, int] | None) -> None:
+        group = self.group
+        offset, payload = group.log.enq(message.ex_rk_raw, message.properties_raw,
+                                        message.body)
+        self.pending.append((group.append(payload), offset, message, key))
+
+    def release_held(self) -> None:
+        """This node leads now: the publishes that waited for it are appended."""
+        while self.held and self.group.leading:
+            self._append(*self.held.popleft())
+
+    def dispatch(self) -> None:
+        """:meth:`Queue.dispatch <queue_store.queue.Queue.dispatch>` while the replica
+        serves (module docstring); nothing otherwise."""
+        if self.group.serving():
+            super().dispatch()
+
+    def get(self, no_ack: bool = False) -> QueuedMessage | None:
+        """:meth:`Queue.get <queue_store.queue.Queue.get>` while the replica serves; None
+        (Basic.GetEmpty) otherwise."""
+        if not self.group.serving():
+            return None
+        return super().get(no_ack)
 
     def commit(self, hw: int) -> None:
         """Every pending message up to LSN ``hw`` is committed: into the queue, publishers
@@ -94,12 +131,20 @@ class ReplicatedQueue(Queue):
                 self.group.changed()
             if key is not None:
                 runtime.local_result(key, REJECTED if result & REJECTED else ROUTED)
+        returning = self.returning
+        while returning and returning[0][0] <= hw:
+            self.ready.requeue(returning.popleft()[1])
 
     def fail_pending(self) -> None:
-        """This node stopped leading: nack every publish not committed."""
+        """This node stopped leading (or will not lead): nack every publish not committed
+        and every one that waited for the election."""
         runtime = self.group.runtime
         while self.pending:
             key = self.pending.popleft()[3]
+            if key is not None:
+                runtime.local_result(key, REJECTED)
+        while self.held:
+            key = self.held.popleft()[1]
             if key is not None:
                 runtime.local_result(key, REJECTED)
 
@@ -122,12 +167,18 @@ class ReplicatedQueue(Queue):
             self.group.changed()
 
     def _count_returns(self, back: list[QueuedMessage]) -> list[QueuedMessage]:
-        if self.group.leading:
-            self.group.take_acks()  # the log keeps their order
-            for qm in back:
-                self.group.log.ret(qm.seq, qm.returns + 1)
-            self.group.changed()
-        return super()._count_returns(back)
+        """A RET entry per requeued message; they come back to the queue (and to consumers)
+        once those are committed (:meth:`commit`): a delivery before that could carry a
+        delivery count a new leader would not know, and a later one a lower count."""
+        group = self.group
+        if not group.leading:
+            return super()._count_returns(back)
+        for qm in back:  # after this turn's ACK entry: the log keeps their order
+            group.ret(qm.seq, qm.returns + 1)
+        kept = super()._count_returns(back)  # past x-delivery-limit: dead-lettered now
+        if kept:
+            self.returning.append((group.log.lsn, kept))
+        return []
 
 
 class ReplicatedGroupedQueue(GroupedQueue, ReplicatedQueue):

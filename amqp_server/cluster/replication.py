@@ -228,12 +228,18 @@ class Replica:
     def append(self, payload: Any, now: float) -> tuple[int | None, list[Action]]:
         """The leader's queue logged ``payload``: its offset (None when not leading: the
         driver nacks it), and the actions (write, fsync, answer parked fetches)."""
+        return self.append_many((payload,), now)
+
+    def append_many(self, payloads: Sequence[Any], now: float
+                    ) -> tuple[int | None, list[Action]]:
+        """:meth:`append` of several payloads (an event-loop turn's operations) in order:
+        the first one's offset, one Write, parked fetches answered once."""
         if self.lead is None:
             return None, []
         offset = self.log_end
-        entry = (self.epoch, payload)
-        self._extend((entry,))
-        out: list[Action] = [Write(offset, (entry,))]
+        entries = tuple((self.epoch, p) for p in payloads)
+        self._extend(entries)
+        out: list[Action] = [Write(offset, entries)]
         self._sync(out)
         for peer, f in list(self.lead.parked.items()):
             self._answer(peer, f, out)

@@ -22,11 +22,10 @@ DELIVER    cid:u32 did:u32 redelivered:u8 exrk_len:u16 props_len:u32 body_len:u3
 SETTLE     outcome:u8 count:u32, then ``count`` did:u32 (Settlement: ack, requeue, reject).
 CREDIT     cid:u32 n:u32: the consumer may take ``n`` more deliveries.
 RESULTS    count:u32, then ``count`` (pub_id:u32 result:u8) (PublishResult bits).
-REPL       qkey_len:u16 epoch:u32 first_lsn:u64 snapshot:u8, then qkey and the replica log's
-           bytes (:mod:`queue_store.replica_log`): a quorum queue leader's operations from
-           ``first_lsn`` on, or (``snapshot`` 1) its whole log (cluster nodes only).
+REPL       a quorum queue replica's fetch, entries, divergence answer or snapshot
+           (:mod:`amqp_server.cluster.replica_records`; cluster nodes only).
 CONTROL    a tuple (the hello, consume, cancel, calls such as get and purge and their
-           answers, topology records, stats, a quorum follower's ``qack``...) as tagged
+           answers, topology records, stats, placement...) as tagged
            JSON (:mod:`amqp_server.workers.link_values`): rare records, never per message;
            reading one runs no code of the sender's choosing.
 =========  ===============================================================================
@@ -57,7 +56,6 @@ _SETTLE = struct.Struct(">BI")
 _CREDIT = struct.Struct(">II")
 _COUNT = struct.Struct(">I")
 _RESULT = struct.Struct(">IB")
-_REPL = struct.Struct(">HIQB")
 MAX_RECORD = 1 << 30  # bytes: a longer length means a corrupt stream
 
 
@@ -124,10 +122,10 @@ class Outbox:
         self._add(RESULTS, _COUNT.pack(len(results)),
                   b"".join(_RESULT.pack(p, r) for p, r in results))
 
-    def repl(self, qkey: bytes, epoch: int, first_lsn: int, snapshot: bool,
-             data: bytes) -> None:
-        """A quorum queue leader's replica log bytes for the peer (a follower)."""
-        self._add(REPL, _REPL.pack(len(qkey), epoch, first_lsn, snapshot), qkey, data)
+    def repl(self, body: bytes) -> None:
+        """A quorum queue replica's record for the peer (its body:
+        :func:`amqp_server.cluster.replica_records.encode`)."""
+        self._add(REPL, body)
 
     def control(self, record: tuple[Any, ...]) -> None:
         self._add(CONTROL, link_values.encode(record))
@@ -239,13 +237,6 @@ def read_credit(body: bytes) -> tuple[int, int]:
 def read_results(body: bytes) -> list[tuple[int, int]]:
     (count,) = _COUNT.unpack_from(body)
     return [_RESULT.unpack_from(body, 4 + 5 * i) for i in range(count)]
-
-
-def read_repl(body: bytes) -> tuple[bytes, int, int, bool, bytes]:
-    """REPL body -> (qkey, epoch, first_lsn, snapshot, data)."""
-    qlen, epoch, first, snapshot = _REPL.unpack_from(body)
-    pos = _REPL.size
-    return body[pos:pos + qlen], epoch, first, bool(snapshot), body[pos + qlen:]
 
 
 def read_control(body: bytes) -> tuple[Any, ...]:

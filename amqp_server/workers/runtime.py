@@ -53,7 +53,6 @@ from amqp_server.workers.link_codec import (
     message_from,
     queue_key,
     read_control,
-    read_repl,
     split_queue_key,
 )
 from amqp_server.workers.links import Links
@@ -103,12 +102,9 @@ class ReplicatedQueues(Protocol):
     def worker_down(self, w: int) -> None:
         """Node ``w`` died (an ordered record): the groups it led elect a leader."""
 
-    def on_repl(self, peer: int, qkey: bytes, epoch: int, first: int, snapshot: bool,
-                data: bytes) -> None:
-        """A REPL record from ``peer`` (a leader's replica log bytes)."""
-
-    def on_control(self, peer: int, rec: tuple[Any, ...]) -> None:
-        """A ``qack``, ``qsync`` or ``qfenced`` control record from ``peer``."""
+    def on_repl(self, peer: int, body: bytes) -> None:
+        """A REPL record's body from ``peer`` (a replica's fetch, entries, divergence answer
+        or snapshot)."""
 
     def tick(self) -> None:
         """Once a second (in-sync replica changes)."""
@@ -366,7 +362,7 @@ class WorkerRuntime:
                 elif kind == RESULTS:
                     self.client.on_results(peer, body)
                 elif kind == REPL and self.quorum is not None:
-                    self.quorum.on_repl(peer, *read_repl(body))
+                    self.quorum.on_repl(peer, body)
                 elif kind == CONTROL:
                     self._on_control(peer, read_control(body))
             except Exception:
@@ -397,9 +393,6 @@ class WorkerRuntime:
             self.home.on_call(peer, rec)
         elif kind == "reply":
             self.client.on_reply(rec)
-        elif kind in ("qack", "qsync", "qfenced"):
-            if self.quorum is not None:
-                self.quorum.on_control(peer, rec)
         elif kind in ("list", "close"):
             self.stats.on_ask(peer, rec)
         elif kind == "answer":

@@ -1,0 +1,107 @@
+"""The replication records of quorum queues on the node link (sans-IO): Fetch, Records,
+Diverging and Snapshot (:mod:`amqp_server.cluster.replication_types`) to and from the body
+of a ``REPL`` link record (:mod:`amqp_server.workers.link_codec`).
+
+A body is ``sub:u8 qkey_len:u16 epoch:u32``, the queue's key (``vhost NUL name``), then by
+``sub`` (big-endian)::
+
+    FETCH      offset:u64 last_epoch:u32 durable:u64
+    RECORDS    first:u64 prev_epoch:u32 hw:u64 count:u32, then count x
+               (epoch:u32 length:u32 payload)   (payload: one replica log record, as stored)
+    DIVERGING  offset:u64 last_epoch:u32 end_epoch:u32 end_offset:u64
+    SNAPSHOT   offset:u64 last_epoch:u32 hw:u64, then the snapshot's bytes
+               (:meth:`queue_store.replica_log.ReplicaLog.snapshot_bytes`)
+
+Entry payloads are the replica log's record bytes, sent and stored unchanged; the receiver
+checks each one's CRC before its replica takes it (:func:`queue_store.replica_log.
+check_entry`). A snapshot travels as one link record (at most ``link_codec.MAX_RECORD``).
+
+Source: Kafka's Fetch request and response (``lastFetchedEpoch``, ``divergingEpoch``,
+KIP-320), carried on amqpq's node link.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from amqp_server.cluster.replication_types import Diverging, Fetch, Records, Snapshot
+
+__all__ = ["RecordError", "decode", "encode"]
+
+ReplicaRecord = Fetch | Records | Diverging | Snapshot
+
+FETCH, RECORDS, DIVERGING, SNAPSHOT = 1, 2, 3, 4
+
+_HEAD = struct.Struct(">BHI")
+_FETCH = struct.Struct(">QIQ")
+_RECORDS = struct.Struct(">QIQI")
+_ENTRY = struct.Struct(">II")
+_DIVERGING = struct.Struct(">QIIQ")
+_SNAPSHOT = struct.Struct(">QIQ")
+
+
+class RecordError(Exception):
+    """A REPL body that is not a replication record (the record is dropped)."""
+
+
+def encode(qkey: bytes, record: ReplicaRecord) -> bytes:
+    """The REPL body of ``record`` for queue ``qkey``; a Snapshot's ``state`` must be bytes.
+
+    Raises:
+        TypeError: not a replication record (or a Snapshot state that is not bytes).
+    """
+    if isinstance(record, Fetch):
+        sub, rest = FETCH, [_FETCH.pack(record.offset, record.last_epoch, record.durable)]
+    elif isinstance(record, Records):
+        sub = RECORDS
+        rest = [_RECORDS.pack(record.first, record.prev_epoch, record.hw, len(record.entries))]
+        for epoch, payload in record.entries:
+            rest += (_ENTRY.pack(epoch, len(payload)), payload)
+    elif isinstance(record, Diverging):
+        sub, rest = DIVERGING, [_DIVERGING.pack(record.offset, record.last_epoch,
+                                                record.end_epoch, record.end_offset)]
+    elif isinstance(record, Snapshot) and isinstance(record.state, bytes | bytearray):
+        sub, rest = SNAPSHOT, [_SNAPSHOT.pack(record.offset, record.last_epoch, record.hw),
+                               bytes(record.state)]
+    else:
+        raise TypeError(f"not a replication record: {record!r:.80}")
+    return b"".join((_HEAD.pack(sub, len(qkey), record.epoch), qkey, *rest))
+
+
+def decode(body: bytes) -> tuple[bytes, ReplicaRecord]:
+    """``(qkey, record)`` from a REPL body.
+
+    Raises:
+        RecordError: a cut body or an unknown kind.
+    """
+    try:
+        sub, qlen, epoch = _HEAD.unpack_from(body)
+        pos = _HEAD.size + qlen
+        qkey = body[_HEAD.size:pos]
+        if len(qkey) != qlen:
+            raise RecordError("cut queue key")
+        if sub == FETCH:
+            offset, last_epoch, durable = _FETCH.unpack_from(body, pos)
+            return qkey, Fetch(epoch, offset, last_epoch, durable)
+        if sub == RECORDS:
+            first, prev_epoch, hw, count = _RECORDS.unpack_from(body, pos)
+            pos += _RECORDS.size
+            entries = []
+            for _ in range(count):
+                e, n = _ENTRY.unpack_from(body, pos)
+                pos += _ENTRY.size
+                payload = body[pos:pos + n]
+                if len(payload) != n:
+                    raise RecordError("cut entry")
+                entries.append((e, payload))
+                pos += n
+            return qkey, Records(epoch, first, prev_epoch, tuple(entries), hw)
+        if sub == DIVERGING:
+            offset, last_epoch, end_epoch, end_offset = _DIVERGING.unpack_from(body, pos)
+            return qkey, Diverging(epoch, offset, last_epoch, end_epoch, end_offset)
+        if sub == SNAPSHOT:
+            offset, last_epoch, hw = _SNAPSHOT.unpack_from(body, pos)
+            return qkey, Snapshot(epoch, offset, last_epoch, body[pos + _SNAPSHOT.size:], hw)
+    except struct.error as exc:
+        raise RecordError(f"cut replication record: {exc}") from None
+    raise RecordError(f"unknown replication record kind {sub}")
