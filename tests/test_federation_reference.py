@@ -4,6 +4,7 @@ federation plugins enabled; every test here is skipped when it is not reachable)
 * a federated exchange from RabbitMQ to amqpq (amqpq's link declares RabbitMQ's upstream
   queue and ``x-federation-upstream`` exchange) and from amqpq to RabbitMQ (RabbitMQ's link
   declares them on amqpq);
+* a federated queue both ways (a downstream consumer gets the upstream queue's messages);
 * the same upstream and policy definitions created through the HTTP API on RabbitMQ and on
   amqpq behave the same: the same validation texts, the messages arrive at both, and
   ``/api/federation-links`` rows with the same fields and values (running, and ``error``
@@ -228,3 +229,36 @@ def test_same_definitions_same_behaviour(rabbit: Broker, amqpq: Broker) -> None:
     finally:
         for b in (rabbit, amqpq):
             b.cleanup(tag)
+
+
+@pytest.mark.parametrize("direction", ["rabbitmq-to-amqpq", "amqpq-to-rabbitmq"])
+def test_federated_queue_both_ways(rabbit: Broker, amqpq: Broker, direction: str) -> None:
+    """A federated queue takes the upstream queue's messages once a consumer waits on the
+    downstream (RabbitMQ's link on amqpq's queue, or amqpq's on RabbitMQ's)."""
+    tag = uuid.uuid4().hex[:8]
+    q = f"fq-{tag}"
+    up, down = (rabbit, amqpq) if direction == "rabbitmq-to-amqpq" else (amqpq, rabbit)
+    try:
+        up.put(f"/api/queues/%2F/{q}", {"durable": True})
+        for i in range(5):
+            up.publish("", q, f"m{i}")
+        down.put(f"/api/parameters/federation-upstream/%2F/up-{tag}",
+                 {"value": {"uri": upstream_uri(up.url)}})
+        down.put(f"/api/queues/%2F/{q}", {"durable": True})
+        down.put(f"/api/policies/%2F/fed-{tag}", {
+            "pattern": f"^{q}$", "definition": {"federation-upstream": f"up-{tag}"},
+            "apply-to": "queues", "priority": 7})
+        row = down.link("running", queue=q)
+        assert (row["type"], row["upstream_queue"], row["consumer_tag"]) == (
+            "queue", q, f"federation-link-up-{tag}")
+        conn = pika.BlockingConnection(pika.URLParameters(down.url))
+        ch = conn.channel()
+        got: list[bytes] = []
+        ch.basic_consume(q, lambda c, m, p, b: (got.append(b), c.basic_ack(m.delivery_tag)))
+        wait_for(lambda: (conn.process_data_events(0.1), len(got) >= 5)[1],
+                 what="5 messages at the downstream consumer", describe=lambda: repr(got))
+        conn.close()
+        assert sorted(got) == [f"m{i}".encode() for i in range(5)]
+    finally:
+        down.cleanup(tag)
+        up.cleanup(tag)
