@@ -122,6 +122,7 @@ def reference() -> Iterator[None]:
     yield
 
 
+@pytest.mark.timeout(300)  # about 55 s each on the loaded 2-core machine; 15 s is the drain
 @pytest.mark.parametrize("variant", ["shovels", "federation"])
 def test_guide_runs_as_written_without_losing_a_message(reference: None, tmp_path: Path,
                                                         variant: str) -> None:
