@@ -259,6 +259,21 @@ def test_status_errors_validation_definitions_and_cli(pair: tuple[Node, Node]) -
         in doc["parameters"]
     assert any(p["definition"] == {"federation-upstream": f"dead-{tag}"}
                for p in doc["policies"])
+    # an import is validated as a PUT is (RabbitMQ 3.10.8's reason, with where), and an
+    # upstream set imported is kept
+    status, body = down.api("POST", "/api/definitions", {"parameters": [
+        {"vhost": "/", "component": "federation-upstream", "name": "bad-imp",
+         "value": {"uri": "foo://x"}}]})
+    assert (status, body["reason"]) == (400, (
+        'Validation failed\n\n"foo://x" not a valid URI: {{unexpected_uri_scheme,"foo"},'
+        '"foo://x"}\n (//federation-upstream/bad-imp)'))
+    status, _ = down.api("POST", "/api/definitions", {"parameters": [
+        {"vhost": "/", "component": "federation-upstream-set", "name": f"set-{tag}",
+         "value": [{"upstream": f"dead-{tag}", "max-hops": 2}]}]})
+    assert status == 204
+    status, row = down.api("GET", f"/api/parameters/federation-upstream-set/%2F/set-{tag}")
+    assert (status, row["value"]) == (200, [{"upstream": f"dead-{tag}", "max-hops": 2}])
+    assert down.api("DELETE", f"/api/parameters/federation-upstream-set/%2F/set-{tag}")[0] == 204
 
     out = subprocess.run(
         [sys.executable, "-m", "amqpqctl", "--port", str(down.http), "federation_status",
