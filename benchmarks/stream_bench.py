@@ -15,6 +15,15 @@ On demand only (never part of the test run)::
    and while a third process reads the whole backlog from ``first`` (on amqpq those reads
    happen in a worker thread, so the live consumer should not wait for the disk). Reported:
    p50/p99/max ms of each run.
+
+``--generator``: issue #32's case instead (what the three above missed; see
+:mod:`benchmarks.stream_gen`): an independent generator process publishes ``--backlog``
+persistent messages with a *sliding* confirm window of ``--batch`` and reads them back from
+``first`` with prefetch 1,000 and multiple acks (after every socket read, or every
+``--ack-every``), amqpq and RabbitMQ alternating ``--reps`` times; medians, ratios, and the
+broker's CPU ms per 1,000 messages::
+
+    python -m benchmarks.stream_bench --generator --backlog 300000 --reps 3
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from typing import Any
 import pika
 from pamqp import commands
 
-from benchmarks.brokers import Amqpq, port_open
+from benchmarks.brokers import Amqpq, RabbitMQ, port_open
+from benchmarks.stream_gen import run_case
 from tests.support.wire import Client, body_frame, publish_head
 
 STREAM = "bench.stream"
@@ -160,6 +170,35 @@ def run_one(port: int, args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def generator(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue #32's case, amqpq and RabbitMQ alternating; medians and amqpq/RabbitMQ ratios."""
+    runs: dict[str, list[dict[str, float]]] = {"amqpq": [], "rabbitmq": []}
+    rabbit = None
+    if not args.no_rabbitmq and port_open(5672):
+        rabbit = RabbitMQ()
+        rabbit.start()
+    for rep in range(args.reps):
+        broker = Amqpq()
+        broker.start()
+        try:
+            runs["amqpq"].append(run_case(broker.port, broker.pids, f"{STREAM}.{rep}",
+                                          args.backlog, args.batch, 1000, args.ack_every))
+        finally:
+            broker.stop()
+        if rabbit is not None:
+            runs["rabbitmq"].append(run_case(5672, rabbit.pids, f"{STREAM}.{rep}",
+                                             args.backlog, args.batch, 1000, args.ack_every))
+        print(json.dumps({k: v[-1] for k, v in runs.items() if v}), flush=True)
+    out: dict[str, Any] = {"runs": runs}
+    for name, rs_ in runs.items():
+        if rs_:
+            out[name] = {k: sorted(r[k] for r in rs_)[len(rs_) // 2] for k in rs_[0]}
+    if runs["rabbitmq"]:
+        out["ratio"] = {k: round(out["amqpq"][k] / out["rabbitmq"][k], 2)
+                        for k in ("publish_rate", "read_rate")}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backlog", type=int, default=1_000_000)
@@ -167,7 +206,15 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=1000)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--no-rabbitmq", action="store_true")
+    p.add_argument("--generator", action="store_true",
+                   help="issue #32's case (independent generator, sliding confirm window)")
+    p.add_argument("--reps", type=int, default=3, help="--generator: repetitions")
+    p.add_argument("--ack-every", type=int, default=0,
+                   help="--generator: ack (multiple) every N deliveries; 0: every read")
     args = p.parse_args()
+    if args.generator:
+        print(json.dumps(generator(args), indent=2))
+        return
     out: dict[str, Any] = {}
     broker = Amqpq()
     broker.start()
