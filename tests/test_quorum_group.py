@@ -1,0 +1,149 @@
+"""The quorum queue replica shell (amqp_server/cluster/quorum_group.py) over in-memory links,
+a fake etcd state and real replica log files: the leader's operations reach a follower's
+file with their epoch and commit; a member added later gets the leader's snapshot (the log
+file up to its snapshot point) and then the tail; a member whose tail an older leader wrote
+cuts it on disk. No broker process, socket or etcd: the manager and runtime are stand-ins
+with the attributes the shell reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from amqp_server.cluster import replica_records
+from amqp_server.cluster.quorum_group import QuorumGroup
+from amqp_server.workers.link_codec import REPL, Outbox, RecordReader
+from queue_store.replica_log import ReplicaLog
+
+EXRK = b"\x00\x01q"
+
+
+class Cluster:
+    """Nodes' groups of one queue, their links (outboxes pumped by hand) and etcd's value."""
+
+    def __init__(self, tmp: Path, nodes: int) -> None:
+        self.groups: dict[int, QuorumGroup] = {}
+        self.boxes: dict[tuple[int, int], Outbox] = {}
+        self.running = set(range(nodes))
+        self.value: bytes = b""
+        for i in range(nodes):
+            self.add(tmp, i)
+
+    def add(self, tmp: Path, i: int) -> QuorumGroup:
+        loop = asyncio.get_running_loop()
+        out = {}
+        for j in range(8):
+            box = self.boxes.setdefault((i, j), Outbox())
+            out[j] = SimpleNamespace(outbox=box, schedule=lambda: None)
+        env = SimpleNamespace(run_blocking=lambda fn, then: (fn(), loop.call_soon(then, None)))
+        runtime = SimpleNamespace(
+            index=i, links=SimpleNamespace(out=out), broker=SimpleNamespace(env=env),
+            keep_task=lambda task: task, after_commit=lambda: None)
+        membership = SimpleNamespace(refreshed_at=loop.time(),
+                                     etcd=SimpleNamespace(lease_ttl=5))
+        manager = SimpleNamespace(
+            runtime=runtime, data_dir=tmp / f"n{i}", run=100 + i,
+            hub=SimpleNamespace(running=self.running, m=membership),
+            replace_state=self.replace_state, promote=lambda group: None,
+            replace=lambda queue, leader: None, drop=lambda group: None)
+        group = self.groups[i] = QuorumGroup(manager, "/", "q")  # type: ignore[arg-type]
+        if self.value:
+            group.on_state(json.loads(self.value), self.value)
+        return group
+
+    async def replace_state(self, qkey: bytes, raw: bytes | None, new: dict[str, Any]
+                            ) -> bool:
+        if raw != self.value:
+            return False
+        self.put(new)
+        return True
+
+    def put(self, state: dict[str, Any]) -> None:
+        """etcd's value changes: every node's watch brings it."""
+        self.value = json.dumps(state).encode()
+        for group in self.groups.values():
+            group.on_state(json.loads(self.value), self.value)
+
+    async def settle(self, rounds: int = 50) -> None:
+        """Run the loop and carry every link's records until nothing moves."""
+        for _ in range(rounds):
+            await asyncio.sleep(0)
+            moved = False
+            for (src, dst), box in self.boxes.items():
+                data = box.take()
+                if not data or dst not in self.groups:
+                    continue
+                moved = True
+                for kind, body in RecordReader().feed(data):
+                    assert kind == REPL
+                    qkey, record = replica_records.decode(body)
+                    assert qkey == self.groups[dst].qkey
+                    self.groups[dst].on_record(src, record)
+            if not moved:
+                await asyncio.sleep(0)
+
+
+def _publish(group: QuorumGroup, *bodies: bytes) -> None:
+    for body in bodies:
+        group.append(group.log.enq(EXRK, b"", body)[1])
+
+
+def _bodies(group: QuorumGroup) -> list[bytes]:
+    return [e[2] for e in group.log.entries.values()]
+
+
+def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snapshot(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        c = Cluster(tmp_path, 2)
+        c.put({"leader": 0, "run": 100, "epoch": 1, "members": [0, 1], "isr": [0, 1]})
+        leader, follower = c.groups[0], c.groups[1]
+        assert leader.leading and not follower.leading
+        _publish(leader, b"a", b"b", b"c")
+        await c.settle()
+        assert leader.replica.committed == 3 and follower.log.written == 3
+        assert _bodies(follower) == [b"a", b"b", b"c"]
+        leader.append(leader.log.ack([1]))
+        await c.settle()
+        leader.tick()  # the snapshot point moves to what is committed and fsynced
+        assert leader.replica.start == leader.log.start == 4
+        _publish(leader, b"d")  # after the snapshot point: the tail
+        await c.settle()
+        late = c.add(tmp_path, 2)
+        c.put({**json.loads(c.value), "members": [0, 1, 2]})
+        late.tick()  # fetches from 0: below the leader's log start
+        await c.settle()
+        assert late.log.lsn == late.replica.log_end == 5 and late.log.start == 4
+        assert _bodies(late) == [b"b", b"c", b"d"] == _bodies(leader)
+        assert late.replica.durable == 5
+        late.log.close()
+        again = ReplicaLog(late.log.path)
+        assert again.lsn == 5 and [e for e, _ in again.tail()] == [1]
+
+    asyncio.run(main())
+
+
+def test_a_tail_only_the_old_leader_wrote_is_cut_on_disk(tmp_path: Path) -> None:
+    async def main() -> None:
+        c = Cluster(tmp_path, 2)
+        c.put({"leader": 1, "run": 101, "epoch": 1, "members": [0, 1], "isr": [0, 1]})
+        old, new = c.groups[1], c.groups[0]
+        _publish(old, b"a")
+        await c.settle()
+        assert _bodies(new) == [b"a"] and old.replica.committed == 1
+        _publish(old, b"lost")  # written to node 1's file, never reaches node 0
+        await asyncio.sleep(0)
+        c.boxes[(1, 0)].take()
+        assert old.log.written == 2
+        c.put({"leader": 0, "run": 100, "epoch": 2, "members": [0, 1], "isr": [0]})
+        assert new.leading and not old.leading
+        _publish(new, b"new")  # offset 1 again, epoch 2
+        await c.settle()
+        assert _bodies(old) == [b"a", b"new"] and old.log.written == 2
+        old.log.close()
+        assert [e for e, _ in ReplicaLog(old.log.path).tail()] == [1, 2]
+
+    asyncio.run(main())
