@@ -25,6 +25,7 @@ pika = pytest.importorskip("pika")
 from pika import exceptions as pika_exc  # noqa: E402
 
 from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.cluster import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.own_broker  # never uses the broker under test (conftest.py)
 
@@ -134,7 +135,8 @@ def test_disk_full_blocks_publisher_and_loses_no_confirmed_message(
         assert time.monotonic() - started < 10
         _close(conn)
 
-        time.sleep(1.5)  # a tick with room: the definitions are saved
+        definitions = small_disk / "data" / "definitions.json"  # saved at a tick with room
+        wait_until(lambda: LATER in definitions.read_text(), f"{LATER} in {definitions}")
         bp.kill()  # kill -9
         bp.start()
         conn = pika.BlockingConnection(_params(bp, blocked_timeout=30))
