@@ -13,6 +13,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from amqp_server.cluster import replica_records
 from amqp_server.cluster.quorum_group import QuorumGroup
 from amqp_server.workers.link_codec import REPL, Outbox, RecordReader
@@ -96,7 +98,9 @@ def _bodies(group: QuorumGroup) -> list[bytes]:
 
 
 def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snapshot(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("amqp_server.cluster.quorum_group.KEEP_ENTRIES", 1)
+
     async def main() -> None:
         c = Cluster(tmp_path, 2)
         c.put({"leader": 0, "run": 100, "epoch": 1, "members": [0, 1], "isr": [0, 1]})
@@ -108,20 +112,20 @@ def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snap
         assert _bodies(follower) == [b"a", b"b", b"c"]
         leader.append(leader.log.ack([1]))
         await c.settle()
-        leader.tick()  # the snapshot point moves to what is committed and fsynced
-        assert leader.replica.start == leader.log.start == 4
+        leader.tick()  # the snapshot point moves behind what is committed and fsynced
+        assert leader.replica.start == leader.log.start == 3  # a write boundary
         _publish(leader, b"d")  # after the snapshot point: the tail
         await c.settle()
         late = c.add(tmp_path, 2)
         c.put({**json.loads(c.value), "members": [0, 1, 2]})
         late.tick()  # fetches from 0: below the leader's log start
         await c.settle()
-        assert late.log.lsn == late.replica.log_end == 5 and late.log.start == 4
+        assert late.log.lsn == late.replica.log_end == 5 and late.log.start == 3
         assert _bodies(late) == [b"b", b"c", b"d"] == _bodies(leader)
         assert late.replica.durable == 5
         late.log.close()
         again = ReplicaLog(late.log.path)
-        assert again.lsn == 5 and [e for e, _ in again.tail()] == [1]
+        assert again.lsn == 5 and [e for e, _ in again.tail()] == [1, 1]
 
     asyncio.run(main())
 

@@ -79,8 +79,9 @@ log = logging.getLogger("amqpq.quorum")
 #: the replica's snapshot, as the replication log holds it: "the replica log file's bytes
 #: up to its snapshot point" (:meth:`ReplicaLog.snapshot_bytes`, read when sent)
 SNAPSHOT_IN_FILE = "replica-log-file"
-#: entries a replica keeps in RAM past its snapshot point before it moves the point
-COMPACT_ENTRIES = 1024
+#: committed entries a replica keeps in RAM behind its high watermark, so a follower away
+#: for fewer fetches them instead of a snapshot; the snapshot point moves by as many at once
+KEEP_ENTRIES = 8192
 TIMING = Timing(lag_timeout=LAG_TIMEOUT, fetch_interval=0.5, batch=512)
 LEASE_MARGIN = 0.9  # the share of the etcd lease a leader counts on (clock drift, delays)
 FSYNC_RETRY = 1.0  # seconds before a failed fsync is tried again
@@ -397,19 +398,25 @@ class QuorumGroup:
             self.manager.replace(queue, leader)
 
     def _compact(self) -> None:
-        """Move the snapshot point up to what is committed and on disk (the replica keeps
-        only the entries after it in RAM), and rewrite the file when dead records outweigh
-        live ones and nothing is in flight."""
+        """Move the snapshot point up behind what is committed and on disk, keeping
+        :data:`KEEP_ENTRIES` entries (the replica holds only the entries after the point in
+        RAM); rewrite the file when dead records outweigh live ones and nothing is in flight
+        (the point then moves to the log's end)."""
         r, log_ = self.replica, self.log
         upto = min(r.committed, r.durable)
-        if upto - r.start >= COMPACT_ENTRIES or (upto == r.log_end and upto > r.start):
-            point = log_.mark(upto)
-            if point > r.start:
-                r.compact(point, SNAPSHOT_IN_FILE)
-        if r.start == r.log_end == log_.lsn == log_.written and not self._ops \
-                and not self.acks and log_.compact():
-            log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
-                     self.name, self.vhost, log_.size)
+        if upto - r.start >= 2 * KEEP_ENTRIES:
+            self._move_point(upto - KEEP_ENTRIES)
+        if log_.needs_compaction() and r.committed == r.durable == r.log_end == log_.lsn \
+                == log_.written and not self._ops and not self.acks:
+            self._move_point(r.log_end)
+            if r.start == r.log_end and log_.compact():
+                log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
+                         self.name, self.vhost, log_.size)
+
+    def _move_point(self, upto: int) -> None:
+        point = self.log.mark(upto)
+        if point > self.replica.start:
+            self.replica.compact(point, SNAPSHOT_IN_FILE)
 
     def close(self, remove: bool = False) -> None:
         self._closed = True
