@@ -109,6 +109,7 @@ class _Running:
     since: float = field(default_factory=time.time)
     task: asyncio.Task[None] | None = None
     suffix: str = "A"  # the internal exchange's; alternates on each start (B first)
+    link: Link | None = None  # the current attempt's
 
     def set(self, status: str, error: str | None = None) -> None:
         self.status, self.error, self.since = status, error, time.time()
@@ -390,6 +391,7 @@ class FederationManager:
             except Exception as exc:  # noqa: BLE001 - the link stops with the reason
                 link.fail(f"upstream bindings or consumer failed: {error_text(exc)}")
 
+        run.link = link
         helper = asyncio.get_running_loop().create_task(guarded())
         try:
             await link.run()
@@ -402,8 +404,9 @@ class FederationManager:
         """``GET /api/federation-links`` rows, RabbitMQ 3.10.8's fields in its order:
         ``node``, ``exchange`` + ``upstream_exchange`` (or ``queue`` + ``upstream_queue``
         + ``consumer_tag``), ``type``, ``vhost``, ``upstream``, ``id``, ``status``
-        (``starting``, ``running``, ``error`` with ``error``), ``uri`` (no credentials),
-        ``timestamp``."""
+        (``starting``, ``running``, ``error`` with ``error``), when running
+        ``local_connection`` (the link's connection to this broker, named as
+        ``/api/connections`` names it), ``uri`` (no credentials), ``timestamp``."""
         rows = []
         for (kind, vhost, name, upstream), run in sorted(self._links.items()):
             up = run.want.upstream
@@ -417,6 +420,9 @@ class FederationManager:
                         "status": run.status})
             if run.status == "error":
                 row["error"] = run.error
+            if run.status == "running" and run.link is not None \
+                    and run.link.target_connection_name:
+                row["local_connection"] = run.link.target_connection_name
             row["uri"] = mask_uri(run.uri or up.uris[0])
             row["timestamp"] = _timestamp(run.since)
             rows.append(row)

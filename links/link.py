@@ -122,6 +122,8 @@ class Link:
             channel and queue once set up (None before), for what a caller does beside
             the link on the same broker (a federated exchange's bindings).
         consuming: whether the source consumer is on (see :meth:`pause`).
+        target_connection_name: the destination connection as the destination broker names
+            it, ``client ip:port -> server ip:port`` (None before it is connected).
     """
 
     def __init__(self, source: Source, target: Target, *, limit: int | None = None,
@@ -142,6 +144,7 @@ class Link:
         self.source_channel: aiormq.abc.AbstractChannel | None = None
         self.queue: str | None = None
         self.consuming = False
+        self.target_connection_name: str | None = None
         self._on_message: Callable[[DeliveredMessage], Awaitable[None]] | None = None
         self._consumer_tag: str | None = None
 
@@ -156,7 +159,9 @@ class Link:
         src = dest = None
         try:
             src = await _connect(self.source.url, "source")
-            dest = await _connect(self.target.url, "destination")
+            factory = CoalescingTransportFactory(WRITE_DELAY)
+            dest = await _connect(self.target.url, "destination", factory)
+            self.target_connection_name = _connection_name(factory)
             dest_ch = await _declaring(self.target.setup(dest), "destination")
             self.source_connection = src
             src_ch, queue, length = await _declaring(self.source.setup(src), "source")
@@ -365,10 +370,24 @@ class Settler:
             pass
 
 
-async def _connect(url: str, end: str) -> aiormq.abc.AbstractConnection:
+def _connection_name(factory: CoalescingTransportFactory) -> str | None:
+    """``client ip:port -> server ip:port`` of the factory's connection (IPv6 in
+    brackets), as amqpq and RabbitMQ name a connection; None when unknown."""
+    ends = []
+    for addr in (factory.sockname, factory.peername):
+        if not addr or len(addr) < 2:
+            return None
+        host = str(addr[0])
+        ends.append(f"[{host}]:{addr[1]}" if ":" in host else f"{host}:{addr[1]}")
+    return " -> ".join(ends)
+
+
+async def _connect(url: str, end: str, factory: CoalescingTransportFactory | None = None
+                   ) -> aiormq.abc.AbstractConnection:
     try:
         return await asyncio.wait_for(
-            aiormq.connect(url, transport_factory=CoalescingTransportFactory(WRITE_DELAY)), 30)
+            aiormq.connect(url, transport_factory=factory
+                           or CoalescingTransportFactory(WRITE_DELAY)), 30)
     except (TimeoutError, aiormq.exceptions.AMQPError, OSError) as exc:
         raise LinkError(f"could not connect to {end}: {_why(exc)}", exc) from None
 

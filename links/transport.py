@@ -87,6 +87,9 @@ class CoalescingTransportFactory(TransportFactory):
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
+        #: (host, port) of the last connection's local and remote ends (None before one)
+        self.sockname: tuple[Any, ...] | None = None
+        self.peername: tuple[Any, ...] | None = None
 
     async def create(self, url: URL, **kwargs: Any
                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -99,6 +102,8 @@ class CoalescingTransportFactory(TransportFactory):
                                                            ssl=ssl, **kwargs)
         except OSError as exc:
             raise AMQPConnectionError(*exc.args) from exc
+        self.sockname = writer.get_extra_info("sockname")
+        self.peername = writer.get_extra_info("peername")
         return reader, CoalescingWriter(writer, self.delay)  # type: ignore[return-value]
 
 

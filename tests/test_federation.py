@@ -98,7 +98,10 @@ def test_federated_exchange(pair: tuple[Node, Node]) -> None:
                apply_to="exchanges")
     row = wait_running(down, exchange=x, upstream=f"u-{tag}")
     assert list(row) == ["node", "exchange", "upstream_exchange", "type", "vhost", "upstream",
-                         "id", "status", "uri", "timestamp"]
+                         "id", "status", "local_connection", "uri", "timestamp"]
+    # the link's connection to this broker, as /api/connections names it
+    _, conns = down.api("GET", "/api/connections")
+    assert row["local_connection"] in {c["name"] for c in conns}
     assert (row["type"], row["upstream_exchange"], row["vhost"]) == ("exchange", x, "/")
     assert row["uri"] == f"amqp://127.0.0.1:{up.proc.port}/%2F"  # no credentials
 
@@ -201,7 +204,7 @@ def test_federated_queue_moves_only_to_waiting_consumers(pair: tuple[Node, Node]
                apply_to="queues")
     row = wait_running(down, queue=q)
     assert list(row) == ["node", "queue", "upstream_queue", "consumer_tag", "type", "vhost",
-                         "upstream", "id", "status", "uri", "timestamp"]
+                         "upstream", "id", "status", "local_connection", "uri", "timestamp"]
     assert row["consumer_tag"] == f"qu-{tag}".join(["federation-link-", ""])
     assert up.count(q) == 20 and down.count(q) == 0  # no consumer here: nothing moves
 

@@ -7,8 +7,9 @@
 runs no link of that id). Rows come from :meth:`federation.manager.FederationManager.status`:
 ``node``, ``exchange`` + ``upstream_exchange`` or ``queue`` + ``upstream_queue`` +
 ``consumer_tag``, ``type``, ``vhost``, ``upstream``, ``id``, ``status`` (``starting``,
-``running``, ``error`` + ``error``), ``uri`` (no credentials), ``timestamp``. RabbitMQ adds
-``local_connection`` and ``local_channel`` (its Erlang channel's statistics) to running
+``running``, ``error`` + ``error``), ``local_connection`` when running (the link's
+connection to this broker, as ``/api/connections`` names it), ``uri`` (no credentials),
+``timestamp``. RabbitMQ adds ``local_channel`` (its Erlang channel's statistics) to running
 links; amqpq does not.
 
 Source: https://www.rabbitmq.com/docs/federation#status, checked with curl against RabbitMQ
