@@ -201,19 +201,21 @@ class Loop:
             last.join(30)
 
     def summary(self) -> dict[str, dict[str, object]]:
-        """Per fault kind: rounds, failover (or confirm pause) seconds min/median/max,
-        confirmed, nacked."""
+        """Per fault kind: rounds; min/median/max seconds from the kill to a new leader
+        (``failover_s``) and of the publisher's longest pause between confirms from the
+        round's first fault on (``pause_s``); confirmed; nacked."""
         out: dict[str, dict[str, object]] = {}
         for kind in KINDS:
             rows = [r for r in self.rows if r["fault"] == kind]
             if not rows:
                 continue
-            key = "pause_s" if kind == "etcd" else "failover_s"
-            times = sorted(float(r[key]) for r in rows)  # type: ignore[arg-type]
-            out[kind] = {"rounds": len(rows), key: (times[0], statistics.median(times),
-                                                     times[-1]),
-                         "confirmed": sum(int(r["confirmed"]) for r in rows),  # type: ignore
-                         "nacked": sum(int(r["nacked"]) for r in rows)}  # type: ignore
+            out[kind] = {"rounds": len(rows)}
+            for key in ("failover_s", "pause_s"):
+                times = sorted(float(r[key]) for r in rows if key in r)  # type: ignore
+                if times:
+                    out[kind][key] = (times[0], statistics.median(times), times[-1])
+            out[kind]["confirmed"] = sum(int(r["confirmed"]) for r in rows)  # type: ignore
+            out[kind]["nacked"] = sum(int(r["nacked"]) for r in rows)  # type: ignore
         return out
 
 
