@@ -1,6 +1,6 @@
 """The in-sync replica rules of a replicated quorum queue, as pure functions (sans-IO).
 
-The leader of a quorum queue (:class:`~amqp_server.cluster.quorum_group.QuorumGroup`)
+The leader of a quorum queue (:class:`~amqp_server.cluster.replication.Replica`)
 commits a message once every in-sync replica has it on disk (the *high watermark*), and
 only an in-sync replica may take over when the leader dies. The rules that keep "every
 in-sync replica holds every committed message" true live here, with no clock, socket or
@@ -15,7 +15,7 @@ etcd of their own, so they are tested directly (``tests/test_isr.py``):
 * **Shrink**: a follower leaves when its link is down, or when it is behind the leader's
   log and has not acknowledged for :data:`LAG_TIMEOUT` seconds.
 * **Expand**: a follower rejoins only once it has, on disk, everything committed so far
-  (Kafka: its log end reached the high watermark) and it took this epoch's snapshot. The
+  (Kafka: its log end reached the high watermark) and its fetch matched this epoch's log. The
   old rule (what the leader had on disk a second ago) let a follower back in without
   messages committed meanwhile, so it could win the next election and lose them.
 
@@ -89,7 +89,8 @@ def isr_change(r: Replicas, linked: Collection[int], ready: Collection[int],
     Args:
         r: the replicas (no change on its way: ``r.proposed`` is None).
         linked: members whose link from the leader is up.
-        ready: followers that took a snapshot of this epoch.
+        ready: followers whose fetch matched this epoch's log (their log up to the
+            fetched offset is the leader's).
         silent_for: follower -> seconds since its last acknowledgement (or since this
             node leads, whichever is later).
     """
