@@ -23,7 +23,8 @@ from amqp_server.connection import Connection
 from broker.broker import Broker
 from broker.config import BrokerConfig
 
-pytest_plugins = ["tests.support.cluster_fixtures"]  # etcd, nodes (cluster tests)
+pytest_plugins = ["tests.support.shared_fixtures",  # one broker for modules in a row
+                  "tests.support.cluster_fixtures"]  # etcd, nodes (cluster tests)
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 LOCALHOST = ("127.0.0.1", 5000)

@@ -13,6 +13,7 @@ Source: https://www.rabbitmq.com/docs/man/rabbitmqctl.8.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.shared_fixtures import shared_while_consecutive
 
 REPO = Path(__file__).resolve().parent.parent
 CTL = Path(sys.executable).parent / "amqpqctl"
@@ -58,9 +60,15 @@ def start_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         yield Node(broker.port, http, broker)
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    yield from start_node(tmp_path_factory)
+#: one broker for test_ctl.py, test_ctl_listing.py, test_ctl_settings.py and
+#: test_ctl_super_streams.py (run one after another): tests/support/shared_fixtures.py
+ctl_node = shared_while_consecutive("ctl_node", contextlib.contextmanager(start_node))
+
+
+@pytest.fixture
+def node(ctl_node: Node) -> Node:
+    """The test_ctl*.py modules' broker (``ctl_node``): names of each test's own."""
+    return ctl_node
 
 
 #: ``amqpqctl`` as a process, from this checkout (the installed script may import another)

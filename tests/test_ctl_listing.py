@@ -24,12 +24,11 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from tests.test_ctl import Node, run, start_node, table
+from tests import test_ctl
+from tests.test_ctl import Node, run, table
 
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    yield from start_node(tmp_path_factory)
+# fixtures: the broker of the test_ctl*.py modules in a row (tests/support/shared_fixtures.py)
+ctl_node, node = test_ctl.ctl_node, test_ctl.node
 
 
 @dataclass

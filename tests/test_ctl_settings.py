@@ -23,13 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_ctl
 from tests.support.broker_process import free_port
-from tests.test_ctl import CTL_CMD, Node, ctl_env, run, start_node, table
+from tests.test_ctl import CTL_CMD, Node, ctl_env, run, table
 
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    yield from start_node(tmp_path_factory)
+# fixtures: the broker of the test_ctl*.py modules in a row (tests/support/shared_fixtures.py)
+ctl_node, node = test_ctl.ctl_node, test_ctl.node
 
 
 @pytest.fixture(scope="module")

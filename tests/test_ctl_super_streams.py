@@ -9,18 +9,16 @@ import json
 import time
 import urllib.request
 from base64 import b64encode
-from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
 
-from tests.test_ctl import Node, run, start_node
+from tests import test_ctl
+from tests.test_ctl import Node, run
 
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    yield from start_node(tmp_path_factory)
+# fixtures: the broker of the test_ctl*.py modules in a row (tests/support/shared_fixtures.py)
+ctl_node, node = test_ctl.ctl_node, test_ctl.node
 
 
 def api(node: Node, path: str) -> Any:
