@@ -13,10 +13,23 @@ import pytest
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
+from tests.support.cluster_fixtures import SharedCluster
 from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
+
+
+@pytest.fixture
+def etcd(shared_cluster: SharedCluster) -> Etcd:
+    """The cluster test_cluster.py and test_cluster_access.py share (tests/support/
+    cluster_fixtures.py): every name here is the module's own, no node is stopped."""
+    return shared_cluster.etcd
+
+
+@pytest.fixture
+def nodes(shared_cluster: SharedCluster) -> list[BrokerProcess]:
+    return shared_cluster.nodes
 
 
 def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(
@@ -71,14 +84,14 @@ def test_a_consumer_on_node_3_gets_what_node_2_publishes_to_a_queue_of_node_1(
 
 def test_users_and_vhosts_made_on_one_node_work_on_every_node(
         nodes: list[BrokerProcess]) -> None:
-    api(nodes[0], "/api/vhosts/shop", "PUT", {})
+    api(nodes[0], "/api/vhosts/store", "PUT", {})
     api(nodes[0], "/api/users/alice", "PUT", {"password": "s3cret", "tags": ""})
-    api(nodes[0], "/api/permissions/shop/alice", "PUT",
+    api(nodes[0], "/api/permissions/store/alice", "PUT",
         {"configure": ".*", "write": ".*", "read": ".*"})
 
     def alice_on(node: BrokerProcess) -> bool:
         conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", node.port, "shop", pika.PlainCredentials("alice", "s3cret")))
+            "127.0.0.1", node.port, "store", pika.PlainCredentials("alice", "s3cret")))
         conn.channel().queue_declare("", exclusive=True)
         conn.close()
         return True

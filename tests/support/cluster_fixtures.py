@@ -1,17 +1,30 @@
 """Module-scoped pytest fixtures of cluster tests (a pytest plugin, ``tests/conftest.py``'s
 ``pytest_plugins``): ``etcd``, one etcd with TLS and auth (:func:`tests.support.etcd.
 running_etcd`), and ``nodes``, three broker processes joined through it
-(:func:`tests.support.cluster.running_cluster`). A module defines its own to change them."""
+(:func:`tests.support.cluster.running_cluster`). A module defines its own to change them.
+
+``shared_cluster``: the same etcd and three nodes, one start for the modules in a row that
+use it (:mod:`tests.support.shared_fixtures`); such a module leaves the cluster as it found
+it (names of its own, no node stopped or killed) and takes it with::
+
+    @pytest.fixture
+    def etcd(shared_cluster: SharedCluster) -> Etcd:
+        return shared_cluster.etcd
+    # and nodes likewise (shared_cluster.nodes)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import running_cluster
 from tests.support.etcd import Etcd, running_etcd
+from tests.support.shared_fixtures import shared_while_consecutive
 
 
 @pytest.fixture(scope="module")
@@ -24,3 +37,21 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
 def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
     with running_cluster(tmp_path_factory.mktemp("cluster"), etcd) as started:
         yield started
+
+
+@dataclass
+class SharedCluster:
+    """etcd and nodes n1, n2, n3 joined through it (``shared_cluster``)."""
+
+    etcd: Etcd
+    nodes: list[BrokerProcess]
+
+
+@contextmanager
+def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedCluster]:
+    with running_etcd(tmp_path_factory.mktemp("etcd")) as running, \
+            running_cluster(tmp_path_factory.mktemp("cluster"), running) as started:
+        yield SharedCluster(running, started)
+
+
+shared_cluster = shared_while_consecutive("shared_cluster", _shared_cluster)
