@@ -4,8 +4,8 @@ queue, bindings kept in step, ``x-received-from``, a loop of two links that does
 a federated queue (moves messages only while a downstream consumer waits), the status rows of
 ``/api/federation-links`` (``econnrefused`` for an upstream that is down, no row for a missing
 upstream), validation texts, the definitions round trip and ``amqpqctl federation_status``;
-on demand (``-m slow``), the upstream killed -9 mid-transfer: nothing lost, the link says so
-and reconnects.
+on demand (``-m slow``), the upstream killed -9 mid-transfer and the link's connections cut
+with ``ss -K``: nothing lost, the link says so and reconnects.
 
 Source: https://www.rabbitmq.com/docs/federation, /docs/federated-exchanges,
 /docs/federated-queues; texts and status fields as RabbitMQ 3.10.8 with
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -365,3 +367,65 @@ def test_upstream_killed_mid_transfer_loses_nothing(pair: tuple[Node, Node]) -> 
         if not up.proc.alive():
             up.proc.start()
         down.api("DELETE", f"/api/policies/%2F/fed-{tag}")
+
+
+@pytest.mark.slow  # on demand, as the kill test
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_connections_cut_mid_transfer_lose_nothing(pair: tuple[Node, Node]) -> None:
+    """The link's connections are cut (``ss -K``) mid-transfer, to the upstream twice and to
+    the downstream once: it reconnects by itself and every message arrives (on-confirm)."""
+    up, down = pair
+    tag = uuid.uuid4().hex[:6]
+    x, q, n = f"cut-{tag}", f"cut.q-{tag}", 6000
+    set_upstream(down, f"cut-{tag}", {"uri": up.url, "reconnect-delay": 1,
+                                      "prefetch-count": 200})
+    conn, ch = channel(down)
+    ch.exchange_declare(x, "direct", durable=True)
+    ch.queue_declare(q, durable=True)
+    ch.queue_bind(q, x, "k")
+    conn.close()
+    set_policy(down, f"cut-{tag}", f"^{x}$", {"federation-upstream": f"cut-{tag}"})
+    wait_running(down, exchange=x)
+    wait_for(lambda: any(r["routing_key"] == "k" for r in up.api(
+        "GET", f"/api/exchanges/%2F/{x}/bindings/source")[1]), what="upstream binding")
+    bodies = [f"c-{i}".encode() for i in range(n)]
+
+    def publish() -> None:  # pika (one confirm at a time): spread over the cuts
+        pconn, pch = channel(up)
+        pch.confirm_delivery()
+        for body in bodies:
+            pch.basic_publish(x, "k", body, pika.BasicProperties(delivery_mode=2))
+        pconn.close()
+
+    def cut(node: Node) -> None:
+        """Abort the link's connection to ``node`` only (aiormq's; the test's are pika's)."""
+        _, conns = node.api("GET", "/api/connections")
+        for c in conns:
+            if "aiormq" in str(c.get("client_properties", {}).get("product", "")).lower():
+                subprocess.run(["ss", "-K", "dst", "127.0.0.1", "dport", "=",
+                                f":{node.proc.port}", "sport", "=", f":{c['peer_port']}"],
+                               capture_output=True, check=False, timeout=10)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()  # the cuts land while messages are still being published and moved
+    got: list[bytes] = []
+
+    def taken() -> int:
+        got.extend(m for m, _ in get_all(down, q))
+        return len(set(got))
+
+    try:
+        for node, after in ((up, 500), (up, 2500), (down, 4500)):
+            wait_for(lambda after=after: down.count(q) > after, timeout=60,
+                     what=f"more than {after} moved")
+            cut(node)
+            wait_for(lambda: links(down, exchange=x, status="running"), what="running again")
+        publisher.join(timeout=120)
+        wait_for(lambda: taken() >= n, timeout=120, what=f"all {n} messages",
+                 describe=lambda: f"{len(set(got))} distinct")
+        assert set(got) == set(bodies) and len(got) - n <= 3 * 200
+        what = f"Federation link for exchange '{x}' in vhost '/' (upstream: cut-{tag}"
+        assert down.proc.log_text().count(f"{what}, amqp://127.0.0.1:{up.proc.port}/%2F) "
+                                          "failed:") >= 2  # each failure logged
+    finally:
+        down.api("DELETE", f"/api/policies/%2F/cut-{tag}")
