@@ -178,3 +178,20 @@ def test_an_expires_policy_expires_a_queue_nobody_used(broker: BrokerProcess,
         assert err.value.reply_code == 404
     finally:
         http(base, "DELETE", "/api/policies/%2F/placement-expiry")
+
+
+def test_publishers_on_both_workers_racing_to_place_it_lose_nothing_and_keep_order(
+        broker: BrokerProcess, pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    a.channel().queue_declare(q)
+    ca, cb = a.channel(), b.channel()
+    for i in range(100):  # both workers hold publishes and ask to place it
+        ca.basic_publish("", q, b"a%d" % i)
+        cb.basic_publish("", q, b"b%d" % i)
+    got = consume(a, q, 200)
+    assert sorted(got) == sorted([b"a%d" % i for i in range(100)] +
+                                 [b"b%d" % i for i in range(100)])
+    assert [m for m in got if m.startswith(b"a")] == [b"a%d" % i for i in range(100)]
+    assert [m for m in got if m.startswith(b"b")] == [b"b%d" % i for i in range(100)]
+    a.channel().queue_delete(q)

@@ -1,8 +1,9 @@
 """Where a queue lives with ``--workers N``: placed by its first use, not by its declare.
 
-A non-durable, non-exclusive classic queue declared without a leader locator (the queues
-of a load generator's control connection, of a benchmark, of most applications' set-up
-code) is *unplaced* when declared: every worker holds an :class:`UnplacedQueue` stand-in,
+A non-durable, non-exclusive classic queue declared by an AMQP client (Queue.Declare; a
+declare over the HTTP API keeps its home) without a leader locator (the queues of a load
+generator's control connection, of a benchmark, of most applications' set-up code) is
+*unplaced* when declared: every worker holds an :class:`UnplacedQueue` stand-in,
 and the queue's home is chosen by the first worker that uses it:
 
 * **Basic.Consume** places it on the consumer's worker, so the queue and its deliveries
