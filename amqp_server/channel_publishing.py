@@ -36,7 +36,7 @@ from amqp_server.confirms import Confirms
 from broker import direct_reply_to
 from exchanges.exchange import Exchange
 from queue_store.message import FLAG_EXPIRATION, FLAG_REPLY_TO, FLAG_USER_ID, Message
-from queue_store.outcomes import NEEDS_SYNC, REJECTED, REMOTE
+from queue_store.outcomes import NEEDS_SYNC, NEEDS_WRITE, REJECTED, REMOTE
 from queue_store.sender_selected import without_bcc
 
 __all__ = ["ChannelPublishing"]
@@ -155,7 +155,7 @@ class ChannelPublishing:
         if confirms is not None:
             if result & REJECTED:
                 confirms.reject(confirms.next_seq(pending=True))
-            elif result & (NEEDS_SYNC | REMOTE):
+            elif result & (NEEDS_SYNC | REMOTE | NEEDS_WRITE):
                 seq = confirms.next_seq(pending=True)
                 self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq),
                                  result, waits)
@@ -163,7 +163,7 @@ class ChannelPublishing:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
         elif self.tx is not None:
-            if result & NEEDS_SYNC:
+            if result & (NEEDS_SYNC | NEEDS_WRITE):
                 self._tx_unsynced = True
             if waits:
                 self._tx_waits.extend(waits)
@@ -204,6 +204,8 @@ class ChannelPublishing:
 
         if result & NEEDS_SYNC:
             conn.broker.durability.after_sync(ok, err)
+        elif result & NEEDS_WRITE:  # a stream's: once the batch is written (no fsync)
+            conn.broker.durability.after_write(ok)
         else:
             ok()
 

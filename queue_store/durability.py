@@ -9,7 +9,10 @@ the next one, which starts as soon as the current one ends: confirms flow at dis
 
 ``flush_writes()`` (called after each batch of input) writes buffered records without
 fsync, so a killed broker (``kill -9``) loses nothing it had written: acks and deliveries
-reach the page cache at once.
+reach the page cache at once. Callbacks registered with :meth:`Durability.after_write` run
+right after such a write succeeded, without waiting for an fsync: a stream's publisher
+confirms (RabbitMQ's streams confirm once the chunk is written, and leave the fsync to the
+operating system; amqpq still fsyncs the log every tick).
 
 When a write fails (disk full) the unwritten records stay buffered and the file is listed in
 :attr:`Durability.write_errors` (the broker's disk alarm follows it); a sync round then does
@@ -75,9 +78,13 @@ class Durability:
         self._fsync = _FsyncRounds()
         # (callback, on_error): on_error runs instead when the fsync covering it failed
         self._waiting: list[tuple[Callable[[], None], Callable[[], None] | None]] = []
+        self._written_waiting: list[Callable[[], None]] = []  # see after_write
         self._syncing = False
         self.on_synced: Callable[[], None] | None = None  # e.g. flush publisher confirms
         self.syncs = 0  # fsync rounds done (stats)
+        # fsync rounds started: a callback registered while this count stays the same has
+        # not been taken by a round yet (what is written meanwhile is covered by its fsync)
+        self.rounds = 0
 
     def add_store(self, store: MessageStore) -> None:
         self.stores.append(store)
@@ -110,8 +117,11 @@ class Durability:
     def flush_writes(self) -> None:
         """Write every buffered record to its file (no fsync); start a sync round when a
         store has files waiting to be closed or deleted."""
-        if self._flush_all() and not self._syncing and any(
-                store.needs_housekeeping for store in self.stores):
+        if not self._flush_all():
+            return
+        if self._written_waiting:
+            self._written()
+        if not self._syncing and any(store.needs_housekeeping for store in self.stores):
             self._start()
 
     def maybe_sync(self) -> None:
@@ -119,6 +129,8 @@ class Durability:
         periodically), so files are fsynced, closed and deleted even when no publisher asks
         for confirms, and held confirms go out once the disk takes writes again."""
         self.write_errors.retry()
+        if self._written_waiting and self._flush_all():
+            self._written()
         if not self._syncing and (self.indexes or self._waiting
                                   or any(s.needs_sync for s in self.stores)):
             self._start()
@@ -136,10 +148,28 @@ class Durability:
         if not self._syncing:
             self._start()
 
+    def after_write(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once everything buffered so far is written to its file (no
+        fsync): at the end of the current batch of input (:meth:`flush_writes`); while
+        writes fail (disk full), once they succeed again (:meth:`maybe_sync` retries). For
+        stream publishes: RabbitMQ confirms them once the chunk is written."""
+        self._written_waiting.append(callback)
+
+    def _written(self) -> None:
+        callbacks, self._written_waiting = self._written_waiting, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("confirm callback failed")
+        if self.on_synced is not None:
+            self.on_synced()
+
     def _start(self) -> None:
         if not self._flush_all():
             return  # disk full: callbacks keep waiting; maybe_sync retries
         callbacks, self._waiting = self._waiting, []
+        self.rounds += 1
         fds: list[int] = []
         for store in self.stores:
             fds.extend(store.dirty_fds())

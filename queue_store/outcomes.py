@@ -4,8 +4,8 @@
 channel's Basic.Publish, the HTTP API's publish, dead lettering): it routes, enqueues, and
 answers with a :class:`PublishResult`; :meth:`queue_store.queue.Queue.publish` answers one
 queue's part with the same bits. The channel turns them into a mandatory return
-(not ``ROUTED``), a publisher confirm nack (``REJECTED``) or a confirm after the next fsync
-(``NEEDS_SYNC``); ``DUPLICATE`` alone (an ``x-message-deduplication`` exchange dropped it) is
+(not ``ROUTED``), a publisher confirm nack (``REJECTED``), a confirm after the next fsync
+(``NEEDS_SYNC``) or after the batch's writes (``NEEDS_WRITE``, a stream); ``DUPLICATE`` alone (an ``x-message-deduplication`` exchange dropped it) is
 neither returned nor nacked; the HTTP API into ``{"routed": ...}`` or RabbitMQ's "rejected" 400.
 
 The hot path uses the plain ``int`` constants below (IntFlag arithmetic costs microseconds);
@@ -30,6 +30,7 @@ class PublishResult(IntFlag):
     DUPLICATE = 8  # dropped by a deduplication exchange: not returned, confirm ack
     REMOTE = 16  # sent to a queue on another worker: confirm when its home answers
     NOT_LEADER = 32  # with REJECTED: refused by a node that does not lead the quorum queue
+    NEEDS_WRITE = 64  # appended to a stream: confirm once written (no fsync, as RabbitMQ)
 
 
 UNROUTABLE = 0
@@ -39,9 +40,12 @@ NEEDS_SYNC = 4
 DUPLICATE = 8
 REMOTE = 16
 NOT_LEADER = 32
-#: Queue.publish's answers: taken; refused; taken and written to disk.
+NEEDS_WRITE = 64
+#: Queue.publish's answers: taken; refused; taken and written to disk; taken and written
+#: at the end of the batch (a stream).
 ACCEPTED = ROUTED
 ACCEPTED_UNSYNCED = ROUTED | NEEDS_SYNC
+ACCEPTED_UNWRITTEN = ROUTED | NEEDS_WRITE
 
 
 class PublishContext:

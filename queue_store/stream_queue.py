@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A stream is an append-only log (:class:`~queue_store.stream_log.StreamLog`): publishing
-appends (the publisher's confirm follows the fsync, as for persistent messages), and
+appends (the publisher's confirm follows the write of the chunk, as RabbitMQ's: no fsync
+waited for; the log is fsynced in the broker's group commit, every tick at the latest), and
 consuming never removes anything. Each consumer has its own **cursor**, the offset of the
 next message it gets, set by the ``x-stream-offset`` consume argument: ``first``, ``last``
 (the first offset of the newest chunk), ``next`` (default: only what comes after), a
@@ -37,6 +38,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import struct
 import tempfile
 import time
 from collections import deque
@@ -49,14 +51,14 @@ from amqp_common.properties import Long, Timestamp, string_header, with_headers
 from queue_store.backing import BackingQueue, MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.durability import run_inline
-from queue_store.message import Message
-from queue_store.msg_store import decode_payload, encode_payload
-from queue_store.outcomes import ACCEPTED_UNSYNCED, PublishContext, Settlement
+from queue_store.message import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS, Message
+from queue_store.msg_store import encode_payload
+from queue_store.outcomes import ACCEPTED_UNWRITTEN, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue
 from queue_store.storage import name_id
 from queue_store.stream_log import MAX_SEGMENT_BYTES, StreamLog
 
-__all__ = ["StreamQueue", "check_stream_consume", "parse_max_age"]
+__all__ = ["StreamQueue", "check_stream_consume", "parse_max_age", "stamped_properties"]
 
 log = logging.getLogger("amqpq.stream")
 
@@ -157,16 +159,60 @@ def _filters(arguments: dict[str, Any], what: str) -> set[bytes] | None:
 def _record(message: Message) -> bytes:
     """A stream record: u16 filter value length + filter value + the message payload."""
     raw = message.properties_raw
-    try:
-        value = string_header(raw, int.from_bytes(raw[:2], "big"), b"x-stream-filter-value")
-    except (IndexError, KeyError, ValueError):  # not expected: checked at publish
-        value = None
+    value = None
+    if b"x-stream-filter-value" in raw:  # a byte search first: most messages have none
+        try:
+            value = string_header(raw, int.from_bytes(raw[:2], "big"),
+                                  b"x-stream-filter-value")
+        except (IndexError, KeyError, ValueError):  # not expected: checked at publish
+            value = None
     fv = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else b""
     return len(fv).to_bytes(2, "big") + fv + encode_payload(message)
 
 
 def _machine_wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_OFFSET_KEY = b"\x0fx-stream-offset" + b"l"  # shortstr name + Long's type tag
+_TIMESTAMP_KEY = b"\x12x-stream-timestamp" + b"l"
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+
+
+def stamped_properties(raw: bytes, offset: int, timestamp_ms: int | None) -> bytes:
+    """``raw`` (content properties, checked at publish) with the headers ``x-stream-offset``
+    (Long ``offset``) and, when ``timestamp_ms`` is not None, ``x-stream-timestamp`` (Long
+    ms) set: the same bytes as :func:`~amqp_common.properties.with_headers` gives (other
+    properties and header entries copied byte for byte, the new entries last), spliced in
+    without decoding the properties. A message whose headers already mention an
+    ``x-stream-`` name takes ``with_headers`` (the entry is replaced there).
+
+    Raises:
+        ValueError: malformed properties (only on the ``with_headers`` path).
+    """
+    extra = _OFFSET_KEY + _I64.pack(offset)
+    if timestamp_ms is not None:
+        extra += _TIMESTAMP_KEY + _I64.pack(timestamp_ms)
+    flags = raw[0] << 8 | raw[1] if len(raw) > 1 else 0
+    if not flags & 1:  # one property-flags word (Basic has 14 properties)
+        pos = 2
+        if flags & FLAG_CONTENT_TYPE:
+            pos += 1 + raw[pos]
+        if flags & FLAG_CONTENT_ENCODING:
+            pos += 1 + raw[pos]
+        if not flags & FLAG_HEADERS:
+            return b"".join(((flags | FLAG_HEADERS).to_bytes(2, "big"), raw[2:pos],
+                             _U32.pack(len(extra)), extra, raw[pos:]))
+        (size,) = _U32.unpack_from(raw, pos)
+        end = pos + 4 + size
+        if b"x-stream-" not in raw[pos + 4:end]:
+            return b"".join((raw[:pos], _U32.pack(size + len(extra)), raw[pos + 4:end],
+                             extra, raw[end:]))
+    headers: dict[str, Any] = {"x-stream-offset": Long(offset)}
+    if timestamp_ms is not None:
+        headers["x-stream-timestamp"] = Long(timestamp_ms)
+    return with_headers(raw, headers)
 
 
 class StreamQueue(Queue):
@@ -199,7 +245,10 @@ class StreamQueue(Queue):
     # ---- publishing ----------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:
-        """Append ``message``; confirmed after the fsync (``ACCEPTED_UNSYNCED``)."""
+        """Append ``message``; confirmed once its chunk is written at the end of the batch
+        (``ACCEPTED_UNWRITTEN``: RabbitMQ's streams confirm after the write and leave the
+        fsync to the operating system; amqpq fsyncs the log in the next group commit, at
+        the latest on the next tick)."""
         now_ms = self._wall_ms()
         record = _record(message)
         offset = self.log.append(record, now_ms)
@@ -209,10 +258,10 @@ class StreamQueue(Queue):
             self.storage.durability.index_dirty(self.log)  # type: ignore[arg-type]
         if self._readers and not self._dispatching:
             self.dispatch()
-        return ACCEPTED_UNSYNCED
+        return ACCEPTED_UNWRITTEN
 
     def publish_for(self, message: Message, context: PublishContext) -> int:
-        """:meth:`publish` (a stream answers every publisher after its fsync)."""
+        """:meth:`publish` (a stream answers every publisher once the chunk is written)."""
         return self.publish(message)
 
     # ---- consumers -----------------------------------------------------------------------
@@ -333,13 +382,19 @@ class StreamQueue(Queue):
 
     def _deliver(self, consumer: Consumer, reader: _Reader, offset: int, ts: int,
                  record: bytes) -> None:
-        n = int.from_bytes(record[:2], "big")
-        message = decode_payload(record[2 + n:])
-        headers: dict[str, Any] = {"x-stream-offset": Long(offset)}
-        if reader.timestamps:
-            headers["x-stream-timestamp"] = Long(ts)
-        stamped = Message(message.exchange, message.routing_key, message.ex_rk_raw,
-                          with_headers(message.properties_raw, headers), message.body)
+        # the record's payload (msg_store's layout: u16 + exchange and routing key shortstrs,
+        # u32 + properties, body) read in place: no Message is decoded only to be re-made
+        pos = 2 + int.from_bytes(record[:2], "big")
+        n = int.from_bytes(record[pos:pos + 2], "big")
+        ex_rk = record[pos + 2:pos + 2 + n]
+        pos += 2 + n
+        plen = int.from_bytes(record[pos:pos + 4], "big")
+        props = stamped_properties(record[pos + 4:pos + 4 + plen], offset,
+                                   ts if reader.timestamps else None)
+        ex_len = ex_rk[0]
+        stamped = Message(ex_rk[1:1 + ex_len].decode("utf-8"),
+                          ex_rk[2 + ex_len:].decode("utf-8"), ex_rk, props,
+                          record[pos + 4 + plen:])
         consumer.unacked += 1
         self.unacked_count += 1
         self.delivered += 1

@@ -50,6 +50,7 @@ from amqp_server.workers.remote_queue import LinkConsumerChannel, RemoteQueue
 from queue_store.consumer import Consumer
 from queue_store.outcomes import (
     NEEDS_SYNC,
+    NEEDS_WRITE,
     NOT_LEADER,
     REJECTED,
     ROUTED,
@@ -120,6 +121,8 @@ class QueueHome:
             self.broker.durability.after_sync(
                 lambda: self._result(peer, pub_id, ROUTED),
                 lambda: self._result(peer, pub_id, REJECTED))
+        elif result & NEEDS_WRITE:  # a stream's: once the batch is written (no fsync)
+            self.broker.durability.after_write(lambda: self._result(peer, pub_id, ROUTED))
         else:
             self._result(peer, pub_id, result)
 
