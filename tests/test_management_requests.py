@@ -30,7 +30,8 @@ import pytest
 from broker.access_sync import access_document, apply_access
 from broker.broker import Broker
 from broker.config import BrokerConfig
-from tests.support.broker_process import BrokerProcess, broker_fixture, free_port
+from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.shared_fixtures import shared_broker
 
 REFERENCE = os.environ.get("AMQPQ_REFERENCE_HTTP", "http://127.0.0.1:15672")
 JSON = "application/json"
@@ -38,7 +39,14 @@ JSON = "application/json"
 FORM_TYPES = ("text/plain", "Text/Plain; charset=UTF-8", "application/x-www-form-urlencoded",
               "multipart/form-data; boundary=xyz", None)
 
-amqpq = broker_fixture(scope="module", management=free_port(), log_level="info")
+#: one broker for this module and test_management_rights.py (run one after the other)
+management_broker = shared_broker("management_broker", management=free_port(), log_level="info")
+
+
+@pytest.fixture(scope="module")
+def amqpq(management_broker: BrokerProcess) -> BrokerProcess:
+    """The broker of this module and test_management_rights.py (``management_broker``)."""
+    return management_broker
 
 
 def call(base: str, method: str, path: str, body: Any = None, *,

@@ -23,7 +23,8 @@ from typing import Any
 import pika
 import pytest
 
-from tests.support.broker_process import BrokerProcess, broker_fixture, free_port
+from tests import test_management_requests
+from tests.support.broker_process import BrokerProcess
 from tests.test_management_requests import REFERENCE, base_of, call, reference_up
 
 TAGS = ("management", "monitoring", "policymaker")
@@ -52,7 +53,8 @@ PAIRS = [("/api/exchanges/V/sx", "/api/exchanges/V/nox"), ("/api/queues/V/sq", "
          ("/api/policies/V/sp", "/api/policies/V/nop"),
          ("/api/operator-policies/V/op", "/api/operator-policies/V/noop")]
 
-amqpq = broker_fixture(scope="module", management=free_port())
+# fixtures: the broker of test_management_requests.py and this module, in a row
+management_broker, amqpq = test_management_requests.management_broker, test_management_requests.amqpq
 
 
 def requests(prefix: str) -> list[tuple[str, str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from federation import manager_of as federation_manager_of
 from management.access_changes import ordered_change
 from management.auth import (
     OBJECT_REFUSED,
@@ -113,7 +114,15 @@ async def put_policy(request: web.Request) -> web.Response:
                   "definition": definition, "priority": priority, "apply_to": apply_to},
         # this endpoint HTML-escapes its reason, as RabbitMQ's does
         lambda reason: bad_request(escape_html_tags(f"Validation failed\n\n{reason}\n")))
+    _federation_follows(request)
     return created(was_new)
+
+
+def _federation_follows(request: web.Request) -> None:
+    """Have the federation links follow a policy change now (else within a second)."""
+    manager = federation_manager_of(state(request).broker)
+    if manager is not None:
+        manager.poke()
 
 
 @routes.delete("/api/policies/{vhost}/{name}")
@@ -125,6 +134,7 @@ async def delete_policy(request: web.Request) -> web.Response:
     if name not in vhost.policies:
         raise not_found()
     await ordered_change(request, {"op": "delete_policy", "vhost": vhost.name, "name": name})
+    _federation_follows(request)
     return no_content()
 
 

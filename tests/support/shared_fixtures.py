@@ -11,19 +11,23 @@ A module uses it by asking for the fixture (or by a fixture of its own that asks
 Modules that share one must leave it as they found it (names of their own, nothing
 stopped or killed); a module that needs a fresh one keeps a module-scoped fixture.
 
-How: the fixture is function-scoped and takes its value from a registry (started on first
-use); ``pytest_collection_modifyitems`` notes which modules use each shared fixture, and after
-each test ``pytest_runtest_teardown`` closes those the next test's module does not use.
+How: the fixture is module-scoped (a module's own module-scoped fixtures may use it) and
+takes its value from a registry (started on first use); ``pytest_collection_modifyitems``
+notes which modules use each shared fixture, and after each test ``pytest_runtest_teardown``
+(after the module's own fixtures are torn down) closes those the next test's module does not
+use.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.broker_process import BrokerProcess
 
 Opener = Callable[[pytest.TempPathFactory], contextlib.AbstractContextManager[Any]]
 
@@ -33,12 +37,12 @@ _users: dict[str, set[Path]] = {}  # fixture name -> the test files that use it
 
 
 def shared_while_consecutive(name: str, opener: Opener) -> Callable[..., Any]:
-    """A function-scoped fixture named ``name`` whose value ``opener(tmp_path_factory)``
+    """A fixture named ``name`` whose value ``opener(tmp_path_factory)``
     (a context manager) gives is kept while consecutive tests' modules use it (see the
     module docstring)."""
     _openers[name] = opener
 
-    @pytest.fixture(name=name)
+    @pytest.fixture(scope="module", name=name)
     def fixture(tmp_path_factory: pytest.TempPathFactory) -> Any:
         if name not in _open:
             stack = contextlib.ExitStack()
@@ -51,6 +55,20 @@ def shared_while_consecutive(name: str, opener: Opener) -> Callable[..., Any]:
         return _open[name][1]
 
     return fixture
+
+
+def shared_broker(name: str, **options: Any) -> Callable[..., Any]:
+    """A fixture named ``name``: a started :class:`~tests.support.broker_process.
+    BrokerProcess` (``options`` as its keyword arguments, data and log under the session's
+    temporary directory) shared by the modules in a row that use it."""
+
+    @contextlib.contextmanager
+    def opener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+        base = tmp_path_factory.mktemp(name)
+        with BrokerProcess(base / "data", base / "broker.log", **options) as broker:
+            yield broker
+
+    return shared_while_consecutive(name, opener)
 
 
 def _close(name: str) -> None:
