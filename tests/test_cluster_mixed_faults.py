@@ -213,7 +213,8 @@ class Loop:
             for key in ("failover_s", "pause_s"):
                 times = sorted(float(r[key]) for r in rows if key in r)  # type: ignore
                 if times:
-                    out[kind][key] = (times[0], statistics.median(times), times[-1])
+                    out[kind][key] = (times[0], round(statistics.median(times), 2),
+                                      times[-1])
             out[kind]["confirmed"] = sum(int(r["confirmed"]) for r in rows)  # type: ignore
             out[kind]["nacked"] = sum(int(r["nacked"]) for r in rows)  # type: ignore
         return out
