@@ -254,53 +254,57 @@ def test_aio_pika_consumers_never_share_a_key_and_management_shows_holders(
 # ---- kill -9 ------------------------------------------------------------------------------
 
 
+#: the kill -9 tests' broker: both kinds in turn (each kills it and starts it again; the
+#: second finds it running), a queue of each kind's own
+kill_broker = broker_fixture(scope="module", start=False, fresh_port=True)
+
+
 @pytest.mark.parametrize("kind", ["classic", "quorum"])
-def test_key_order_survives_kill_9(tmp_path: Any, kind: str) -> None:
-    bp = BrokerProcess(tmp_path / "data", fresh_port=True)
-    try:
+def test_key_order_survives_kill_9(kill_broker: BrokerProcess, kind: str) -> None:
+    bp = kill_broker
+    queue = f"groups.durable.{kind}"
+    if not bp.alive():
         bp.start()
-        conn = pika.BlockingConnection(params(bp.port))
-        ch = conn.channel()
-        ch.queue_declare("groups.durable", durable=True, arguments={
-            "x-group-by": "header:k", "x-queue-type": kind})
-        ch.confirm_delivery()
-        sent: dict[str, int] = defaultdict(int)
-        for i in range(150):
-            key = f"k{i * 7 % 5}"
-            ch.basic_publish("", "groups.durable", str(sent[key]).encode(),
-                             pika.BasicProperties(headers={"k": key}, delivery_mode=2))
-            sent[key] += 1
-        # a consumer acks some, holds some unacked (they come back, in order)
-        ch.basic_qos(prefetch_count=20)
-        acked: dict[str, list[int]] = defaultdict(list)
-        for n, (method, props, body) in enumerate(ch.consume("groups.durable")):
-            if n < 30:
-                acked[props.headers["k"]].append(int(body))
-                ch.basic_ack(method.delivery_tag)
-            if n >= 45:
-                break
-        ch.queue_declare("groups.durable", durable=True, passive=True)  # acks processed
-        bp.kill()
-        bp.start()
-        conn = pika.BlockingConnection(params(bp.port))
-        ch = conn.channel()
-        # still a group queue: a Basic.Get holds its key, so the next one is of another key
-        first, first_props, _ = ch.basic_get("groups.durable")
-        second, second_props, _ = ch.basic_get("groups.durable")
-        assert first is not None and second is not None
-        assert first_props.headers["k"] != second_props.headers["k"]
-        ch.basic_nack(second.delivery_tag, multiple=True, requeue=True)  # both back, in place
-        ch.basic_qos(prefetch_count=3)
-        left = 150 - sum(len(v) for v in acked.values())
-        for method, props, body in ch.consume("groups.durable", inactivity_timeout=5.0):
-            assert method is not None, f"{left} messages missing after the restart"
+    conn = pika.BlockingConnection(params(bp.port))
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=True, arguments={
+        "x-group-by": "header:k", "x-queue-type": kind})
+    ch.confirm_delivery()
+    sent: dict[str, int] = defaultdict(int)
+    for i in range(150):
+        key = f"k{i * 7 % 5}"
+        ch.basic_publish("", queue, str(sent[key]).encode(),
+                         pika.BasicProperties(headers={"k": key}, delivery_mode=2))
+        sent[key] += 1
+    # a consumer acks some, holds some unacked (they come back, in order)
+    ch.basic_qos(prefetch_count=20)
+    acked: dict[str, list[int]] = defaultdict(list)
+    for n, (method, props, body) in enumerate(ch.consume(queue)):
+        if n < 30:
             acked[props.headers["k"]].append(int(body))
             ch.basic_ack(method.delivery_tag)
-            left -= 1
-            if not left:
-                break
-        conn.close()
-        for key, n in sent.items():
-            assert acked[key] == list(range(n)), (key, acked[key])
-    finally:
-        bp.close()
+        if n >= 45:
+            break
+    ch.queue_declare(queue, durable=True, passive=True)  # acks processed
+    bp.kill()
+    bp.start()
+    conn = pika.BlockingConnection(params(bp.port))
+    ch = conn.channel()
+    # still a group queue: a Basic.Get holds its key, so the next one is of another key
+    first, first_props, _ = ch.basic_get(queue)
+    second, second_props, _ = ch.basic_get(queue)
+    assert first is not None and second is not None
+    assert first_props.headers["k"] != second_props.headers["k"]
+    ch.basic_nack(second.delivery_tag, multiple=True, requeue=True)  # both back, in place
+    ch.basic_qos(prefetch_count=3)
+    left = 150 - sum(len(v) for v in acked.values())
+    for method, props, body in ch.consume(queue, inactivity_timeout=5.0):
+        assert method is not None, f"{left} messages missing after the restart"
+        acked[props.headers["k"]].append(int(body))
+        ch.basic_ack(method.delivery_tag)
+        left -= 1
+        if not left:
+            break
+    conn.close()
+    for key, n in sent.items():
+        assert acked[key] == list(range(n)), (key, acked[key])
