@@ -203,7 +203,8 @@ class RemoteClient:
         if self._unanswered:
             sent = self._unanswered.pop(key, None)
             if sent is not None and result & NOT_LEADER:
-                self._park_again([(key, sent)], "its node does not lead the queue")
+                self._park_again([(key, sent)], "its node does not lead the queue",
+                                 logging.DEBUG)  # one per publish: no warning each
                 return
         if self._aliases:
             key = self._aliases.pop(key, key)
@@ -443,7 +444,7 @@ class RemoteClient:
             self._park_again(gone, f"the link to node {w} went")
 
     def _park_again(self, sent: list[tuple[tuple[int, int], tuple[bytes, Parked]]],
-                    why: str) -> None:
+                    why: str, level: int = logging.WARNING) -> None:
         """Publishes sent to a quorum queue's leader, ``(home, pub_id) -> (qkey, entry)``,
         that it will not answer (``why``): they wait for the next leader again, in their
         publish order among those waiting (RabbitMQ's quorum queue client resends its
@@ -467,8 +468,8 @@ class RemoteClient:
             waiting = self._parked.get(qkey)
             self._parked[qkey] = deque(sorted([*(waiting or ()), *entries],
                                               key=lambda e: e[1]))
-        log.warning("%d publish(es) to quorum queues wait for the next leader again (%s)",
-                    len(sent), why)
+        log.log(level, "%d publish(es) to quorum queues wait for the next leader again (%s)",
+                len(sent), why)
 
     def release_parked(self, queue_by_key: Callable[[bytes], Queue | None]) -> None:
         """Publishes that waited for a leader go to it once it is known and linked (or
