@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Scraper:
-    """A running broker process with its Prometheus port."""
+    """A running broker process with its Prometheus port (and its management API)."""
 
     def __init__(self, broker: BrokerProcess, port: int) -> None:
         self.broker = broker
@@ -65,7 +65,7 @@ class Scraper:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraper]:
     port = free_port()
-    broker = BrokerProcess(tmp_path_factory.mktemp("prom") / "data",
+    broker = BrokerProcess(tmp_path_factory.mktemp("prom") / "data", management=free_port(),
                            args=("--prometheus-port", str(port)))
     broker.start()
     try:
@@ -321,12 +321,11 @@ def test_cluster_id_survives_restart(tmp_path: Path) -> None:
     assert prom_options.cluster_permanent_id(tmp_path) == first
 
 
-def test_management_port_no_longer_serves_metrics(tmp_path: Path) -> None:
-    mgmt = free_port()
-    with BrokerProcess(tmp_path / "data", management=mgmt):
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(f"http://127.0.0.1:{mgmt}/metrics", timeout=5)
-        assert err.value.code == 404
+def test_management_port_no_longer_serves_metrics(prom: Scraper) -> None:
+    mgmt = prom.broker.management_port  # the module's broker serves both
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{mgmt}/metrics", timeout=5)
+    assert err.value.code == 404
 
 
 def test_in_process_runner_stops(tmp_path: Path) -> None:
