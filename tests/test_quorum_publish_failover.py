@@ -11,10 +11,14 @@ publisher on the node that becomes the new leader (its waiting publishes go into
 there) and the one on the node that stays a follower (they are sent to the new leader).
 A publisher on the killed node loses its connection and is out of scope.
 
-The 6,000-message run is ``-m slow`` (about a minute here); skipped without etcd."""
+A pipelining publisher (aio-pika, up to 200 unconfirmed) is the second run: the publishes in
+flight to the leader when it dies wait for the next one too.
+
+The runs are ``-m slow`` (about a minute each here); skipped without etcd."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -152,3 +156,70 @@ def test_a_publisher_that_never_resends_is_confirmed_through_a_leader_kill(
         assert f["error"] is None and f["lost"] == 0 and f["in_order"], f  # type: ignore
         assert f["confirmed"] == 6000 and f["nacked"] == 0, f  # type: ignore[index]
     assert figures["failover_s"] < 3.0, figures  # type: ignore[operator]
+
+
+async def _pipelined(port: int, queue: str, count: int, window: int, confirmed: list[int],
+                     nacked: list[int]) -> None:
+    """Publish ``p-0`` .. ``p-{count-1}`` on one channel with confirms, up to ``window``
+    unconfirmed at a time (aio-pika); never sends one again."""
+    import aio_pika
+
+    conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    try:
+        ch = await conn.channel(publisher_confirms=True)
+        room = asyncio.Semaphore(window)
+
+        async def one(i: int) -> None:
+            try:
+                await ch.default_exchange.publish(
+                    aio_pika.Message(f"p-{i}".encode(), delivery_mode=2), routing_key=queue)
+                confirmed.append(i)
+            except aio_pika.exceptions.DeliveryError:
+                nacked.append(i)
+            finally:
+                room.release()
+
+        tasks = []
+        for i in range(count):
+            await room.acquire()
+            tasks.append(asyncio.ensure_future(one(i)))
+        await asyncio.gather(*tasks)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_pipelining_publisher_is_confirmed_through_a_leader_kill(
+        lease2_cluster: dict[str, BrokerProcess]) -> None:
+    """6,000 persistent messages from n2 with up to 200 unconfirmed at a time, n1 (the
+    leader) killed after 2,000 confirms: none nacked (those in flight to n1 wait for the
+    next leader with the later ones), none lost, the first copies in publish order; those
+    n1 had committed before it died may be in the queue twice (at most the window)."""
+    nodes = lease2_cluster
+    queue = "pipelined.qq"
+    conn = connect(nodes["n1"])  # the declaring node leads
+    conn.channel().queue_declare(queue, durable=True, arguments=QQ)
+    conn.close()
+    wait_until(lambda: len(api(nodes["n2"], f"/api/queues/%2F/{queue}").get("in_sync", []))
+               == 3, "three in-sync replicas")
+    confirmed: list[int] = []
+    nacked: list[int] = []
+    runner = threading.Thread(target=lambda: asyncio.run(
+        _pipelined(nodes["n2"].port, queue, 6000, 200, confirmed, nacked)), daemon=True)
+    runner.start()
+    wait_until(lambda: len(confirmed) >= 2000, "2,000 confirmed", 120.0)
+    nodes["n1"].kill()
+    at_kill = len(confirmed)
+    runner.join(300)
+    state = wait_until(lambda: (lambda s: s if s["leader"] not in ("n1", None) else None)(
+        api(nodes["n2"], f"/api/queues/%2F/{queue}")), "a new leader", 20.0)
+    bodies = drain(nodes[state["leader"]], queue)
+    first = [int(b.split("-")[1]) for b in dict.fromkeys(bodies)]
+    figures = {"at_kill": at_kill, "confirmed": len(confirmed), "nacked": len(nacked),
+               "lost": len(set(confirmed) - set(first)), "twice": len(bodies) - len(first),
+               "in_order": first == sorted(first)}
+    print("\npipelined:", figures)
+    assert figures == {"at_kill": at_kill, "confirmed": 6000, "nacked": 0, "lost": 0,
+                       "in_order": True, "twice": figures["twice"]}, figures
+    assert at_kill < 6000 and figures["twice"] <= 200, figures
