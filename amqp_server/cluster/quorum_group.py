@@ -276,8 +276,8 @@ class QuorumGroup:
             elif isinstance(a, Cas):
                 self._cas(a)
             elif isinstance(a, Truncate):
-                log.warning("quorum queue '%s' in vhost '%s': divergent entries from %d on "
-                            "cut (epoch %d's leader does not have them)", self.name,
+                log.warning("quorum queue '%s' in vhost '%s': replica log cut to offset %d "
+                            "(the entries after it are not epoch %d's leader's)", self.name,
                             self.vhost, a.offset, self.replica.epoch)
                 self.log.truncate(a.offset)
             elif isinstance(a, Install):
