@@ -388,19 +388,20 @@ class StreamQueue(Queue):
                  record: bytes) -> None:
         # the record's payload (msg_store's layout: u16 + exchange and routing key shortstrs,
         # u32 + properties, body) read in place: no Message is decoded only to be re-made
-        pos = 2 + int.from_bytes(record[:2], "big")
-        n = int.from_bytes(record[pos:pos + 2], "big")
+        pos = 2 + (record[0] << 8 | record[1])  # past the filter value
+        n = record[pos] << 8 | record[pos + 1]
         ex_rk = record[pos + 2:pos + 2 + n]
         pos += 2 + n
-        plen = int.from_bytes(record[pos:pos + 4], "big")
-        props = stamped_properties(record[pos + 4:pos + 4 + plen], offset,
-                                   ts if reader.timestamps else None)
+        (plen,) = _U32.unpack_from(record, pos)
+        pos += 4
+        end = pos + plen
+        props = stamped_properties(record[pos:end], offset, ts if reader.timestamps else None)
         names = self._names
         if names[0] != ex_rk:  # a stream's messages mostly share exchange and routing key
             ex_len = ex_rk[0]
             names = self._names = (ex_rk, ex_rk[1:1 + ex_len].decode("utf-8"),
                                    ex_rk[2 + ex_len:].decode("utf-8"))
-        stamped = Message(names[1], names[2], ex_rk, props, record[pos + 4 + plen:])
+        stamped = Message(names[1], names[2], ex_rk, props, record[end:])
         consumer.unacked += 1
         self.unacked_count += 1
         self.delivered += 1
