@@ -186,3 +186,37 @@ def test_the_leader_epoch_checkpoint_answers_where_an_epoch_ends() -> None:
     c = Replica(0, 10, [(2, "d"), (2, "e"), (4, "f")], start=3, start_epoch=2, snapshot="s")
     assert [c.epoch_end(e) for e in (1, 2, 3, 4)] == [(0, 0), (2, 5), (2, 5), (4, 6)]
     assert (c.last_epoch(3), c.last_epoch(), c.entries(4, 6)) == (2, 4, [(2, "e"), (4, "f")])
+
+
+def test_a_follower_whose_node_leaves_etcd_is_dropped_at_once_and_commits_resume() -> None:
+    c = Cluster()
+    c.state(state())
+    leader = c.r[0]
+    leader.on_alive(ALL)
+    c.deliver()  # the followers' first fetches, parked
+    c.do(0, leader.append("m1", 0.0)[1])
+    c.deliver()
+    c.sync(0, 1)  # node 2 got m1 but stops before its fsync
+    c.deliver()
+    assert c.commits(0) == []  # waits for node 2, an ISR member
+    assert not [a for a in leader.tick(0.5) if isinstance(a, Cas)]  # not silent long
+    leader.on_alive((0, 1))  # node 2 stopped: its registration is gone from etcd
+    (cas,) = [a for a in c.do(0, leader.tick(0.6)) if isinstance(a, Cas)]
+    assert cas.new.isr == (0, 1) and cas.new.version == 1  # a swap of version 1
+    assert c.commits(0) == []  # node 2 counts until etcd says it left (maximal ISR)
+    c.state(state(isr=(0, 1), version=2))  # etcd took it
+    assert c.commits(0) == [1]  # m1 is on disk on nodes 0 and 1
+    c.do(0, leader.append("m2", 0.7)[1])
+    c.deliver()
+    c.sync(0, 1)
+    c.deliver()
+    assert c.commits(0) == [1, 2]
+    # back in etcd and in sync: it rejoins
+    leader.on_alive(ALL)
+    c.do(2, c.r[2].tick(1.0))
+    for _ in range(3):  # it takes m2, fsyncs and acknowledges both
+        c.deliver()
+        c.sync(2)
+    c.deliver()
+    (back,) = [a for a in c.do(0, leader.tick(1.1)) if isinstance(a, Cas)]
+    assert back.new.isr == ALL

@@ -251,9 +251,11 @@ class QuorumManager:
             vhost.queues[old.name] = new
 
     def worker_down(self, w: int) -> None:
-        """Node ``w`` died (an ordered record): the groups it led hold an election."""
+        """Node ``w`` died or stopped (an ordered record): the groups it led hold an
+        election, and those it followed from a leader here drop it from the in-sync
+        replicas at once (not after the lag timeout: their commits go on without it)."""
         for group in list(self.groups.values()):
-            if group.state is not None and int(group.state["leader"]) == w:
+            if group.state is not None and w in group.state["members"]:
                 group.elect()
 
     def queue_removed(self, q: Queue) -> None:

@@ -15,7 +15,7 @@ event                              from
 ``on_state`` / ``cas_result``      etcd's watch of the queue's state / an etcd transaction
 ``fsync_done``                     the replica log's fsync, run off the event loop
 ``session`` / ``on_alive``         this node's etcd lease (membership) / the running nodes
-``tick``                           once a second (the runtime's tick), and a node's death
+``tick``                           once a second (the runtime's tick), and a member's death
 =================================  ==========================================================
 
 ========================  =========================================================
@@ -251,7 +251,8 @@ class QuorumGroup:
             self.queue.dispatch()
 
     def elect(self) -> None:
-        """The leader's node died (an ordered record): take over now if allowed."""
+        """A member's node died or stopped (an ordered record): take over now if it led
+        and this node may; a leader here asks etcd to drop it from the in-sync replicas."""
         self.replica.on_alive(self.manager.hub.running)
         self._do(self.replica.tick(self._now()))
 

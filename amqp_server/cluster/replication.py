@@ -25,7 +25,8 @@ Leadership and membership live in etcd; the data path is Kafka's:
   nothing to send, the leader parks the fetch and answers it at the next append.
 * **High watermark**: entries every member of the (maximal) ISR has on disk are committed
   (:func:`amqp_server.cluster.isr.high_watermark`; nothing below a majority).
-* **ISR**: the leader asks etcd to drop a follower silent for ``lag_timeout`` and to add one
+* **ISR**: the leader asks etcd to drop a follower silent for ``lag_timeout``, or whose node
+  left etcd's live nodes (:meth:`~Replica.on_alive`: a stopped node, at once), and to add one
   back once it has, on disk, everything committed *and* the leader's log as of its election
   (its epoch start offset, Kafka's ``isFollowerInSync``): every ISR member then holds every
   committed entry, so any of them may win the next election.
@@ -411,8 +412,17 @@ class Replica:
         return out
 
     def on_alive(self, alive: Collection[int]) -> None:
-        """etcd's live nodes (sessions whose lease has not expired)."""
+        """etcd's live nodes (sessions whose lease has not expired). A leader asks for a
+        follower whose node is not among them to leave the ISR at its next :meth:`tick`,
+        without waiting ``lag_timeout`` (a cleanly stopped node deletes its registration at
+        once, a killed one's expires with its lease)."""
         self.alive = frozenset(alive)
+
+    def _registered(self, member: int) -> bool:
+        """Is ``member``'s node registered in etcd, as far as this node knows? Yes while
+        this node itself is not among the live nodes (not known yet, or its own session
+        lapsed: the list says nothing then)."""
+        return member in self.alive or self.me not in self.alive
 
     def on_state(self, state: GroupState, now: float) -> list[Action]:
         """etcd's watch brought the group's state (older versions are ignored)."""
@@ -508,7 +518,8 @@ class Replica:
         elif self._changing is None:
             silent = {m: now - max(lead.last_fetch.get(m, lead.since), lead.since)
                       for m in s.members if m != self.me}
-            linked = {self.me} | {m for m, t in silent.items() if t < self.timing.lag_timeout}
+            linked = {self.me} | {m for m, t in silent.items()
+                                  if t < self.timing.lag_timeout and self._registered(m)}
             change = self.rules.isr_change(self.replicas(), linked, lead.ready, silent,
                                            lead.mark)
             if change is not None:

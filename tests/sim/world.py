@@ -12,10 +12,11 @@ exactly (``python -m tests.sim --seed N --trace``). The world holds:
   kill -9 of the process keeps what it wrote (fsynced at the restart);
 * **etcd**: the group's state changed by compare-and-swap only (a conflicting swap loses; a
   stranger's write bumps the version at times); node sessions with a lease refreshed at
-  every tick of a running node, so a crashed or paused node is seen down after ``lease``;
+  every tick of a running node, so a crashed or paused node is seen down after ``lease``
+  and a cleanly stopped one at once (its registration deleted: :meth:`Replica.on_alive`);
   a watch per node delivering every new state after a delay;
-* **nodes** that crash or are killed and restart (a new run, the log read back from ``synced``), pause and
-  resume (their events wait);
+* **nodes** that crash, are killed or stop cleanly and restart (a new run, the log read
+  back from ``synced``), pause and resume (their events wait);
 * **traffic**: publishes to the leader (confirmed on commit), deliveries from its committed
   queue, then an ack or a requeue.
 
@@ -52,7 +53,7 @@ from tests.sim.checks import Checker, QueueView, SimFailure
 
 CLOCK_DRIFT = 0.02  # a node's clock runs up to 2% fast or slow
 LEASE_MARGIN = 0.1  # a leader counts its etcd session valid for 90% of the lease
-FAULTS = ("crash", "kill", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
+FAULTS = ("crash", "kill", "stop", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
 # what run() counts besides: faults the above bring on a record, and what happened
 INJECTED = frozenset(FAULTS) | {"etcd_cut", "drop", "duplicate", "reorder"}
 
@@ -417,7 +418,7 @@ class World:
         kind = rng.choice(FAULTS)
         node = rng.choice(self.nodes)
         i = node.index
-        if kind in ("crash", "kill") and node.replica is not None:
+        if kind in ("crash", "kill", "stop") and node.replica is not None:
             # crash: the machine fails, what was not fsynced is lost; kill: the process
             # dies (kill -9), what it wrote survives in the page cache, and the restarted
             # process fsyncs its file before reading it
@@ -427,7 +428,9 @@ class World:
             node.pending.clear()
             if kind == "crash":
                 node.disk.current = list(node.disk.synced)
-            else:
+            else:  # a clean stop (SIGTERM) also deletes its etcd registration at once
+                if kind == "stop":
+                    self.expiry[i] = min(self.expiry[i], self.now)
                 node.disk.synced = list(node.disk.current)
                 self.dirty = True
             self.at(rng.uniform(0.05, 4.0), "restart", i)
