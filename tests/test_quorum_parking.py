@@ -133,3 +133,26 @@ def test_a_publish_that_waited_past_the_timeout_is_nacked(monkeypatch: pytest.Mo
         client.release_parked(lambda _k: q)
         assert waiting.outcome == "nack"
     run(body)
+
+
+def test_a_join_tells_a_refusal_by_a_node_that_does_not_lead_from_a_nack() -> None:
+    """The home node of a forwarded publish answers REJECTED|NOT_LEADER (so the publisher's
+    node waits for the next leader) only when every refusal was that; any other refusal
+    is a plain nack, and without a not_leader callback NOT_LEADER is a nack too."""
+    calls: list[str] = []
+
+    def join(results: list[int], with_not_leader: bool = True) -> str:
+        calls.clear()
+        j = remote_client.Join(len(results), lambda: calls.append("ok"),
+                               lambda: calls.append("err"),
+                               (lambda: calls.append("not_leader")) if with_not_leader else None)
+        for r in results:
+            j.done(r)
+        assert len(calls) == 1, calls
+        return calls[0]
+
+    assert join([ROUTED, ROUTED]) == "ok"
+    assert join([ROUTED, REJECTED | NOT_LEADER]) == "not_leader"
+    assert join([REJECTED | NOT_LEADER, REJECTED]) == "err"
+    assert join([REJECTED]) == "err"
+    assert join([REJECTED | NOT_LEADER], with_not_leader=False) == "err"

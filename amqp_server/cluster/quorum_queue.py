@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from queue_store.dedup_queue import DeduplicatingQueue
 from queue_store.grouped_queue import GroupedDeduplicatingQueue, GroupedQueue, queue_class
 from queue_store.message import Message
-from queue_store.outcomes import REJECTED, REMOTE, ROUTED, PublishContext
+from queue_store.outcomes import NOT_LEADER, REJECTED, REMOTE, ROUTED, PublishContext
 from queue_store.queue import Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -78,14 +78,14 @@ class ReplicatedQueue(Queue):
 
         Returns ROUTED|REMOTE when the publisher waits for a confirm (``context``'s
         ``want_results``: the group answers the key it adds to ``context.waits`` then),
-        ROUTED otherwise; REJECTED when this node no longer leads the queue."""
+        ROUTED otherwise; REJECTED|NOT_LEADER when this node no longer leads the queue."""
         return self._replicate(message, context)
 
     def _replicate(self, message: Message, context: PublishContext | None) -> int:
         group = self.group
         if not group.leading:
             if not group.expecting:
-                return REJECTED
+                return REJECTED | NOT_LEADER  # a publisher on another node waits again
             key = group.runtime.local_pending(context)
             self.held.append((message, key))
             return ROUTED | REMOTE if key is not None else ROUTED
@@ -136,17 +136,20 @@ class ReplicatedQueue(Queue):
             self.ready.requeue(returning.popleft()[1])
 
     def fail_pending(self) -> None:
-        """This node stopped leading (or will not lead): nack every publish not committed
-        and every one that waited for the election."""
+        """This node stopped leading (or will not lead): refuse every publish not committed
+        and every one that waited for the election, as REJECTED|NOT_LEADER: a publisher
+        here is nacked, one on another node waits for the next leader and is sent there
+        (:mod:`amqp_server.workers.remote_client`; at-least-once: the old leader's entry
+        may still commit)."""
         runtime = self.group.runtime
         while self.pending:
             key = self.pending.popleft()[3]
             if key is not None:
-                runtime.local_result(key, REJECTED)
+                runtime.local_result(key, REJECTED | NOT_LEADER)
         while self.held:
             key = self.held.popleft()[1]
             if key is not None:
-                runtime.local_result(key, REJECTED)
+                runtime.local_result(key, REJECTED | NOT_LEADER)
 
     def restore(self, entries: Iterable[tuple[int, Message, int]]) -> None:  # type: ignore[override]
         """A new leader's queue from its replica: ``(offset, message, returns)`` in offset

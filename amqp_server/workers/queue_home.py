@@ -114,9 +114,10 @@ class QueueHome:
         context.waits.clear()
         result = q.publish_for(message, context)
         if context.waits:  # a queue that answers later (replicated: once committed)
-            self.client.after_results(context.waits,
-                                      lambda: self._result(peer, pub_id, ROUTED),
-                                      lambda: self._result(peer, pub_id, REJECTED))
+            self.client.after_results(
+                context.waits, lambda: self._result(peer, pub_id, ROUTED),
+                lambda: self._result(peer, pub_id, REJECTED),
+                lambda: self._result(peer, pub_id, REJECTED | NOT_LEADER))
         elif result & NEEDS_SYNC:
             self.broker.durability.after_sync(
                 lambda: self._result(peer, pub_id, ROUTED),

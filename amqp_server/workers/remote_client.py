@@ -80,19 +80,29 @@ Parked = tuple[float, int, Message, "tuple[int, int] | None"]
 
 
 class Join:
-    """Calls ``ok`` when every awaited answer is in and none was a refusal, else ``err``."""
+    """Calls ``ok`` when every awaited answer is in and none was a refusal, else ``err``;
+    ``not_leader`` instead of ``err`` (when given) if every refusal was NOT_LEADER's."""
 
-    __slots__ = ("left", "failed", "ok", "err")
+    __slots__ = ("left", "failed", "other", "ok", "err", "not_leader")
 
-    def __init__(self, left: int, ok: Callable[[], None], err: Callable[[], None]) -> None:
-        self.left, self.failed, self.ok, self.err = left, False, ok, err
+    def __init__(self, left: int, ok: Callable[[], None], err: Callable[[], None],
+                 not_leader: Callable[[], None] | None = None) -> None:
+        self.left, self.ok, self.err, self.not_leader = left, ok, err, not_leader
+        self.failed = self.other = False  # any refusal; one that was not NOT_LEADER's
 
     def done(self, result: int) -> None:
         if result & REJECTED:
             self.failed = True
+            if not result & NOT_LEADER:
+                self.other = True
         self.left -= 1
         if self.left == 0:
-            (self.err if self.failed else self.ok)()
+            if not self.failed:
+                self.ok()
+            elif self.other or self.not_leader is None:
+                self.err()
+            else:
+                self.not_leader()
 
 
 class RemoteClient:
@@ -171,10 +181,13 @@ class RemoteClient:
                                          message.properties_raw, message.body))
 
     def after_results(self, waits: list[tuple[int, int]], ok: Callable[[], None],
-                      err: Callable[[], None]) -> None:
-        """``ok()`` once every home of ``waits`` accepted its message, else ``err()``
-        (``waits`` is read now, not kept)."""
-        join = Join(len(waits), ok, err)
+                      err: Callable[[], None],
+                      not_leader: Callable[[], None] | None = None) -> None:
+        """``ok()`` once every home of ``waits`` accepted its message, else ``err()``, or
+        ``not_leader()`` when given and every refusal was a quorum queue's node that does
+        not lead it (REJECTED|NOT_LEADER: the publisher may wait for the next leader).
+        ``waits`` is read now, not kept."""
+        join = Join(len(waits), ok, err, not_leader)
         early = self._early
         moved = self._moved
         for key in waits:
