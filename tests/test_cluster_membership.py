@@ -183,6 +183,9 @@ def test_drain_check_and_revive(nodes: list[BrokerProcess]) -> None:
     wait_until(lambda: connect(n2).close() or True, "n2 listening again")
     assert api(n1, "/api/maintenance")["drained"] == []
     wait_until(lambda: everything_in_sync(n1), "every replica in sync again")
+    # one epoch per transfer: the drain named each new leader with its run (etcd lease id),
+    # so it led the transfer's epoch 2 without taking another itself
+    assert [api(n1, f"/api/queues/%2F/{n}")["epoch"] for n in names] == [2] * 4
     # a queue with one member (on n1) is at its minimum quorum: n1 is critical
     declare(n1, "solo", **{"x-quorum-initial-group-size": 1})
     wait_until(lambda: api(n1, "/api/queues/%2F/solo").get("members") == ["n1"], "declared")

@@ -40,8 +40,9 @@ both win a change (no consensus here: etcd's).
   replica becomes the queue (every message flagged redelivered: it may have been delivered
   by the old leader) and delivers once it has committed what its log held when elected; the
   other members fetch from it. A node that finds itself named leader by a state of another
-  run (it restarted, its lease expired, or a leader transfer named it) takes a new epoch
-  first; publishes to it wait meanwhile. Consumers of the queue on surviving nodes were sent
+  run (it restarted, or its lease expired) takes a new epoch first (a leader transfer
+  writes the target's ``run`` as its etcd registration says, so it leads that epoch at
+  once); publishes to it wait meanwhile. Consumers of the queue on surviving nodes were sent
   Basic.Cancel (their consumer-cancel notification).
 * **Fencing**: a follower takes entries only from the leader of the epoch it follows; a
   leader answers only fetches of its epoch and steps down when a fetch or etcd's watch shows
@@ -126,6 +127,16 @@ class QuorumManager:
         """This node's incarnation for its replicas (:attr:`GroupState.run`): its etcd
         lease's id, new at every registration (a lease that expired is a new run)."""
         return int(self.hub.m.info.get("lease") or 0) or self._run
+
+    def run_of(self, index: int) -> int:
+        """Node ``index``'s incarnation (:attr:`run`) as its etcd registration says: the
+        lease id; 0 when not known. A transfer naming a node writes it, so that node leads
+        the new epoch as it is (a stale or unknown run is only slower: the node then takes
+        one more epoch itself, as after a restart)."""
+        if index == self.runtime.index:
+            return self.run
+        info = self.hub.m.running.get(self.hub.names.get(index, ""))
+        return int((info or {}).get("lease") or 0)
 
     def _key(self, qkey: bytes) -> bytes:
         vhost, name = split_queue_key(qkey)
@@ -343,7 +354,8 @@ class QuorumManager:
                 new = {**state, "members": [m for m in members if m != index],
                        "isr": [m for m in isr if m != index] or rest[:1]}
                 if int(state["leader"]) == index:
-                    new.update(leader=rest[0], epoch=int(state["epoch"]) + 1)
+                    new.update(leader=rest[0], run=self.run_of(rest[0]),
+                               epoch=int(state["epoch"]) + 1)
             if await self.replace_state(qkey, raw, new):
                 log.info("quorum queue '%s' in vhost '%s': %s %s", name, vhost,
                          "member added:" if add else "member removed:", node)
@@ -398,7 +410,8 @@ class QuorumManager:
 
     async def transfer_leader(self, qkey: bytes, target: int) -> str:
         """Make node ``target`` the leader of quorum queue ``qkey`` (``rabbitmq-queues
-        rebalance``, ``drain``): one etcd transaction naming it with epoch + 1, the old
+        rebalance``, ``drain``): one etcd transaction naming it and its run (its etcd
+        lease id: :meth:`run_of`) with epoch + 1, the old
         leader out of the in-sync replicas until it caught up again (as after an election).
         The old leader steps down when its watch brings the state (uncommitted publishes
         nacked, consumers cancelled: the queue's replica code reacts to any newer epoch
@@ -415,7 +428,8 @@ class QuorumManager:
                 return "ok"
             if target not in state["isr"] or target not in self.hub.running:
                 return "not in sync"
-            new = {**state, "leader": target, "epoch": int(state["epoch"]) + 1,
+            new = {**state, "leader": target, "run": self.run_of(target),
+                   "epoch": int(state["epoch"]) + 1,
                    "isr": [m for m in state["isr"] if m != leader]}
             if await self.replace_state(qkey, raw, new):
                 vhost, name = split_queue_key(qkey)
