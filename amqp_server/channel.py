@@ -93,6 +93,10 @@ class Channel(ChannelPublishing):
         self.last_queue = ""
         self._tx_unsynced = False
         self._tx_waits: list[tuple[int, int]] = []  # publishes awaiting other workers
+        # confirm mode: the sequence numbers that wait for the durability round numbered
+        # _sync_round to start (one callback for them all; see _confirm_after_sync)
+        self._sync_group: list[int] | None = None
+        self._sync_round = -1
         self._workers = connection.broker.workers  # None with one worker
         # this channel's publishes, for queues that answer later (other workers, replicated)
         self._publish_context = None if self._workers is None else PublishContext(connection)
@@ -269,9 +273,13 @@ class Channel(ChannelPublishing):
         msg = qm.message
         body = msg.body
         if len(body) <= SMALL_BODY:
-            self.connection.send_frame(framing.deliver_bytes(
-                self.number, consumer.tag_raw, tag, redelivered, msg.ex_rk_raw,
-                msg.properties_raw, body, 0))
+            data = framing.deliver_bytes(self.number, consumer.tag_raw, tag, redelivered,
+                                         msg.ex_rk_raw, msg.properties_raw, body, 0)
+            out = self.connection.output
+            if out:  # Connection.send_frame's common case, without the call
+                out += data
+            else:
+                self.connection.send_frame(data)
             return
         conn = self.connection
         out = framing.content_frames(self.number, msg.properties_raw, msg.body, conn.frame_max)

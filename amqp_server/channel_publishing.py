@@ -103,6 +103,13 @@ class ChannelPublishing:
             msg = self._checked_properties(msg)
         if self.tx is not None:
             self.tx.append(("publish", (x, msg, bits & 1 == 1)))
+        elif (self.confirms is None and self._publish_context is None
+                and (x is not None or rk[:1] != "a" or not rk.startswith(direct_reply_to.PREFIX))):
+            # _route without a confirm or an answer from another worker to wait for (one
+            # call fewer per message): only an unroutable message needs more
+            self.counters.publish += 1
+            if not self.vhost.publish(x, msg, mandatory=bits & 1 == 1):
+                self._unroutable(msg, bits & 1 == 1)
         else:
             self._route(x, msg, bits & 1 == 1)
 
@@ -146,19 +153,17 @@ class ChannelPublishing:
             if waits:
                 context.waits = []
         if not result:
-            if mandatory:
-                self.counters.returned += 1
-                self._return_unroutable(without_bcc(msg))
-            else:
-                self.counters.dropped += 1
+            self._unroutable(msg, mandatory)
         confirms = self.confirms
         if confirms is not None:
             if result & REJECTED:
                 confirms.reject(confirms.next_seq(pending=True))
-            elif result & (NEEDS_SYNC | REMOTE | NEEDS_WRITE):
+            elif result & (REMOTE | NEEDS_WRITE):
                 seq = confirms.next_seq(pending=True)
                 self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq),
                                  result, waits)
+            elif result & NEEDS_SYNC:
+                self._confirm_after_sync(confirms.next_seq(pending=True))
             else:
                 confirms.next_seq()
             self.connection.confirms_dirty.add(self)
@@ -167,6 +172,40 @@ class ChannelPublishing:
                 self._tx_unsynced = True
             if waits:
                 self._tx_waits.extend(waits)
+
+    def _confirm_after_sync(self, seq: int) -> None:
+        """Confirm ``seq`` once what was written so far is fsynced, nack it when that fsync
+        fails: with the other sequence numbers of this channel that wait for the same
+        durability round, under one callback (not a callback per publish)."""
+        durability = self.connection.broker.durability
+        group = self._sync_group
+        if group is not None and durability.rounds == self._sync_round:
+            group.append(seq)  # that round has not started: it covers this write too
+            return
+        group = self._sync_group = [seq]
+        self._sync_round = durability.rounds
+        confirms = self.confirms
+        assert confirms is not None
+
+        def confirm() -> None:
+            for s in group:
+                confirms.confirm(s)
+
+        def reject() -> None:
+            for s in group:
+                confirms.reject(s)
+
+        self._after_sync(confirm, reject)
+        if durability.rounds != self._sync_round:  # a round started at once and took it
+            self._sync_group = None
+
+    def _unroutable(self, msg: Message, mandatory: bool) -> None:
+        """No queue took ``msg``: returned (mandatory) or dropped, and counted."""
+        if mandatory:
+            self.counters.returned += 1
+            self._return_unroutable(without_bcc(msg))
+        else:
+            self.counters.dropped += 1
 
     def _return_unroutable(self, msg: Message) -> None:
         """Basic.Return 312 NO_ROUTE with the message (mandatory, no queue reached)."""

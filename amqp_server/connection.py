@@ -56,8 +56,8 @@ from amqp_common.errors import (
     UnexpectedFrame,
 )
 from amqp_server import connection_log
+from amqp_server.assembler import CHECKED_PROPERTIES, check_content_properties, decode_method
 from amqp_server.assembler import NO_PROPERTIES as _NO_PROPERTIES
-from amqp_server.assembler import check_content_properties, decode_method
 from amqp_server.channel import OUTPUT_LIMIT, Channel
 from amqp_server.handshake import TRANSITIONS, State, server_properties
 from broker.broker import Broker
@@ -246,7 +246,8 @@ class Connection:
                 try:  # this publish, and those right after it on the same channel
                     while True:
                         props = item[5]
-                        if props != _NO_PROPERTIES:  # forwarded as is: a bad one stops here
+                        # forwarded as is: a bad one stops here (one seen before is good)
+                        if props != _NO_PROPERTIES and props not in CHECKED_PROPERTIES:
                             check_content_properties(props)
                         publish(item[2], item[3], props, item[6], item[4])
                         if i == n:

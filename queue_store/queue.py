@@ -206,8 +206,8 @@ class Queue(QueueSettlement, QueueRecovery):
         Raises:
             ValueError: the message's ``expiration`` property is not a non-negative integer.
         """
-        if self._plain and not message.flags & FLAG_EXPIRATION and (
-                self.index is None or not (message.persistent or self.quorum)):
+        on_disk = self.index is not None and (self.quorum or message.persistent)
+        if self._plain and not message.flags & FLAG_EXPIRATION and not on_disk:
             # fast path: no TTL, limits or priorities to consider (most queues, most messages)
             seq = self._seq = self._seq + 1
             self.published += 1
@@ -218,8 +218,16 @@ class Queue(QueueSettlement, QueueRecovery):
                     self._hand_out_new(qm)
                     return ACCEPTED
                 # messages wait: a dispatch all the same (a consumer on another worker may
-                # take one again once its link drained, which dispatches nothing itself)
+                # take one again once its link drained, which dispatches nothing itself),
+                # unless the one consumer's prefetch window is full (only a settle, which
+                # dispatches, or a new consumer opens it)
                 self.ready.append(qm)
+                levels = self._levels
+                if len(levels) == 1 and len(levels[0][1]) == 1:
+                    consumer = levels[0][1][0]
+                    if (not consumer.no_ack and consumer.prefetch
+                            and consumer.unacked >= consumer.prefetch):
+                        return ACCEPTED
                 self.dispatch()
                 return ACCEPTED
             self.ready.append(qm)
@@ -232,7 +240,7 @@ class Queue(QueueSettlement, QueueRecovery):
         self._seq += 1
         self.published += 1
         ttl = s.message_ttl
-        per_message = message.expiration_ms() if message.expiration is not None else None
+        per_message = message.expiration_ms() if message.flags & FLAG_EXPIRATION else None
         if per_message is not None:
             ttl = per_message if ttl is None else min(ttl, per_message)
         expires_at = None
@@ -243,7 +251,7 @@ class Queue(QueueSettlement, QueueRecovery):
         qm = QueuedMessage(self._seq, message, False, expires_at, priority)
         result = ACCEPTED
         index = self.index
-        if index is not None and (message.persistent or self.quorum):  # quorum: every one
+        if on_disk:  # on disk: a persistent message, or any on a quorum queue
             storage = self.storage
             qm.indexed = True
             expiry_wall = (self.vhost.timers.wall_ms(expires_at)  # type: ignore[union-attr]
@@ -438,6 +446,10 @@ class Queue(QueueSettlement, QueueRecovery):
                 if qm.indexed:
                     self._log_delivery(qm)
                 consumer.channel.deliver(consumer, qm, self)
+                if (consumer.prefetch and consumer.unacked >= consumer.prefetch
+                        and picks is None and len(self._levels) == 1
+                        and len(self._levels[0][1]) == 1):
+                    break  # the one consumer's window is full: nobody else to ask
         finally:
             self._dispatching = False
         if self._has_ttl:

@@ -56,20 +56,27 @@ class QueueSettlement:
                 a quorum queue counts the return), REJECT (dead-lettered, reason
                 ``rejected``, or dropped).
         """
-        self.unacked_count -= len(deliveries)
+        n = len(deliveries)
+        self.unacked_count -= n
+        if outcome == _ACK:  # the common case first: gone
+            self.counters.acked += n
+            for qm, _, consumer in deliveries:
+                if consumer is not None:
+                    consumer.unacked -= 1
+                    if consumer is self._sac_previous:
+                        self._consumer_settled(consumer, 0)
+                self._forget(qm)
+            self.dispatch()
+            return
         if outcome == _REQUEUE:
-            self.counters.requeued += len(deliveries)
+            self.counters.requeued += n
             for _, _, consumer in deliveries:
                 if consumer is not None:
                     self._consumer_settled(consumer)
             self._requeue([d[0] for d in deliveries])
             return
-        if outcome == _ACK:
-            self.counters.acked += len(deliveries)
-            reject = False
-        else:
-            self.counters.rejected += len(deliveries)
-            reject = self.vhost is not None and not self.deleted
+        self.counters.rejected += n
+        reject = self.vhost is not None and not self.deleted
         for qm, _, consumer in deliveries:
             if consumer is not None:
                 consumer.unacked -= 1

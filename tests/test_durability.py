@@ -343,3 +343,41 @@ def test_saved_policies_with_keys_now_refused_still_load(
            "'max-lenght'" in warned
     assert any("'typo-only'" in w and "no setting left" in w for w in warned)
     assert any("operator policy 'op'" in w and "'ha-mode'" in w for w in warned)
+
+
+def test_publisher_confirms_wait_for_the_round_that_covers_them(
+        tmp_path: Path, runner: DeferredRunner) -> None:
+    """Persistent publishes with confirms, as a client sees them: a publish's confirm goes
+    out only after an fsync round that started after it was written (publishes that wait
+    for the same round share one callback, issue #32); a failed round nacks exactly the
+    publishes it covered."""
+    from conftest import Client
+
+    broker = Broker(BrokerConfig(data_dir=tmp_path),
+                    BrokerEnvironment(run_blocking=runner, storage=True))
+    c = Client(broker).handshake().open_channel()
+    c.declare_queue(1, "d", durable=True)
+    c.call(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
+    persistent = commands.Basic.Properties(delivery_mode=2)
+
+    def settled(frames: list) -> list[tuple[str, int, bool]]:
+        return [(type(f).__name__, f.delivery_tag, f.multiple) for _, f in frames
+                if isinstance(f, commands.Basic.Ack | commands.Basic.Nack)]
+
+    # 1 starts round 1 at once; 2 and 3 wait for the next round
+    assert settled(c.send_bytes(b"".join(c.publish_bytes(1, "", "d", b"m%d" % i, persistent)
+                                         for i in (1, 2, 3)))) == []
+    runner.finish_one()  # round 1 (covers 1) ends, round 2 (covers 2, 3) starts
+    assert settled(c.read()) == [("Ack", 1, False)]
+    # 4 is written while round 2 runs: round 2 does not cover it
+    assert settled(c.publish(1, "", "d", b"m4", persistent)) == []
+    runner.finish_one()
+    assert settled(c.read()) == [("Ack", 3, True)]
+    # round 3 (covers 4) started; 5 waits for round 4; round 3 fails: only 4 is nacked
+    assert settled(c.publish(1, "", "d", b"m5", persistent)) == []
+    work, done = runner.rounds.pop(0)
+    done(OSError(5, "Input/output error"))
+    assert settled(c.read()) == [("Nack", 4, False)]
+    broker.durability.maybe_sync()  # the periodic retry starts the next round
+    runner.finish_all()
+    assert settled(c.read()) == [("Ack", 5, False)]
