@@ -36,6 +36,7 @@ from federation.ends import ExchangeEnds, LocalExchange, QueueEnds
 from federation.params import UPSTREAM, UPSTREAM_SET, Upstream, resolve
 from links.link import Link, LinkError
 from links.local import LocalBroker
+from links.manager import ReconcilingManager, runs_here, timestamp
 from links.uri import mask_uri
 from vhosts.policies import FEDERATION_KEYS, matching_policy
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.federation")
 
-RECONCILE_EVERY = 1.0  # s between two looks at policies, parameters and topology
 BINDINGS_EVERY = 0.2  # s between two looks at a federated exchange's bindings
 HUNGER_EVERY = 0.05  # s between two looks at a federated queue's consumers
 _MANAGERS: weakref.WeakKeyDictionary[Any, FederationManager] = weakref.WeakKeyDictionary()
@@ -55,12 +55,6 @@ _NOT_FEDERATED = ("x-federation-upstream",)
 def manager_of(broker: Broker) -> FederationManager | None:
     """The manager running ``broker``'s federation links in this process (None: none)."""
     return _MANAGERS.get(broker)
-
-
-def _timestamp(when: float) -> str:
-    t = time.localtime(when)
-    return (f"{t.tm_year}-{t.tm_mon:02d}-{t.tm_mday:02d} "
-            f"{t.tm_hour}:{t.tm_min:02d}:{t.tm_sec:02d}")
 
 
 def error_text(exc: BaseException) -> str:
@@ -120,8 +114,10 @@ def link_id(kind: str, vhost: str, name: str, upstream: str) -> str:
     return hashlib.sha256(f"{kind}\0{vhost}\0{name}\0{upstream}".encode()).hexdigest()[:8]
 
 
-class FederationManager:
-    """Runs the federation links of ``broker`` in the running event loop.
+class FederationManager(ReconcilingManager):
+    """Runs the federation links of ``broker`` in the running event loop (``start``,
+    ``poke``, ``stop``: :class:`links.manager.ReconcilingManager`'s; every second it looks
+    at the policies, parameters and topology).
 
     Args:
         broker: whose policies, parameters, exchanges and queues are followed.
@@ -132,41 +128,22 @@ class FederationManager:
     """
 
     def __init__(self, broker: Broker, local: LocalBroker, node: str, cluster: str) -> None:
+        super().__init__(log, "federation policies")
         self.broker, self.local, self.node, self.cluster = broker, local, node, cluster
         self._links: dict[tuple[str, str, str, str], _Running] = {}
-        self._loop_task: asyncio.Task[None] | None = None
         self._warned: set[str] = set()
         self._cleanups: set[asyncio.Task[None]] = set()
         _MANAGERS[broker] = self
 
-    def start(self) -> None:
-        """Start the links asked for now and keep following the policies."""
-        self.reconcile()
-        self._loop_task = asyncio.get_running_loop().create_task(self._follow())
-
-    async def stop(self) -> None:
-        """Stop every link (unacked upstream deliveries return to the upstream queue)."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        """Every link's task (stopping one returns its unacked upstream deliveries to the
+        upstream queue) and the upstream cleanups under way."""
         tasks = [r.task for r in self._links.values() if r.task is not None]
-        tasks += list(self._cleanups)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return tasks + list(self._cleanups)
+
+    def _stopped(self) -> None:
         self._links.clear()
         _MANAGERS.pop(self.broker, None)
-
-    def poke(self) -> None:
-        """Policies or parameters changed: look at them now."""
-        self.reconcile()
-
-    async def _follow(self) -> None:
-        while True:
-            await asyncio.sleep(RECONCILE_EVERY)
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("federation policies could not be applied")
 
     # ---- what is wanted ------------------------------------------------------------------
 
@@ -230,17 +207,7 @@ class FederationManager:
         return out
 
     def _mine(self, key: tuple[str, str, str, str]) -> bool:
-        cluster = self.broker.cluster
-        if cluster is None:
-            return True
-        running = [n["name"] for n in cluster.nodes() if n.get("running")]
-        if not running:
-            return True
-
-        def weight(node: str) -> bytes:
-            return hashlib.sha256("\0".join((node, *key)).encode()).digest()
-
-        return max(running, key=weight) == cluster.info.get("name", self.node)
+        return runs_here(self.broker.cluster, self.node, key)
 
     def reconcile(self) -> None:
         """Start links newly asked for (or whose upstream changed), stop the others. A
@@ -424,6 +391,6 @@ class FederationManager:
                     and run.link.target_connection_name:
                 row["local_connection"] = run.link.target_connection_name
             row["uri"] = mask_uri(run.uri or up.uris[0])
-            row["timestamp"] = _timestamp(run.since)
+            row["timestamp"] = timestamp(run.since)
             rows.append(row)
         return rows

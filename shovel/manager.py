@@ -19,7 +19,6 @@ Source: https://www.rabbitmq.com/docs/shovel-dynamic, https://www.rabbitmq.com/d
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 import weakref
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from links.link import Link, LinkError
 from links.local import LocalBroker
+from links.manager import ReconcilingManager, runs_here, timestamp
 from shovel.ends import source_of, target_of
 from shovel.params import COMPONENT, ShovelParamError, ShovelSpec, mask_uri, parse
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.shovel")
 
-RECONCILE_EVERY = 1.0  # s between two looks at the parameters
 _MANAGERS: weakref.WeakKeyDictionary[Any, ShovelManager] = weakref.WeakKeyDictionary()
 
 
@@ -44,13 +43,6 @@ def manager_of(broker: Broker) -> ShovelManager | None:
     """The manager running ``broker``'s shovels in this process (None: none here, e.g. a
     management app built without a server)."""
     return _MANAGERS.get(broker)
-
-
-def _timestamp(when: float) -> str:
-    """RabbitMQ's status timestamp: ``2026-11-27 5:58:07`` (local time, hour unpadded)."""
-    t = time.localtime(when)
-    return (f"{t.tm_year}-{t.tm_mon:02d}-{t.tm_mday:02d} "
-            f"{t.tm_hour}:{t.tm_min:02d}:{t.tm_sec:02d}")
 
 
 @dataclass
@@ -74,8 +66,9 @@ class _Running:
         self.state, self.reason, self.since = state, reason, time.time()
 
 
-class ShovelManager:
-    """Runs the shovels of ``broker`` in the running event loop.
+class ShovelManager(ReconcilingManager):
+    """Runs the shovels of ``broker`` in the running event loop (``start``, ``poke``,
+    ``stop``: :class:`links.manager.ReconcilingManager`'s).
 
     Args:
         broker: whose ``shovel`` parameters (``broker.extras.parameters``) are run.
@@ -84,39 +77,18 @@ class ShovelManager:
     """
 
     def __init__(self, broker: Broker, local: LocalBroker, node: str) -> None:
+        super().__init__(log, "shovel parameters")
         self.broker, self.local, self.node = broker, local, node
         self._shovels: dict[tuple[str, str], _Running] = {}
-        self._loop_task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
         _MANAGERS[broker] = self
 
-    def start(self) -> None:
-        """Start the shovels stored now and keep following the parameters."""
-        self.reconcile()
-        self._loop_task = asyncio.get_running_loop().create_task(self._follow())
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        """Every shovel's task (stopping one returns its unacked source deliveries)."""
+        return [r.task for r in self._shovels.values() if r.task is not None]
 
-    async def stop(self) -> None:
-        """Stop every shovel (their unacked source deliveries return to the source)."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-        tasks = [r.task for r in self._shovels.values() if r.task is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _stopped(self) -> None:
         self._shovels.clear()
         _MANAGERS.pop(self.broker, None)
-
-    def poke(self) -> None:
-        """The parameters changed: look at them now rather than within a second."""
-        self.reconcile()
-
-    async def _follow(self) -> None:
-        while True:
-            await asyncio.sleep(RECONCILE_EVERY)
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("shovel parameters could not be applied")
 
     def _stored(self) -> dict[tuple[str, str], Any]:
         return {(p.get("vhost"), p.get("name")): p.get("value")
@@ -126,17 +98,7 @@ class ShovelManager:
     def _mine(self, vhost: str, name: str) -> bool:
         """In a cluster: whether this node runs shovel ``vhost/name`` (the running node
         with the highest hash of its name and the shovel's)."""
-        cluster = self.broker.cluster
-        if cluster is None:
-            return True
-        running = [n["name"] for n in cluster.nodes() if n.get("running")]
-        if not running:
-            return True
-
-        def weight(node: str) -> bytes:
-            return hashlib.sha256(f"{node}\0{vhost}\0{name}".encode()).digest()
-
-        return max(running, key=weight) == cluster.info.get("name", self.node)
+        return runs_here(self.broker.cluster, self.node, (vhost, name))
 
     def reconcile(self) -> None:
         """Start shovels whose parameter is new or changed, stop those removed."""
@@ -240,7 +202,7 @@ class ShovelManager:
         credentials, ``src_protocol``, ``src_queue``...), when terminated ``reason``."""
         rows = []
         for (vhost, name), run in sorted(self._shovels.items()):
-            row: dict[str, Any] = {"node": self.node, "timestamp": _timestamp(run.since),
+            row: dict[str, Any] = {"node": self.node, "timestamp": timestamp(run.since),
                                    "name": name, "vhost": vhost, "type": "dynamic",
                                    "state": run.state}
             if run.state == "running" and run.spec is not None:
