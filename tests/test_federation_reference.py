@@ -21,28 +21,15 @@ from urllib.parse import quote, urlsplit
 import pika
 import pytest
 
-from tests.support.http import http
+from tests.support.reference import REFERENCE_AMQP, ref_api, require_reference
 from tests.test_shovel import Node, wait_for
-
-REFERENCE_HTTP = "http://127.0.0.1:15672"
-REFERENCE_AMQP = "amqp://guest:guest@127.0.0.1:5672/%2F"
 
 pytestmark = pytest.mark.reference
 
 
-def ref_api(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    return http(REFERENCE_HTTP, method, path, body)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def reference() -> None:
-    try:
-        status, _ = ref_api("GET", "/api/federation-links")
-    except OSError:
-        status = 0
-    if status != 200:
-        pytest.skip(f"reference RabbitMQ with rabbitmq_federation_management not reachable "
-                    f"at {REFERENCE_HTTP} (make reference-rabbitmq)")
+    require_reference("/api/federation-links", "rabbitmq_federation_management")
 
 
 @pytest.fixture(scope="module")
