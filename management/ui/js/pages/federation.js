@@ -5,23 +5,7 @@
 import { del, enc, get, put } from "../api.js";
 import { fill, form, h, section, table } from "../dom.js";
 import { scoped, vhostField } from "./common.js";
-import { maskUri } from "./shovels.js";
-
-const REFRESH_MS = 5000;
-const ACK_MODES = [["on-confirm", "On confirm"], ["on-publish", "On publish"], ["no-ack", "No ack"]];
-
-const uris = (v) => (Array.isArray(v) ? v : [v]).map(maskUri).join(", ");
-
-function button(label, action, refresh, cls) {
-  return h("button", { class: cls, onclick: async (e) => {
-    e.target.disabled = true;
-    try {
-      await action();
-    } finally {
-      await refresh();
-    }
-  } }, label);
-}
+import { ACK_MODES, REFRESH_MS, button, uris } from "./links.js";
 
 /** Federation Status: the links this node runs (exchange or queue, upstream, state). */
 export async function status(ctx) {

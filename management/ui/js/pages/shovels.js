@@ -5,18 +5,10 @@
 import { del, enc, get, put } from "../api.js";
 import { fill, form, h, section, table } from "../dom.js";
 import { scoped, vhostField } from "./common.js";
+import { ACK_MODES, REFRESH_MS, button, uris } from "./links.js";
 
-const REFRESH_MS = 5000;
-const ACK_MODES = [["on-confirm", "On confirm"], ["on-publish", "On publish"], ["no-ack", "No ack"]];
 const DELETE_AFTER = [["never", "Never"], ["queue-length", "After initial transfer"]];
 const END_TYPES = [["queue", "Queue"], ["exchange", "Exchange"]];
-
-/** A URI as shown: the password replaced by *** (status rows come without credentials). */
-export function maskUri(uri) {
-  return String(uri ?? "").replace(/^([a-z]+:\/\/[^:@/]*):[^@/]*@/i, "$1:***@");
-}
-
-const uris = (v) => (Array.isArray(v) ? v : [v]).map(maskUri).join(", ");
 
 /** One end of a status row or a parameter value: the URI, then what it reads or writes. */
 function end(uri, queue, exchange, key) {
@@ -24,17 +16,6 @@ function end(uri, queue, exchange, key) {
     : exchange !== undefined && exchange !== null
       ? `exchange: ${exchange}${key !== undefined && key !== null ? ` (key: ${key})` : ""}` : "";
   return h("span", { class: "shovel-end" }, h("code", {}, uri ?? ""), what ? [h("br"), what] : null);
-}
-
-function button(label, action, refresh, cls) {
-  return h("button", { class: cls, onclick: async (e) => {
-    e.target.disabled = true;
-    try {
-      await action();
-    } finally {
-      await refresh();
-    }
-  } }, label);
 }
 
 const paramPath = (s) => `/parameters/shovel/${enc(s.vhost)}/${enc(s.name)}`;
