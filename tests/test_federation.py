@@ -30,7 +30,7 @@ import pika
 import pytest
 
 from tests.support.broker_process import broker_env
-from tests.test_shovel import Node, wait_for
+from tests.test_shovel import Node, drain, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +67,6 @@ def set_policy(node: Node, name: str, pattern: str, definition: dict[str, Any],
 def channel(node: Node) -> tuple[pika.BlockingConnection, Any]:
     conn = pika.BlockingConnection(pika.URLParameters(node.url))
     return conn, conn.channel()
-
-
-def get_all(node: Node, queue: str) -> list[tuple[bytes, Any]]:
-    conn, ch = channel(node)
-    out = []
-    while True:
-        method, props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        out.append((body, props))
-    conn.close()
-    return out
 
 
 def wait_running(node: Node, **match: Any) -> dict[str, Any]:
@@ -123,7 +111,7 @@ def test_federated_exchange(pair: tuple[Node, Node]) -> None:
     uch.confirm_delivery()
     uch.basic_publish(x, "a.b", b"one", pika.BasicProperties(delivery_mode=2))
     uch.basic_publish(x, "c.d", b"not bound", pika.BasicProperties(delivery_mode=2))
-    got = wait_for(lambda: get_all(down, q), what="federated message")
+    got = wait_for(lambda: drain(down.url, q), what="federated message")
     assert [b for b, _ in got] == [b"one"]
     entry = got[0][1].headers["x-received-from"][0]
     assert entry["uri"] == f"amqp://127.0.0.1:{up.proc.port}/%2F"
@@ -135,7 +123,7 @@ def test_federated_exchange(pair: tuple[Node, Node]) -> None:
     wait_for(lambda: upstream_keys() == {"a.*", "c.*"}, what="upstream binding c.*",
              describe=lambda: repr(upstream_keys()))
     uch.basic_publish(x, "c.d", b"two", pika.BasicProperties(delivery_mode=2))
-    assert [b for b, _ in wait_for(lambda: get_all(down, q), what="c.d")] == [b"two"]
+    assert [b for b, _ in wait_for(lambda: drain(down.url, q), what="c.d")] == [b"two"]
     ch.queue_unbind(q, x, "a.*")
     wait_for(lambda: upstream_keys() == {"c.*"}, what="upstream unbinding a.*",
              describe=lambda: repr(upstream_keys()))
@@ -352,7 +340,7 @@ def test_upstream_killed_mid_transfer_loses_nothing(pair: tuple[Node, Node]) -> 
         got: list[bytes] = []
 
         def everything() -> bool:
-            got.extend(m for m, _ in get_all(down, q))
+            got.extend(m for m, _ in drain(down.url, q))
             return set(got) >= set(bodies)
 
         wait_for(everything, timeout=120, what=f"all {n} messages",
@@ -411,7 +399,7 @@ def test_connections_cut_mid_transfer_lose_nothing(pair: tuple[Node, Node]) -> N
     got: list[bytes] = []
 
     def taken() -> int:
-        got.extend(m for m, _ in get_all(down, q))
+        got.extend(m for m, _ in drain(down.url, q))
         return len(set(got))
 
     try:

@@ -22,7 +22,7 @@ import pika
 import pytest
 
 from tests.support.reference import REFERENCE_AMQP, ref_api, require_reference
-from tests.test_shovel import Node, wait_for
+from tests.test_shovel import Node, drain, wait_for
 
 pytestmark = pytest.mark.reference
 
@@ -83,16 +83,7 @@ class Broker:
         conn.close()
 
     def take(self, queue: str) -> list[tuple[bytes, Any]]:
-        conn = pika.BlockingConnection(pika.URLParameters(self.url))
-        ch = conn.channel()
-        out = []
-        while True:
-            method, props, body = ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                break
-            out.append((body, props))
-        conn.close()
-        return out
+        return drain(self.url, queue)
 
     def cleanup(self, tag: str) -> None:
         self.api("DELETE", f"/api/policies/%2F/fed-{tag}")
