@@ -340,7 +340,7 @@ class Connection:
         self.send_frame(framing.method_frame(0, commands.Connection.Start(
             version_major=0,
             version_minor=9,
-            server_properties=server_properties(self.broker.config),
+            server_properties=server_properties(self.broker.config, self.broker.cluster),
             mechanisms="PLAIN AMQPLAIN EXTERNAL" if self.peer_cn else "PLAIN AMQPLAIN",
             locales="en_US",
         )))

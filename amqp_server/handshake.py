@@ -100,17 +100,23 @@ def parse_sasl(mechanism: str, response: bytes | str) -> tuple[str, str]:
     raise CommandInvalid(f"unknown authentication mechanism '{mechanism}'")
 
 
-def server_properties(cfg: BrokerConfig) -> dict[str, Any]:
-    """Connection.Start's ``server_properties``: product, version, platform, capabilities."""
+def server_properties(cfg: BrokerConfig, cluster: Any = None) -> dict[str, Any]:
+    """Connection.Start's ``server_properties``: product, version, platform, capabilities,
+    ``cluster_name``: the node's name, or in a cluster (``cluster``: the broker's
+    membership, ``nodes()`` dicts with ``name``) its first member's name in sorted order,
+    the same on every node (``/api/overview``'s ``cluster_name``)."""
+    node = cfg.node_name or f"amqpq@{socket.gethostname().split('.')[0] or 'localhost'}"
+    names = [str(n["name"]) for n in cluster.nodes()] if cluster is not None else []
     return {
         "product": cfg.product,
         "version": cfg.version,
         "platform": f"Python {platform.python_version()}",
         "copyright": "amqpq contributors",
         "information": "Licensed under the Apache License 2.0",
-        # the node's name, as RabbitMQ's default cluster name: a federation link reads it
-        # for the x-received-from entry that its cycle detection compares
-        "cluster_name": cfg.node_name or f"amqpq@{socket.gethostname().split('.')[0] or 'localhost'}",
+        # RabbitMQ's default cluster name is a node's name: a federation link reads it for
+        # the x-received-from entry that its cycle detection compares with the upstream
+        # queue's x-downstream-name (federation.manager: the same name)
+        "cluster_name": min(names) if names else node,
         "capabilities": dict(CAPABILITIES),
     }
 

@@ -206,6 +206,16 @@ class FederationManager(ReconcilingManager):
                         "queue", vhost.name, q.name, up, declare=declare)
         return out
 
+    def cluster_name(self) -> str:
+        """The name a federated exchange's upstream queue (``federation: X -> <name>``) and
+        ``x-downstream-name`` carry: ``cluster`` without a cluster; in one, its first
+        member's name in sorted order (running or not, as ``/api/overview``'s
+        ``cluster_name``), the same on every node, so a link that moves to another node
+        takes from the same upstream queue (what was published while it moved included)."""
+        members = self.broker.cluster.nodes() if self.broker.cluster is not None else []
+        names = [str(n["name"]) for n in members]
+        return min(names) if names else self.cluster
+
     def _mine(self, key: tuple[str, str, str, str]) -> bool:
         return runs_here(self.broker.cluster, self.node, key)
 
@@ -239,7 +249,7 @@ class FederationManager(ReconcilingManager):
         effort: an upstream that cannot be reached keeps them; logged)."""
         want, uri = run.want, run.uri
         assert want.exchange is not None and uri is not None
-        ends = ExchangeEnds(want.upstream, uri, want.exchange, self.cluster, self.local,
+        ends = ExchangeEnds(want.upstream, uri, want.exchange, self.cluster_name(), self.local,
                             run.suffix, lambda: [])
         try:
             await asyncio.wait_for(ends.delete_upstream(), 30)
@@ -326,7 +336,7 @@ class FederationManager(ReconcilingManager):
         side: Any
         if want.kind == "exchange":
             assert want.exchange is not None
-            ends = ExchangeEnds(up, uri, want.exchange, self.cluster, self.local, run.suffix,
+            ends = ExchangeEnds(up, uri, want.exchange, self.cluster_name(), self.local, run.suffix,
                                 lambda: self._bindings(want.vhost, want.name))
             link = Link(ends.source(), ends.target(), name=what, on_running=running)
 
