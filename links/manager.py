@@ -31,9 +31,11 @@ def timestamp(when: float) -> str:
 
 def runs_here(cluster: Any, node: str, key: Iterable[str]) -> bool:
     """Whether this node runs the link named by ``key`` (e.g. ``(vhost, name)``): always
-    without a cluster (``cluster`` None) or when no node is marked running; in a cluster,
-    when this node is the running node with the highest SHA-256 of ``node\\0key...``
-    (rendezvous hashing, so a link moves only when its node leaves).
+    without a cluster (``cluster`` None); in a cluster, when this node is the running node
+    with the highest SHA-256 of ``node\\0key...`` (rendezvous hashing, so a link moves only
+    when its node leaves), and never while no node is known to be running (a node that
+    has not read the members yet: starting the link there too would run it twice, and a
+    federation link's upstream queue would be declared by two owners).
 
     ``cluster`` needs ``nodes()`` (dicts with ``name`` and ``running``) and ``info``
     (``name``: this node's; ``node`` when absent)."""
@@ -41,7 +43,7 @@ def runs_here(cluster: Any, node: str, key: Iterable[str]) -> bool:
         return True
     running = [n["name"] for n in cluster.nodes() if n.get("running")]
     if not running:
-        return True
+        return False
     parts = tuple(key)
 
     def weight(candidate: str) -> bytes:
