@@ -129,7 +129,7 @@ def test_only_the_guarded_records_are_held_short() -> None:
 def test_a_big_record_in_small_reads_comes_back_whole() -> None:
     body = os.urandom(3 << 20)
     box = Outbox()
-    box.repl(b"q", 1, 0, False, body)
+    box.repl(body)
     box.credit(1, 2)
     data = box.take()
     reader = RecordReader()
