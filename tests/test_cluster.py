@@ -13,23 +13,16 @@ import pytest
 from amqp_server.workers.link_codec import Outbox
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, cluster_node, connect, ctl, wait_until
-from tests.support.cluster_fixtures import SharedCluster
+from tests.support.cluster_fixtures import on_the_shared_cluster
 from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 
-@pytest.fixture
-def etcd(shared_cluster: SharedCluster) -> Etcd:
-    """The cluster test_cluster.py and test_cluster_access.py share (tests/support/
-    cluster_fixtures.py): every name here is the module's own, no node is stopped."""
-    return shared_cluster.etcd
-
-
-@pytest.fixture
-def nodes(shared_cluster: SharedCluster) -> list[BrokerProcess]:
-    return shared_cluster.nodes
+# the cluster test_cluster.py and test_cluster_access.py share (tests/support/
+# cluster_fixtures.py): every name here is the module's own, no node is stopped
+etcd, nodes = on_the_shared_cluster()
 
 
 def test_topology_declared_on_one_node_is_usable_from_the_others_at_once(

@@ -20,23 +20,16 @@ import pytest
 from broker.config import EtcdOptions
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, wait_until
-from tests.support.cluster_fixtures import SharedCluster
+from tests.support.cluster_fixtures import on_the_shared_cluster
 from tests.support.etcd import ETCD, Etcd
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 
-@pytest.fixture
-def etcd(shared_cluster: SharedCluster) -> Etcd:
-    """The cluster test_cluster.py and test_cluster_access.py share (tests/support/
-    cluster_fixtures.py): every name here is the module's own, no node is stopped."""
-    return shared_cluster.etcd
-
-
-@pytest.fixture
-def nodes(shared_cluster: SharedCluster) -> list[BrokerProcess]:
-    return shared_cluster.nodes
+# the cluster test_cluster.py and test_cluster_access.py share (tests/support/
+# cluster_fixtures.py): every name here is the module's own, no node is stopped
+etcd, nodes = on_the_shared_cluster()
 
 
 def call(node: BrokerProcess, path: str, method: str = "GET", body: Any = None

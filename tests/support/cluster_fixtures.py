@@ -7,15 +7,12 @@ running_etcd`), and ``nodes``, three broker processes joined through it
 use it (:mod:`tests.support.shared_fixtures`); such a module leaves the cluster as it found
 it (names of its own, no node stopped or killed) and takes it with::
 
-    @pytest.fixture
-    def etcd(shared_cluster: SharedCluster) -> Etcd:
-        return shared_cluster.etcd
-    # and nodes likewise (shared_cluster.nodes)
+    etcd, nodes = on_the_shared_cluster()
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -55,3 +52,19 @@ def _shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
 
 
 shared_cluster = shared_while_consecutive("shared_cluster", _shared_cluster)
+
+
+def on_the_shared_cluster() -> tuple[Callable[..., Etcd], Callable[..., list[BrokerProcess]]]:
+    """The ``etcd`` and ``nodes`` fixtures of a module that runs on ``shared_cluster``
+    (``etcd, nodes = on_the_shared_cluster()`` at module level): the shared etcd and its
+    nodes n1, n2, n3 instead of a cluster of the module's own."""
+
+    @pytest.fixture(name="etcd")
+    def shared_etcd(shared_cluster: SharedCluster) -> Etcd:
+        return shared_cluster.etcd
+
+    @pytest.fixture(name="nodes")
+    def shared_nodes(shared_cluster: SharedCluster) -> list[BrokerProcess]:
+        return shared_cluster.nodes
+
+    return shared_etcd, shared_nodes
