@@ -29,8 +29,8 @@ import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, cluster_node, connect, wait_until
-from tests.support.etcd import ETCD, running_etcd
+from tests.support.cluster import api, cluster_and_etcd, connect, wait_until
+from tests.support.etcd import ETCD
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
@@ -77,16 +77,8 @@ class OneShotPublisher(threading.Thread):
 
 @pytest.fixture()
 def lease2_cluster(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
-    with running_etcd(tmp_path) as etcd:
-        nodes = {name: cluster_node(tmp_path, name, etcd, "--cluster-lease", "2")
-                 for name in ("n1", "n2", "n3")}
-        try:
-            for node in nodes.values():
-                node.start()
-            yield nodes
-        finally:
-            for node in nodes.values():
-                node.close()
+    with cluster_and_etcd(tmp_path, "--cluster-lease", "2") as nodes:
+        yield nodes
 
 
 def drain(node: BrokerProcess, queue: str) -> list[str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pika
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.etcd import running_etcd
 
 if TYPE_CHECKING:
     from tests.support.etcd import Etcd
@@ -44,6 +45,23 @@ def running_cluster(base: Path, etcd: Etcd, names: tuple[str, ...] = ("n1", "n2"
     finally:
         for node in started:
             node.close()
+
+
+@contextmanager
+def cluster_and_etcd(base: Path, *extra: str, names: tuple[str, ...] = ("n1", "n2", "n3")
+                     ) -> Iterator[dict[str, BrokerProcess]]:
+    """A fresh etcd in ``base`` (:func:`tests.support.etcd.running_etcd`) and nodes ``names``
+    (:func:`cluster_node` with options ``extra``, e.g. ``"--cluster-lease", "2"``) joined
+    through it, all started, by name; every node closed after, then etcd."""
+    with running_etcd(base) as etcd:
+        nodes = {name: cluster_node(base, name, etcd, *extra) for name in names}
+        try:
+            for node in nodes.values():
+                node.start()
+            yield nodes
+        finally:
+            for node in nodes.values():
+                node.close()
 
 
 def api(node: BrokerProcess, path: str, method: str = "GET", body: Any = None) -> Any:
