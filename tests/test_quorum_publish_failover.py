@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -81,6 +82,23 @@ def lease2_cluster(tmp_path: Path) -> Iterator[dict[str, BrokerProcess]]:
         yield nodes
 
 
+def declare_led_by_n1(nodes: dict[str, BrokerProcess], queue: str) -> None:
+    """Declare durable quorum queue ``queue`` through n1 (the declaring node leads) and wait
+    until n2 shows its three replicas in sync."""
+    conn = connect(nodes["n1"])
+    conn.channel().queue_declare(queue, durable=True, arguments=QQ)
+    conn.close()
+    wait_until(lambda: len(api(nodes["n2"], f"/api/queues/%2F/{queue}").get("in_sync", []))
+               == 3, "three in-sync replicas")
+
+
+def new_leader(nodes: dict[str, BrokerProcess], queue: str) -> dict[str, Any]:
+    """``queue``'s object in n2's management API once it names a leader other than n1
+    (killed), within 20 s."""
+    return wait_until(lambda: (lambda s: s if s["leader"] not in ("n1", None) else None)(
+        api(nodes["n2"], f"/api/queues/%2F/{queue}")), "a new leader", 20.0)
+
+
 def drain(node: BrokerProcess, queue: str) -> list[str]:
     """Every message left in ``queue``, taken with Basic.Get through ``node``."""
     conn = connect(node)
@@ -98,11 +116,7 @@ def publish_through_a_kill(nodes: dict[str, BrokerProcess], count: int, kill_aft
     n3, kill -9 n1 once one of them had ``kill_after`` confirms; figures and the drained
     queue's check."""
     queue = "storm.qq"
-    conn = connect(nodes["n1"])  # the declaring node leads
-    conn.channel().queue_declare(queue, durable=True, arguments=QQ)
-    conn.close()
-    wait_until(lambda: len(api(nodes["n2"], f"/api/queues/%2F/{queue}").get("in_sync", []))
-               == 3, "three in-sync replicas")
+    declare_led_by_n1(nodes, queue)
     pubs = {n: OneShotPublisher(nodes[n], queue, n, count) for n in ("n2", "n3")}
     for p in pubs.values():
         p.start()
@@ -110,8 +124,7 @@ def publish_through_a_kill(nodes: dict[str, BrokerProcess], count: int, kill_aft
                f"{kill_after} confirmed", 120.0)
     killed_at = time.monotonic()
     nodes["n1"].kill()
-    state = wait_until(lambda: (lambda s: s if s["leader"] not in ("n1", None) else None)(
-        api(nodes["n2"], f"/api/queues/%2F/{queue}")), "a new leader", 20.0)
+    state = new_leader(nodes, queue)
     failover = time.monotonic() - killed_at
     for p in pubs.values():
         p.join(300)
@@ -190,11 +203,7 @@ def test_a_pipelining_publisher_is_confirmed_through_a_leader_kill(
     n1 had committed before it died may be in the queue twice (at most the window)."""
     nodes = lease2_cluster
     queue = "pipelined.qq"
-    conn = connect(nodes["n1"])  # the declaring node leads
-    conn.channel().queue_declare(queue, durable=True, arguments=QQ)
-    conn.close()
-    wait_until(lambda: len(api(nodes["n2"], f"/api/queues/%2F/{queue}").get("in_sync", []))
-               == 3, "three in-sync replicas")
+    declare_led_by_n1(nodes, queue)
     confirmed: list[int] = []
     nacked: list[int] = []
     runner = threading.Thread(target=lambda: asyncio.run(
@@ -204,8 +213,7 @@ def test_a_pipelining_publisher_is_confirmed_through_a_leader_kill(
     nodes["n1"].kill()
     at_kill = len(confirmed)
     runner.join(300)
-    state = wait_until(lambda: (lambda s: s if s["leader"] not in ("n1", None) else None)(
-        api(nodes["n2"], f"/api/queues/%2F/{queue}")), "a new leader", 20.0)
+    state = new_leader(nodes, queue)
     bodies = drain(nodes[state["leader"]], queue)
     first = [int(b.split("-")[1]) for b in dict.fromkeys(bodies)]
     figures = {"at_kill": at_kill, "confirmed": len(confirmed), "nacked": len(nacked),
