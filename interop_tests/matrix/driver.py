@@ -183,6 +183,13 @@ class Driver:
         self.confirms = ConfirmTracker()
         self.confirm_mode = False
 
+    def observe_async_error(self, sync: Callable[[], object]) -> object:
+        """Run ``sync``, the synchronous method that shows the asynchronous channel error (if
+        any) of the method sent just before it (a publish or an ack, which get no reply), and
+        return its result. A library whose own I/O thread answers the broker's Channel.Close
+        first waits for that close (the amqpstorm driver)."""
+        return sync()
+
     # -- connection ----------------------------------------------------------------------
     def connect(self, url: str, *, heartbeat: int | None = None, mechanism: str = "PLAIN",
                 confirms: bool = False) -> None:

@@ -152,8 +152,9 @@ def _probe(d: Driver, action: Callable[[], object]) -> Any:
 
 
 def _probe_async(d: Driver, action: Callable[[], object]) -> Any:
-    """``_probe`` of an asynchronous error (a publish or an ack, then a synchronous call): run
-    it, but observe ``NA`` where the client does not report such errors reliably."""
+    """``_probe`` of an asynchronous error (a publish or an ack, then a synchronous call
+    through :meth:`Driver.observe_async_error`): run it, but observe ``NA`` where the client
+    does not report such errors reliably."""
     result = _probe(d, action)
     return result if d.async_errors_reliable else NA
 
@@ -194,8 +195,8 @@ def declare(d: Driver, ctx: Ctx) -> dict:
         # an asynchronous error: seen by the next synchronous method on the channel (a
         # declare of a new queue: aio-pika's robust channel answers passive ones from a cache)
         "publish_to_missing_exchange": _probe_async(
-            d, lambda: (d.publish(missing_x, "k", b"x"),
-                        d.queue_declare(ctx.names.queue("sync1")))),
+            d, lambda: (d.publish(missing_x, "k", b"x"), d.observe_async_error(
+                lambda: d.queue_declare(ctx.names.queue("sync1"))))),
         "delete_if_empty": _probe(d, lambda: d.queue_delete(q, if_empty=True)),
     }
     obs["server_named"] = d.queue_declare("", exclusive=True)[0]
@@ -398,7 +399,7 @@ def publish_user_id(d: Driver, ctx: Ctx) -> dict:
     obs: dict[str, Any] = {"own_user_id": m["properties"]["user_id"] if m else None}
     obs["other_user_id"] = _probe_async(
         d, lambda: (d.publish("", q, b"other", properties={"user_id": "not-" + user}),
-                    d.queue_declare(ctx.names.queue("sync"))))
+                    d.observe_async_error(lambda: d.queue_declare(ctx.names.queue("sync")))))
     counts = ctx.admin.counts(q)
     obs["left_in_queue"] = counts[0] if counts else None
     d.close()
@@ -475,7 +476,8 @@ def basic_get(d: Driver, ctx: Ctx) -> dict:
     d.ack(m["delivery_tag"])
     obs["empty_last"] = d.get(q) is None
     obs["ack_unknown_tag"] = _probe_async(
-        d, lambda: (d.ack(UNKNOWN_TAG), d.queue_declare(ctx.names.queue("sync"))))
+        d, lambda: (d.ack(UNKNOWN_TAG),
+                    d.observe_async_error(lambda: d.queue_declare(ctx.names.queue("sync")))))
     d.close()
     return obs
 

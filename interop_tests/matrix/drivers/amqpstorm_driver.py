@@ -9,6 +9,9 @@ Library facts the driver follows:
   warning); the driver notices the tag disappear.
 * Deliveries reach the callback in ``channel.process_data_events()``, called by ``pump``.
 * ``basic.get`` is refused while the channel consumes.
+* The I/O thread answers a broker Channel.Close (CloseOk) by itself, and RPCs are written
+  without a look at the channel: after an asynchronous error the driver waits for the close
+  before it sends anything more (``observe_async_error``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import re
 import time
 
-from interop_tests.matrix.driver import NA, ChannelError, Driver, msg, text
+from interop_tests.matrix.driver import NA, WAIT, ChannelError, Driver, msg, text, wait_until
 from interop_tests.matrix.drivers.aiormq_driver import url_with
 
 RETURN_TEXT = re.compile(
@@ -59,6 +62,19 @@ class AmqpstormDriver(Driver):
                 if match and code:
                     raise ChannelError(code, match.group("text")) from exc
             raise
+
+    def observe_async_error(self, sync):
+        """amqpstorm's I/O thread answers the broker's Channel.Close with CloseOk on its own,
+        and its RPCs (``queue.declare``...) write without looking at the channel: a method
+        written after that CloseOk reaches the broker on a channel number it has already
+        forgotten, and the broker closes the connection (504 CHANNEL_ERROR - expected
+        'channel.open', as RabbitMQ's rabbit_channel does), which the next ``open_channel``
+        reports. Which of the two goes out first is up to thread scheduling (a flake under
+        load). So wait (at most WAIT s) for the close the method before causes, raise its
+        error, and send ``sync`` only on a channel still open."""
+        wait_until(lambda: not self.ch.is_open, WAIT, time.sleep)
+        self._call(self.ch.check_for_errors)
+        return sync()
 
     def _record_return(self, exc) -> None:
         match = RETURN_TEXT.match(str(exc))
