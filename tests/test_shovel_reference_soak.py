@@ -31,8 +31,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -40,8 +38,10 @@ import pytest
 from pamqp import commands, frame, header
 from pamqp.exceptions import UnmarshalingException
 
+from tests import test_shovel
+from tests.support.reference import REFERENCE_AMQP, require_reference
 from tests.test_shovel import Node, wait_for
-from tests.test_shovel_reference import REFERENCE_AMQP, ref_api, ref_count, ref_delete_queues
+from tests.test_shovel_reference import ref_count, ref_delete_queues
 
 #: messages moved (``AMQPQ_SHOVEL_SOAK_MESSAGES`` overrides)
 MESSAGES = int(os.environ.get("AMQPQ_SHOVEL_SOAK_MESSAGES", "1000000"))
@@ -53,21 +53,10 @@ pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
 @pytest.fixture(scope="module", autouse=True)
 def reference() -> None:
-    try:
-        status, _ = ref_api("GET", "/api/shovels")
-    except OSError:
-        status = 0
-    if status != 200:
-        pytest.skip("reference RabbitMQ with rabbitmq_shovel_management not reachable "
-                    "(make reference-rabbitmq)")
+    require_reference("/api/shovels", "rabbitmq_shovel_management")
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(tmp_path, "a")
-    n.proc.start()
-    yield n
-    n.proc.close()
+node = test_shovel.node  # the fixture: a broker process started in tmp_path
 
 
 class StatusWatch:
