@@ -1,6 +1,7 @@
 """Traffic and checks of the cluster failover loops (``tests/test_cluster_failover.py``,
-``tests/test_cluster_mixed_faults.py``): a publisher with confirms and a consumer with manual
-acks as pika threads, the fault injectors (kill -9, SIGSTOP/SIGCONT, a node link cut with
+``tests/test_cluster_mixed_faults.py``, ``tests/test_cluster_rolling_restart.py``): a
+publisher with confirms and a consumer with manual acks as pika threads, on one node or
+:class:`Roaming` over the cluster's nodes, the fault injectors (kill -9, SIGSTOP/SIGCONT, a node link cut with
 ``ss -K``), and :func:`check_history`, the loop's verdict.
 
 Message bodies are ``<tag>-<n>``: a publisher's tag and its sequence number."""
@@ -38,15 +39,52 @@ def leader_of(nodes: dict[str, BrokerProcess], queue: str) -> tuple[str, int]:
     raise AssertionError("no node is up")
 
 
+class Roaming:
+    """A blocking pika connection to the first node of ``nodes`` that accepts one,
+    starting after the node used last (a client's list of cluster addresses);
+    ``reconnects`` counts the connections opened."""
+
+    def __init__(self, nodes: list[BrokerProcess]) -> None:
+        self.nodes = nodes
+        self.at = -1
+        self.reconnects = 0
+
+    def connect(self) -> pika.BlockingConnection:
+        while True:
+            for _ in self.nodes:
+                self.at = (self.at + 1) % len(self.nodes)
+                node = self.nodes[self.at]
+                try:
+                    conn = pika.BlockingConnection(pika.ConnectionParameters(
+                        "127.0.0.1", node.port, heartbeat=0, connection_attempts=1,
+                        socket_timeout=2, blocked_connection_timeout=30))
+                except (pika.exceptions.AMQPError, OSError):
+                    continue
+                self.reconnects += 1
+                return conn
+            time.sleep(0.2)
+
+
+def _open(node: BrokerProcess | Roaming) -> pika.BlockingConnection:
+    return node.connect() if isinstance(node, Roaming) else connect(node)
+
+
 @dataclass(eq=False)
 class Publisher(threading.Thread):
-    """Publishes ``tag-0``, ``tag-1``... one at a time with confirms through ``node``; a
-    nacked or unanswered message is sent again (same body) until confirmed. ``confirmed_at``
-    holds each confirm's time (monotonic) for the longest pause in the confirms."""
+    """Publishes ``tag-0``, ``tag-1``... one at a time with confirms through ``node`` (or
+    the nodes of a :class:`Roaming`) with ``properties`` (e.g. persistent); a nacked or
+    unanswered message is sent again (same body) until confirmed. ``confirmed_at`` holds
+    each confirm's time (monotonic) for the longest pause in the confirms. Pauses (s):
+    ``pace`` after each confirm, ``nack_pause`` after a nack, ``retry_pause`` before
+    connecting again."""
 
-    node: BrokerProcess
+    node: BrokerProcess | Roaming
     queue: str
     tag: str
+    properties: pika.BasicProperties | None = None
+    pace: float = 0.0
+    nack_pause: float = 0.05
+    retry_pause: float = 0.2
     confirmed: list[str] = field(default_factory=list)
     confirmed_at: list[float] = field(default_factory=list)
     nacked: int = 0
@@ -61,20 +99,25 @@ class Publisher(threading.Thread):
         while not self.stop.is_set():
             try:
                 if conn is None:
-                    conn = connect(self.node)
+                    conn = _open(self.node)
                     ch = conn.channel()
                     ch.confirm_delivery()
                 body = f"{self.tag}-{seq}"
-                ch.basic_publish("", self.queue, body.encode(), mandatory=True)
+                ch.basic_publish("", self.queue, body.encode(), self.properties,
+                                 mandatory=True)
                 self.confirmed.append(body)
                 self.confirmed_at.append(time.monotonic())
                 seq += 1
+                if self.pace:
+                    time.sleep(self.pace)
             except pika.exceptions.NackError:
                 self.nacked += 1
-                time.sleep(0.05)
+                if self.nack_pause:
+                    time.sleep(self.nack_pause)
             except (pika.exceptions.AMQPError, OSError):
                 conn = None
-                time.sleep(0.2)
+                if self.retry_pause:
+                    time.sleep(self.retry_pause)
         if conn is not None and conn.is_open:
             conn.close()
 
@@ -83,14 +126,22 @@ class Publisher(threading.Thread):
         times = [after] + [t for t in self.confirmed_at if t > after]
         return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
+    def longest_gap(self, since: float, until: float) -> float:
+        """The longest time (s) without a confirm from ``since`` to ``until`` (monotonic)."""
+        times = [since, *(t for t in self.confirmed_at if since <= t <= until), until]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
 
 @dataclass(eq=False)
 class Consumer(threading.Thread):
-    """Consumes ``queue`` through ``node`` with manual acks (prefetch 20), subscribing
-    again after a consumer-cancel notification or a closed channel."""
+    """Consumes ``queue`` through ``node`` (or the nodes of a :class:`Roaming`) with manual
+    acks (``prefetch``), subscribing again after a consumer-cancel notification or a closed
+    channel, on a new connection (after ``retry_pause`` s) once the old one failed."""
 
-    node: BrokerProcess
+    node: BrokerProcess | Roaming
     queue: str
+    prefetch: int = 20
+    retry_pause: float = 0.2
     delivered: list[tuple[str, bool]] = field(default_factory=list)
     acked_at: dict[str, float] = field(default_factory=dict)
     cancels: int = 0
@@ -105,9 +156,9 @@ class Consumer(threading.Thread):
         while not self.stop.is_set():
             try:
                 if conn is None:
-                    conn = connect(self.node)
+                    conn = _open(self.node)
                     ch = conn.channel()
-                    ch.basic_qos(prefetch_count=20)
+                    ch.basic_qos(prefetch_count=self.prefetch)
                     ch.add_on_cancel_callback(self._cancelled)
                     consuming = False
                 if not consuming or not ch.consumer_tags:
@@ -118,7 +169,8 @@ class Consumer(threading.Thread):
                 if conn is not None and conn.is_open:
                     conn.close()
                 conn = None
-                time.sleep(0.2)
+                if self.retry_pause:
+                    time.sleep(self.retry_pause)
         if conn is not None and conn.is_open:
             conn.close()
 
