@@ -75,6 +75,38 @@ def test_a_consumer_on_node_3_gets_what_node_2_publishes_to_a_queue_of_node_1(
             conn.close()
 
 
+def test_a_get_after_a_requeue_sees_the_message_on_the_leader_and_on_another_node(
+        nodes: list[BrokerProcess]) -> None:
+    """Basic.Nack(requeue) then Basic.Get on one channel gets the message back (with
+    x-delivery-count 1), as on RabbitMQ, though the requeue is replicated before the quorum
+    queue hands it out again: the get waits for that commit instead of answering GetEmpty.
+    Once from a client of the leader's node, once from a client of another node."""
+    n1 = connect(nodes[0])
+    try:
+        n1.channel().queue_declare("requeue.qq", durable=True, arguments={
+            "x-queue-type": "quorum", "x-queue-leader-locator": "client-local"})
+        for node in nodes[:2]:
+            conn = connect(node)
+            try:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.basic_publish("", "requeue.qq", b"again",
+                                 pika.BasicProperties(delivery_mode=2))
+                counts = []
+                for _ in range(3):
+                    method, props, body = ch.basic_get("requeue.qq")
+                    assert method is not None and body == b"again", counts
+                    counts.append(props.headers["x-delivery-count"])
+                    ch.basic_nack(method.delivery_tag, requeue=True)
+                assert counts == [0, 1, 2], counts
+                ch.queue_purge("requeue.qq")
+            finally:
+                conn.close()
+        n1.channel().queue_delete("requeue.qq")
+    finally:
+        n1.close()
+
+
 def test_users_and_vhosts_made_on_one_node_work_on_every_node(
         nodes: list[BrokerProcess]) -> None:
     api(nodes[0], "/api/vhosts/store", "PUT", {})
@@ -224,3 +256,4 @@ def test_cluster_status_shows_another_nodes_memory_alarm(
         assert not any("on node n1" in line for line in alarms())
     finally:
         low.close()
+

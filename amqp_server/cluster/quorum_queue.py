@@ -33,7 +33,7 @@ only delivered once confirmed by a quorum"); Kafka's high watermark.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from queue_store.dedup_queue import DeduplicatingQueue
@@ -64,6 +64,9 @@ class ReplicatedQueue(Queue):
         self.held: deque[tuple[Message, tuple[int, int] | None]] = deque()
         # (LSN of their RET entries, messages): requeued, back in the queue once committed
         self.returning: deque[tuple[int, list[QueuedMessage]]] = deque()
+        # Basic.Gets that found nothing ready while requeues were returning: answered once
+        # those are committed (a get after a requeue on one channel sees it, as on RabbitMQ)
+        self.gets_waiting: list[tuple[bool, Callable[[QueuedMessage | None, int], None]]] = []
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.name!r} vhost={self.vhost_name!r} "
@@ -116,6 +119,41 @@ class ReplicatedQueue(Queue):
             return None
         return super().get(no_ack)
 
+    def request_get(self, requester: Any, no_ack: bool,
+                    then: Callable[[QueuedMessage | None, int], None]) -> None:
+        """:meth:`Queue.request_get <queue_store.queue.Queue.request_get>`, except that a
+        get finding nothing ready while requeued messages wait for their RET entry to be
+        committed is answered once they are back (:meth:`commit`), or with nothing if
+        this node stops leading first (:meth:`fail_pending`)."""
+        qm = self.get(no_ack)
+        if qm is None and self.returning and self.group.serving():
+            self.gets_waiting.append((no_ack, then))
+            return
+        then(qm, self.message_count if qm is not None else 0)
+
+    def _answer_gets(self, empty: bool = False) -> None:
+        waiting, self.gets_waiting = self.gets_waiting, []
+        for no_ack, then in waiting:
+            qm = None if empty else self.get(no_ack)
+            then(qm, self.message_count if qm is not None else 0)
+
+    def purge(self) -> int:
+        """:meth:`Queue.purge <queue_store.queue.Queue.purge>`, requeued messages whose RET
+        entry is not committed yet included (their ACK entries follow the RET entries in
+        the log, so every replica drops them too), as a purge after a requeue on RabbitMQ."""
+        dropped = super().purge()
+        while self.returning:
+            for qm in self.returning.popleft()[1]:
+                self._forget(qm)
+                dropped += 1
+        return dropped
+
+    def mark_deleted(self) -> list[Any]:
+        """:meth:`Queue.mark_deleted <queue_store.queue.Queue.mark_deleted>`; a Basic.Get
+        still waiting for a requeue gets nothing."""
+        self._answer_gets(empty=True)
+        return super().mark_deleted()
+
     def commit(self, hw: int) -> None:
         """Every pending message up to LSN ``hw`` is committed: into the queue, publishers
         confirmed (or nacked when a length limit with ``reject-publish`` refused it)."""
@@ -132,8 +170,12 @@ class ReplicatedQueue(Queue):
             if key is not None:
                 runtime.local_result(key, REJECTED if result & REJECTED else ROUTED)
         returning = self.returning
+        back = False
         while returning and returning[0][0] <= hw:
             self.ready.requeue(returning.popleft()[1])
+            back = True
+        if self.gets_waiting and (back or not returning):
+            self._answer_gets()
 
     def fail_pending(self) -> None:
         """This node stopped leading (or will not lead): refuse every publish not committed
@@ -142,6 +184,7 @@ class ReplicatedQueue(Queue):
         (:mod:`amqp_server.workers.remote_client`; at-least-once: the old leader's entry
         may still commit)."""
         runtime = self.group.runtime
+        self._answer_gets(empty=True)
         while self.pending:
             key = self.pending.popleft()[3]
             if key is not None:

@@ -240,6 +240,10 @@ class QueueHome:
         if q is None:
             return
         try:
+            if request[0] == "get":  # may be answered later (a quorum queue's requeue)
+                q.request_get(None, request[1], lambda qm, left: self.links.send_control(
+                    peer, ("reply", call_id, "ok", self._got(peer, q, request[1], qm, left))))
+                return
             answer = self._answer_call(peer, q, request)
         except AMQPError as exc:  # raised to the client on the asking worker (its class)
             self.links.send_control(peer, ("reply", call_id, "raise", exc))
@@ -254,22 +258,23 @@ class QueueHome:
     def _answer_call(self, peer: int, q: Queue, request: tuple[Any, ...]) -> Any:
         what = request[0]
         answer: Any
-        if what == "get":
-            qm = q.get(request[1])
-            if qm is None:
-                answer = None
-            else:
-                did = 0 if request[1] else self._hand_out(peer, qm, q, None)
-                msg = qm.message
-                answer = (did, qm.redelivered, msg.ex_rk_raw, msg.properties_raw, msg.body,
-                          q.message_count)
-        elif what == "purge":
+        if what == "purge":
             answer = q.purge()
         elif what == "consume":
             answer = self._register_consumer(peer, q, request)
         else:
             answer = (q.message_count, q.consumer_count)
         return answer
+
+    def _got(self, peer: int, q: Queue, no_ack: bool, qm: QueuedMessage | None,
+             left: int) -> Any:
+        """A get's answer for ``peer``: None, or (delivery number here, redelivered,
+        exchange/routing key, properties, body, messages left)."""
+        if qm is None:
+            return None
+        did = 0 if no_ack else self._hand_out(peer, qm, q, None)
+        msg = qm.message
+        return (did, qm.redelivered, msg.ex_rk_raw, msg.properties_raw, msg.body, left)
 
     # ---- records for queues not (yet) here -----------------------------------------------
 
