@@ -29,7 +29,7 @@ confirm handling (group commit is our wording).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from queue_store.disk_writes import WriteErrors
 from queue_store.msg_store import MessageStore, sync_fds
@@ -157,6 +157,11 @@ class Durability:
 
     def _written(self) -> None:
         callbacks, self._written_waiting = self._written_waiting, []
+        self._confirmed(callbacks)
+
+    def _confirmed(self, callbacks: Iterable[Callable[[], None]]) -> None:
+        """Run each confirm callback (one failing does not stop the others), then
+        :attr:`on_synced`."""
         for callback in callbacks:
             try:
                 callback()
@@ -195,13 +200,7 @@ class Durability:
                 store.after_sync()
             for index in indexes:
                 index.after_sync()
-            for callback, _ in callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("confirm callback failed")
-            if self.on_synced is not None:
-                self.on_synced()
+            self._confirmed(callback for callback, _ in callbacks)
             if self._waiting:
                 self._start()
 
