@@ -65,6 +65,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -334,34 +335,50 @@ class QuorumManager:
         index = self.node_index(node)
         if index is None:
             return "no node"
-        qkey = queue_key(vhost, name)
-        for _ in range(10):
-            known = self.states.get(qkey)
-            if known is None:
-                return "no queue"
-            state, raw = known
+
+        def change(state: dict[str, Any]) -> dict[str, Any] | str:
             members, isr = list(state["members"]), list(state["isr"])
             if add:
                 if index in members:
                     return "already a member"
-                new = {**state, "members": [*members, index]}
-            else:
-                if index not in members:
-                    return "not a member"
-                if len(members) == 1:
-                    return "last member"
-                rest = [m for m in isr if m != index] or [m for m in members if m != index]
-                new = {**state, "members": [m for m in members if m != index],
-                       "isr": [m for m in isr if m != index] or rest[:1]}
-                if int(state["leader"]) == index:
-                    new.update(leader=rest[0], run=self.run_of(rest[0]),
-                               epoch=int(state["epoch"]) + 1)
+                return {**state, "members": [*members, index]}
+            if index not in members:
+                return "not a member"
+            if len(members) == 1:
+                return "last member"
+            rest = [m for m in isr if m != index] or [m for m in members if m != index]
+            new = {**state, "members": [m for m in members if m != index],
+                   "isr": [m for m in isr if m != index] or rest[:1]}
+            if int(state["leader"]) == index:
+                new.update(leader=rest[0], run=self.run_of(rest[0]),
+                           epoch=int(state["epoch"]) + 1)
+            return new
+
+        result, _ = await self._change_state(queue_key(vhost, name), change)
+        if result == "ok":
+            log.info("quorum queue '%s' in vhost '%s': %s %s", name, vhost,
+                     "member added:" if add else "member removed:", node)
+        return result
+
+    async def _change_state(self, qkey: bytes,
+                            change: Callable[[dict[str, Any]], dict[str, Any] | str]
+                            ) -> tuple[str, dict[str, Any] | None]:
+        """Replace queue ``qkey``'s etcd state by ``change(state)`` in one transaction,
+        read again and retried (10 times) while someone else changes it first. Returns
+        ("ok", the new state), (``change``'s answer, None) when it returns a reason instead
+        of a state, ("no queue", None), or ("busy", None)."""
+        for _ in range(10):
+            known = self.states.get(qkey)
+            if known is None:
+                return "no queue", None
+            state, raw = known
+            new = change(state)
+            if isinstance(new, str):
+                return new, None
             if await self.replace_state(qkey, raw, new):
-                log.info("quorum queue '%s' in vhost '%s': %s %s", name, vhost,
-                         "member added:" if add else "member removed:", node)
-                return "ok"
+                return "ok", new
             await self.hub.barrier()  # someone else changed it: read it again
-        return "busy"
+        return "busy", None
 
     def quorum_queues(self) -> list[tuple[str, str, list[int]]]:
         """``(vhost, name, member indexes)`` of every quorum queue of the cluster."""
@@ -414,30 +431,31 @@ class QuorumManager:
         lease id: :meth:`run_of`) with epoch + 1, the old
         leader out of the in-sync replicas until it caught up again (as after an election).
         The old leader steps down when its watch brings the state (uncommitted publishes
-        nacked, consumers cancelled: the queue's replica code reacts to any newer epoch
-        naming another leader), the new one takes over. Returns "ok", "no queue", or "not
+        refused with NOT_LEADER: a publisher on another node waits for the new leader, one
+        on the old leader's node is nacked; consumers cancelled: the queue's replica code
+        reacts to any newer epoch naming another leader), the new one takes over. Returns "ok", "no queue", or "not
         in sync" (``target`` is not a running in-sync member), "busy" (the state kept
         changing)."""
-        for _ in range(10):
-            known = self.states.get(qkey)
-            if known is None:
-                return "no queue"
-            state, raw = known
+        leaders: list[int] = []  # the leader each try saw (the last one's was replaced)
+
+        def change(state: dict[str, Any]) -> dict[str, Any] | str:
             leader = int(state["leader"])
             if leader == target:
                 return "ok"
             if target not in state["isr"] or target not in self.hub.running:
                 return "not in sync"
-            new = {**state, "leader": target, "run": self.run_of(target),
-                   "epoch": int(state["epoch"]) + 1,
-                   "isr": [m for m in state["isr"] if m != leader]}
-            if await self.replace_state(qkey, raw, new):
-                vhost, name = split_queue_key(qkey)
-                log.info("quorum queue '%s' in vhost '%s': leadership transferred from node "
-                         "%d to node %d (epoch %d)", name, vhost, leader, target, new["epoch"])
-                return "ok"
-            await self.hub.barrier()
-        return "busy"
+            leaders.append(leader)
+            return {**state, "leader": target, "run": self.run_of(target),
+                    "epoch": int(state["epoch"]) + 1,
+                    "isr": [m for m in state["isr"] if m != leader]}
+
+        result, new = await self._change_state(qkey, change)
+        if new is not None:
+            vhost, name = split_queue_key(qkey)
+            log.info("quorum queue '%s' in vhost '%s': leadership transferred from node "
+                     "%d to node %d (epoch %d)", name, vhost, leaders[-1], target,
+                     new["epoch"])
+        return result
 
     def _matching(self, vhost_pattern: str, queue_pattern: str
                   ) -> dict[bytes, dict[str, Any]]:
