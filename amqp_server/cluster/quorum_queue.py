@@ -44,6 +44,8 @@ from queue_store.queue import Queue, QueuedMessage
 
 if TYPE_CHECKING:
     from amqp_server.cluster.quorum_group import QuorumGroup
+    from queue_store.consumer import Consumer
+    from queue_store.queue_kind import Requester
 
 
 class ReplicatedQueue(Queue):
@@ -119,7 +121,7 @@ class ReplicatedQueue(Queue):
             return None
         return super().get(no_ack)
 
-    def request_get(self, requester: Any, no_ack: bool,
+    def request_get(self, requester: Requester | None, no_ack: bool,
                     then: Callable[[QueuedMessage | None, int], None]) -> None:
         """:meth:`Queue.request_get <queue_store.queue.Queue.request_get>`, except that a
         get finding nothing ready while requeued messages wait for their RET entry to be
@@ -148,7 +150,7 @@ class ReplicatedQueue(Queue):
                 dropped += 1
         return dropped
 
-    def mark_deleted(self) -> list[Any]:
+    def mark_deleted(self) -> list[Consumer]:
         """:meth:`Queue.mark_deleted <queue_store.queue.Queue.mark_deleted>`; a Basic.Get
         still waiting for a requeue gets nothing."""
         self._answer_gets(empty=True)
