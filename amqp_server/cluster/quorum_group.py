@@ -190,6 +190,10 @@ class QuorumGroup:
 
     def flush(self) -> None:
         self._scheduled = False
+        if self._closed:  # deleted or stopped this turn: the log file is closed or gone
+            self._ops.clear()
+            self.acks.clear()
+            return
         self.take_acks()
         if not self._ops:
             return
