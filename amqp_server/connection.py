@@ -98,7 +98,8 @@ class Connection:
                  "vhost", "writable", "on_output", "on_block", "has_published", "blocked",
                  "output", "_throttled", "_header_buf", "auth_mechanism",
                  "created_at", "last_received", "last_sent", "_close_deadline", "serial", "_held",
-                 "_flow_paused", "_reading_paused", "_frame", "_held_frame", "__weakref__")
+                 "_flow_paused", "_reading_paused", "_frame", "_held_frame", "recv_oct",
+                 "recv_cnt", "send_oct", "send_cnt", "__weakref__")
 
     def __init__(
         self,
@@ -137,6 +138,9 @@ class Connection:
         self._throttled = False
         self._header_buf = b""
         self.auth_mechanism = "PLAIN"  # the SASL mechanism of Connection.StartOk
+        # bytes and reads received, bytes and writes handed to the transport (the management
+        # API's recv_oct/recv_cnt/send_oct/send_cnt, RabbitMQ's socket statistics)
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
         now = clock()
         self.created_at = now
         self.last_received = now
@@ -184,6 +188,8 @@ class Connection:
             return b""
         data = bytes(self.output)
         self.output.clear()
+        self.send_oct += len(data)
+        self.send_cnt += 1
         self.last_sent = self.clock()
         if self._throttled and self.writable:
             self._throttled = False
@@ -196,6 +202,8 @@ class Connection:
         """Process bytes from the client; replies become pending output."""
         if self.state is State.CLOSED:
             return
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         self.last_received = self.clock()
         if self.state is State.AWAITING_HEADER:
             if not self._logged_accept and data:

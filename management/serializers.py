@@ -1,9 +1,9 @@
 """Broker objects as the JSON objects of RabbitMQ's management HTTP API.
 
 Field names and value shapes follow RabbitMQ 3.10.8's answers (checked with curl): rates are
-``{"rate": 0.0}`` (this broker keeps counts, not rates), ``null`` where RabbitMQ writes
-``null``. Erlang-runtime fields (``garbage_collection``, ``reductions``, ``recv_oct``...)
-are left out; a queue's ``backing_queue_status`` and paging figures come from
+``{"rate": ...}`` computed when read (:mod:`management.rates`), ``null`` where RabbitMQ
+writes ``null``. Erlang-runtime fields (``garbage_collection``, ``reductions``...) are left
+out; a queue's ``backing_queue_status`` and paging figures come from
 :mod:`queue_store.backing_status`.
 
 Source: https://www.rabbitmq.com/docs/management#http-api (the API reference page, "HTTP API
@@ -137,9 +137,25 @@ def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
 # ---- exchanges, bindings -----------------------------------------------------------------
 
 
+def exchange_counts(broker: Broker) -> list[dict[str, Any]]:
+    """This process's publish counters of every exchange published to here (``vhost``,
+    ``name``, ``publish_in``, ``publish_out``: messages), for the other workers and nodes to
+    sum (each routes its own clients' publishes through its own copy of the exchange)."""
+    return [{"vhost": vname, "name": name, "publish_in": x.published,
+             "publish_out": x.published - x.unroutable}
+            for vname, vhost in list(broker.vhosts.items())
+            for name, x in list(vhost.exchanges.items()) if x.published]
+
+
 def exchange_json(vhost: str, x: Exchange | None, full: bool = False,
-                  rates: Rates | None = None) -> dict[str, Any]:
-    """An exchange; ``None`` is the default exchange (name ``""``)."""
+                  rates: Rates | None = None,
+                  elsewhere: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """An exchange; ``None`` is the default exchange (name ``""``). ``message_stats``
+    (``publish_in``, ``publish_out`` and their rates) sums this process's counters and
+    ``elsewhere`` (the other workers' and nodes' ``(publish_in, publish_out)``), as
+    RabbitMQ's management sums the cluster's; as in RabbitMQ 3.10.8 it is absent until the
+    exchange was published to. The default exchange's publishes are not counted (its fast
+    path counts nothing), so it has no ``message_stats``, where RabbitMQ shows them."""
     if x is None:
         out: dict[str, Any] = {"name": "", "vhost": vhost, "type": "direct", "durable": True,
                                "auto_delete": False, "internal": False, "arguments": {},
@@ -149,9 +165,11 @@ def exchange_json(vhost: str, x: Exchange | None, full: bool = False,
                "auto_delete": x.auto_delete, "internal": x.internal,
                "arguments": jsonable(x.arguments),
                "user_who_performed_action": INTERNAL_USER}
-        out["message_stats"] = details(rates, ("exchange", vhost, x.name),
-                                       publish_in=x.published,
-                                       publish_out=x.published - x.unroutable)
+        publish_in = x.published + elsewhere[0]
+        if publish_in:
+            out["message_stats"] = details(
+                rates, ("exchange", vhost, x.name), publish_in=publish_in,
+                publish_out=x.published - x.unroutable + elsewhere[1])
         if x.delayed is not None:  # x-delayed-message: messages it holds (the plugin's field)
             out["messages_delayed"] = len(x.delayed)
     if full:
@@ -228,10 +246,22 @@ def connection_json(conn: Connection, st: ManagementState) -> dict[str, Any]:
         "channel_max": conn.channel_max, "frame_max": conn.frame_max,
         "timeout": conn.heartbeat, "connected_at": int(connected_at * 1000),
         "client_properties": props,
+        **socket_stats(conn, st),
     }
     if isinstance(props, dict) and isinstance(props.get("connection_name"), str):
         out["user_provided_name"] = props["connection_name"]
     return out
+
+
+def socket_stats(conn: Connection, st: ManagementState) -> dict[str, Any]:
+    """A connection's socket figures as RabbitMQ 3.10.8 shows them: ``recv_oct`` /
+    ``send_oct`` (bytes read from and written to the socket, with their
+    ``_details.rate`` in bytes/s), ``recv_cnt`` / ``send_cnt`` (reads and writes; RabbitMQ
+    counts TCP packets) and ``send_pend`` (bytes not yet taken by the transport)."""
+    key = ("connection", connection_name(conn, st))
+    return {"recv_cnt": conn.recv_cnt, **details(st.rates, key, recv_oct=conn.recv_oct),
+            "send_cnt": conn.send_cnt, **details(st.rates, key, send_oct=conn.send_oct),
+            "send_pend": len(conn.output)}
 
 
 def channel_name(ch: Channel, st: ManagementState) -> str:

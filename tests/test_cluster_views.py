@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
+import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -98,6 +99,97 @@ def test_connections_and_channels_of_another_node_with_its_name_port_and_rates(
         conn.close()
 
 
+def test_another_nodes_connection_with_its_byte_counts_and_rates(
+        nodes: list[BrokerProcess]) -> None:
+    """recv_oct/send_oct (bytes), recv_cnt/send_cnt and their byte rates, as RabbitMQ
+    3.10.8 shows a connection, for a connection on n2 read from n1 and n3."""
+    n1, n2, n3 = nodes
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", n2.port, heartbeat=0,
+        client_properties={"connection_name": "views-bytes"}))
+    try:
+        conn.channel().queue_declare("views.bytes")
+
+        def seen(node: BrokerProcess) -> dict | None:
+            return next((c for c in api(node, "/api/connections")
+                         if c.get("user_provided_name") == "views-bytes"), None)
+
+        first = wait_until(lambda: (c := seen(n1)) and c["recv_oct"] > 0 and c,
+                           "n2's connection with its bytes on n1")
+        name = first["name"]
+        assert api(n1, f"/api/connections/{_quoted(name)}")["recv_oct"] >= first["recv_oct"]
+        assert first["node"] == "n2" and first["send_oct"] > 0
+        assert first["recv_cnt"] >= 1 and first["send_cnt"] >= 1 and first["send_pend"] == 0
+        assert {"recv_oct_details", "send_oct_details"} <= set(first)
+        ch = conn.channel()
+        for _ in range(50):
+            ch.basic_publish("", "views.bytes", b"x" * 1000)
+        conn.process_data_events(0)
+
+        def rated() -> dict | None:
+            got = seen(n3)
+            return got if got and got["recv_oct_details"]["rate"] > 0 else None
+
+        again = wait_until(rated, "a byte rate on n2's connection seen from n3")
+        assert again["recv_oct"] >= first["recv_oct"] + 50_000
+        assert again["node"] == "n2"
+    finally:
+        conn.close()
+
+
+def test_an_exchanges_message_stats_are_summed_over_the_nodes(
+        nodes: list[BrokerProcess]) -> None:
+    """publish_in/publish_out of an exchange published to through n2 and n3, read on n1
+    (which routed none of them), with their rates, as RabbitMQ sums the cluster's."""
+    n1, n2, n3 = nodes
+    conn = connect(n2)
+    try:
+        ch = conn.channel()
+        ch.exchange_declare("views.x", "direct")
+        ch.exchange_declare("views.idle", "fanout")
+        ch.queue_declare("views.x.q")
+        ch.queue_bind("views.x.q", "views.x", "k")
+    finally:
+        conn.close()
+    for node, routed, dropped in ((n2, 30, 5), (n3, 20, 0)):
+        conn = connect(node)
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            for _ in range(routed):
+                ch.basic_publish("views.x", "k", b"x")
+            for _ in range(dropped):
+                ch.basic_publish("views.x", "nowhere", b"x")
+        finally:
+            conn.close()
+
+    def stats(path: str) -> dict | None:
+        got = api(n1, path)
+        if isinstance(got, list):
+            got = next(x for x in got if x["name"] == "views.x")
+        found = got.get("message_stats")
+        return found if found and found["publish_in"] == 55 else None
+
+    one = wait_until(lambda: stats("/api/exchanges/%2F/views.x"), "views.x's publishes on n1")
+    assert one["publish_out"] == 50
+    listed = stats("/api/exchanges/%2F")
+    assert listed is not None and listed["publish_out"] == 50
+    assert stats("/api/exchanges") is not None
+    # as in RabbitMQ 3.10.8: no message_stats for an exchange nothing was published to
+    idle = api(n1, "/api/exchanges/%2F/views.idle")
+    assert "message_stats" not in idle
+    conn = connect(n3)
+    try:
+        ch = conn.channel()
+        for _ in range(200):
+            ch.basic_publish("views.x", "k", b"x")
+        conn.process_data_events(0)
+        wait_until(lambda: api(n1, "/api/exchanges/%2F/views.x")["message_stats"]
+                   ["publish_in_details"]["rate"] > 0, "a publish rate on views.x seen from n1")
+    finally:
+        conn.close()
+
+
 def test_queues_show_the_node_they_live_on_and_the_home_counts(
         nodes: list[BrokerProcess]) -> None:
     n1, _, n3 = nodes
@@ -175,6 +267,17 @@ def test_overview_message_stats_are_summed_over_the_nodes(
                "n2's and n3's publishes in n1's overview")
     wait_until(lambda: api(n1, "/api/vhosts/%2F")["message_stats"]["publish"]
                >= vhost_before + 100, "n2's and n3's publishes in n1's vhost")
+    # and their rate: the overview's rates are those of the cluster's sums
+    conn = connect(n2)
+    try:
+        ch = conn.channel()
+        for _ in range(300):
+            ch.basic_publish("", "views.sum", b"x")
+        conn.process_data_events(0)
+        wait_until(lambda: api(n1, "/api/overview")["message_stats"]["publish_details"]
+                   ["rate"] > 0, "n2's publish rate in n1's overview")
+    finally:
+        conn.close()
     # n1 itself published nothing: its own counters alone would not have moved
     assert api(n1, "/api/overview")["node"] == "n1"
 

@@ -106,3 +106,43 @@ def test_every_queue_is_on_the_one_node_whatever_its_worker(broker: BrokerProces
     queues = api(broker, "/api/queues")
     assert {q["worker"] for q in queues} == {0, 1}  # type: ignore[union-attr]
     assert {q["node"] for q in queues} == {node}  # type: ignore[union-attr]
+
+
+def test_an_exchanges_publishes_on_both_workers_are_summed(broker: BrokerProcess) -> None:
+    """publish_in/publish_out of an exchange published to on worker 0 and on worker 1 (each
+    routes its own clients' publishes), read through worker 0's API; and worker 1's
+    connection with its byte counters in the API and on the node's Prometheus endpoint."""
+    for worker, count in ((0, 10), (1, 15)):
+        conn = connect_on(broker, worker)
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.exchange_declare("views.wx", "fanout")
+            for _ in range(count):
+                ch.basic_publish("views.wx", "", b"x")  # no queue bound: unroutable
+        finally:
+            conn.close()
+
+    def stats() -> dict | None:
+        found = api(broker, "/api/exchanges/%2F/views.wx").get(  # type: ignore[union-attr]
+            "message_stats")
+        return found if found and found["publish_in"] == 25 else None
+
+    assert wait_until(stats, "both workers' publishes to views.wx")["publish_out"] == 0
+    conn = connect_on(broker, 1)
+    try:
+        conn.channel().basic_publish("views.wx", "", b"x" * 10_000)
+        conn.process_data_events(0)
+
+        def on_worker_1() -> dict | None:
+            found = [c for c in api(broker, "/api/connections")  # type: ignore[union-attr]
+                     if c.get("worker") == 1 and c["recv_oct"] > 10_000]
+            return found[0] if found else None
+
+        seen = wait_until(on_worker_1, "worker 1's connection with its bytes")
+        assert seen["send_oct"] > 0 and "recv_oct_details" in seen
+        received = {labels["connection"]: v for labels, v in metrics("/metrics/per-object")
+                    ["rabbitmq_connection_incoming_bytes_total"]}
+        assert received[seen["name"]] >= seen["recv_oct"]
+    finally:
+        conn.close()

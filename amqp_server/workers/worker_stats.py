@@ -29,6 +29,7 @@ from management.serializers import (
     channel_json,
     connection_json,
     consumer_json,
+    exchange_counts,
     node_message_counts,
     queue_json,
     vhost_message_counts,
@@ -100,7 +101,9 @@ class PeerStats:
     async def gather_json(self, kind: str,
                           only: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
         """The other workers' (or nodes') ``connections``, ``channels``, ``consumers`` or
-        ``queues`` (those living on each) as the HTTP API shows them, each with ``worker``;
+        ``queues`` (those living on each) as the HTTP API shows them, each with ``worker``
+        (``exchanges``: their publish counters, :func:`management.serializers.
+        exchange_counts`);
         ``only``: for ``queues``, just these ``(vhost, name)`` queues (a queue's page need
         not make every home describe all of its queues)."""
         record: tuple[Any, ...] = ("list", 0, kind)
@@ -137,6 +140,8 @@ class PeerStats:
                 queues = [q for v in list(broker.vhosts.values()) for q in v.queues.values()]
             answer = [queue_json(q, st, unacked) | {"worker": self.index}
                       for q in queues if not isinstance(q, RemoteQueue)]
+        elif rec[2] == "exchanges":  # the publish counters of exchanges published to here
+            answer = exchange_counts(broker)
         elif rec[2] == "connections":
             answer = [connection_json(c, st) | {"worker": self.index}
                       for c in list(broker.connections) if c.vhost_name]

@@ -184,8 +184,20 @@ CHANNEL_QUEUE: list[Row] = [
      lambda c: c["get_empty"]),
 ]
 CONNECTION_METRICS: list[Row] = [
+    ("connection_incoming_packets_total", "counter",
+     "Total number of packets received on a connection", lambda conn: conn.recv_cnt),
+    ("connection_outgoing_packets_total", "counter",
+     "Total number of packets sent on a connection", lambda conn: conn.send_cnt),
+    ("connection_pending_packets", "gauge",
+     "Number of packets waiting to be sent on a connection", lambda conn: len(conn.output)),
     ("connection_channels", "gauge", "Channels on a connection",
      lambda conn: len(conn.channels)),
+]
+CONNECTION_COARSE: list[Row] = [
+    ("connection_incoming_bytes_total", "counter",
+     "Total number of bytes received on a connection", lambda conn: conn.recv_oct),
+    ("connection_outgoing_bytes_total", "counter",
+     "Total number of bytes sent on a connection", lambda conn: conn.send_oct),
 ]
 # rabbitmq_global_* (protocol="amqp091"), from the node's totals
 GLOBAL_PROTOCOL: list[tuple[str, str, Callable[[Mapping[str, int]], int]]] = [
@@ -242,8 +254,8 @@ _DEFAULT_EXCHANGE = _DefaultExchange()
 DETAILED_FAMILIES: tuple[str, ...] = (
     "connection_churn_metrics", "node_coarse_metrics", "node_metrics",
     "queue_coarse_metrics", "queue_consumer_count", "queue_metrics", "channel_metrics",
-    "channel_exchange_metrics", "channel_queue_metrics", "connection_metrics",
-    "vhost_status", "exchange_names", "exchange_bindings",
+    "channel_exchange_metrics", "channel_queue_metrics", "connection_coarse_metrics",
+    "connection_metrics", "vhost_status", "exchange_names", "exchange_bindings",
 )
 
 
@@ -408,11 +420,13 @@ class BrokerCollector(Collector):
                     yield from _rows(prefix, rows, ["channel"], counts, True)
                 else:  # the node's totals: closed channels count too, so it never goes down
                     yield from _rows(prefix, rows, [], [([], node)], False)
-        if scope.wants("connection_metrics"):
-            conns = [([connection_name(c, self.st)], c) for c in list(broker.connections)]
-            conns += [([c["name"]], c) for c in there.connections]
-            yield from _rows(prefix, _either(CONNECTION_METRICS, CONNECTION_JSON),
-                             ["connection"], conns, per_object)
+        conns = [([connection_name(c, self.st)], c) for c in list(broker.connections)]
+        conns += [([c["name"]], c) for c in there.connections]
+        for family, rows in (("connection_coarse_metrics", CONNECTION_COARSE),
+                             ("connection_metrics", CONNECTION_METRICS)):
+            if scope.wants(family):
+                yield from _rows(prefix, _either(rows, CONNECTION_JSON), ["connection"],
+                                 conns, per_object)
         if scope.families is not None:
             yield from self._cluster(scope)
         else:

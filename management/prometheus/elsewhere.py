@@ -40,6 +40,11 @@ CHANNEL_JSON: dict[str, Callable[[Mapping[str, Any]], float]] = {
 #: connection family metric name -> its value from the API's connection JSON
 CONNECTION_JSON: dict[str, Callable[[Mapping[str, Any]], float]] = {
     "connection_channels": lambda c: c.get("channels", 0),
+    "connection_incoming_packets_total": lambda c: c.get("recv_cnt", 0),
+    "connection_outgoing_packets_total": lambda c: c.get("send_cnt", 0),
+    "connection_pending_packets": lambda c: c.get("send_pend", 0),
+    "connection_incoming_bytes_total": lambda c: c.get("recv_oct", 0),
+    "connection_outgoing_bytes_total": lambda c: c.get("send_oct", 0),
 }
 
 

@@ -40,23 +40,45 @@ from vhosts.vhost import VirtualHost
 routes = web.RouteTableDef()
 
 
-def _exchanges_of(vhost: VirtualHost, rates: Rates) -> list[dict[str, object]]:
+Elsewhere = dict[tuple[str, str], tuple[int, int]]
+
+
+async def _elsewhere(request: web.Request) -> Elsewhere:
+    """The other workers' and nodes' publish counters: ``(vhost, exchange)`` ->
+    ``(publish_in, publish_out)`` summed (each counts the publishes of its own clients);
+    empty with one worker and no cluster."""
+    workers = state(request).broker.workers
+    out: Elsewhere = {}
+    if workers is None:
+        return out
+    for item in await workers.gather_json("exchanges"):
+        key = (str(item["vhost"]), str(item["name"]))
+        got_in, got_out = out.get(key, (0, 0))
+        out[key] = (got_in + int(item["publish_in"]), got_out + int(item["publish_out"]))
+    return out
+
+
+def _exchanges_of(vhost: VirtualHost, rates: Rates, elsewhere: Elsewhere
+                  ) -> list[dict[str, object]]:
     out = [exchange_json(vhost.name, None)]
-    out += [exchange_json(vhost.name, x, rates=rates) for _, x in sorted(vhost.exchanges.items())]
+    out += [exchange_json(vhost.name, x, rates=rates,
+                          elsewhere=elsewhere.get((vhost.name, name), (0, 0)))
+            for name, x in sorted(vhost.exchanges.items())]
     return out
 
 
 @routes.get("/api/exchanges")
 async def list_all(request: web.Request) -> web.Response:
     st = state(request)
+    elsewhere = await _elsewhere(request)
     return ok([e for n in accessible_vhosts(request)
-               for e in _exchanges_of(st.broker.vhosts[n], st.rates)])
+               for e in _exchanges_of(st.broker.vhosts[n], st.rates, elsewhere)])
 
 
 @routes.get("/api/exchanges/{vhost}")
 async def list_vhost(request: web.Request) -> web.Response:
     vhost = readable_vhost(request)
-    return ok(_exchanges_of(vhost, state(request).rates))
+    return ok(_exchanges_of(vhost, state(request).rates, await _elsewhere(request)))
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
@@ -68,7 +90,9 @@ async def get_exchange(request: web.Request) -> web.Response:
     x = vhost.exchanges.get(name)
     if x is None:
         raise not_found()
-    return ok(exchange_json(vhost.name, x, full=True, rates=state(request).rates))
+    elsewhere = (await _elsewhere(request)).get((vhost.name, name), (0, 0))
+    return ok(exchange_json(vhost.name, x, full=True, rates=state(request).rates,
+                            elsewhere=elsewhere))
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")
