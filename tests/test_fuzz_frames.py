@@ -137,6 +137,78 @@ def test_read_is_feed_with_whole_publishes_fused(parts: list[tuple], cuts: list[
             assert flags == int.from_bytes(props[:2], "big") and body
 
 
+# a few publishes of one shape and their near misses: a publish like the one fused before it
+# is taken by comparing bytes with it (FrameReader.read), so repeats and one-field
+# differences right after them are what to try
+SHAPES = (
+    ("plain", F.publish(1, "", "q", b"x" * 20)),
+    ("body size", F.publish(1, "", "q", b"x" * 21)),
+    ("same size", F.publish(1, "", "q", b"y" * 20)),
+    ("channel", F.publish(2, "", "q", b"x" * 20)),
+    ("props", F.publish(1, "", "q", b"x" * 20, props=b"\x10\x00\x02")),
+    ("props value", F.publish(1, "", "q", b"x" * 20, props=b"\x10\x00\x01")),
+    ("flags only", F.publish(1, "", "q", b"x" * 20, props=b"\x10\x00")),
+    ("mandatory", F.publish(1, "", "q", b"x" * 20, mandatory=True)),
+    ("key", F.publish(1, "", "r", b"x" * 20)),
+    ("body channel", F.frame(1, 1, F.method_payload(commands.Basic.Publish, routing_key="q"))
+     + F.content_header(1, 20) + F.body(2, b"x" * 20)),
+    ("header end", (F.frame(1, 1, F.method_payload(commands.Basic.Publish, routing_key="q"))
+                    + F.content_header(1, 20))[:-1] + b"\x00" + F.body(1, b"x" * 20)),
+    ("body end", F.publish(1, "", "q", b"x" * 20)[:-1] + b"\x00"),
+    ("heartbeat", F.HEARTBEAT),
+)
+same_shape = st.sampled_from(SHAPES)
+
+
+def read_or_error(reader: framing.FrameReader, pieces: list[bytes]) -> list[tuple] | type:
+    """The frames of ``pieces`` read one after the other (unfused), or FrameError."""
+    got: list[tuple] = []
+    try:
+        for piece in pieces:
+            got.extend(reader.read(piece))
+    except FrameError:
+        return FrameError
+    return unfused(got)
+
+
+def feed_or_error(data: bytes, frame_max: int = 131072) -> list[tuple] | type:
+    try:
+        return framing.FrameReader(frame_max).feed(data)
+    except FrameError:
+        return FrameError
+
+
+@pytest.mark.parametrize("first", [name for name, _ in SHAPES])
+def test_read_of_any_publish_after_another_is_feed(first: str) -> None:
+    """Every shape after every other (and after itself, three times) gives feed's frames."""
+    head = dict(SHAPES)[first]
+    for _, then in SHAPES:
+        data = head + then + then
+        assert read_or_error(framing.FrameReader(), [data]) == feed_or_error(data)
+
+
+@FAST
+@given(st.lists(same_shape, max_size=10), st.lists(st.integers(0, 2_000), max_size=4),
+       st.sampled_from((4096, 131072)))
+def test_read_of_repeated_publishes_is_feed(parts: list[tuple[str, bytes]], cuts: list[int],
+                                            frame_max: int) -> None:
+    """Publishes that repeat the one before, or differ from it in one field or frame-end
+    octet, give feed's frames (or its FrameError), whatever the split."""
+    data = b"".join(p for _, p in parts)
+    assert (read_or_error(framing.FrameReader(frame_max), splits(data, cuts))
+            == feed_or_error(data, frame_max))
+
+
+def test_read_checks_a_repeated_publish_against_a_new_frame_max() -> None:
+    """A publish like the last one is not taken as it when frame_max changed since."""
+    one = F.publish(1, "", "q", b"x" * 200)
+    reader = framing.FrameReader(131072)
+    assert [f[0] for f in reader.read(one)] == [framing.FRAME_PUBLISH]
+    reader.frame_max = 100
+    with pytest.raises(FrameError, match="frame_too_large"):
+        reader.read(one)
+
+
 def test_read_gives_basic_ack_by_hand() -> None:
     acks = [F.frame(1, 3, b"\x00\x3c\x00\x50" + struct.pack(">QB", 2**63 + 5, bits))
             for bits in (0, 1, 2)]
