@@ -97,6 +97,9 @@ class Channel(ChannelPublishing):
         # _sync_round to start (one callback for them all; see _confirm_after_sync)
         self._sync_group: list[int] | None = None
         self._sync_round = -1
+        # the same for a stream's publishes and the write round (see _confirm_after_write)
+        self._write_group: list[int] | None = None
+        self._write_round = -1
         self._workers = connection.broker.workers  # None with one worker
         # this channel's publishes, for queues that answer later (other workers, replicated)
         self._publish_context = None if self._workers is None else PublishContext(connection)
@@ -149,7 +152,7 @@ class Channel(ChannelPublishing):
     def answered(self, run: Callable[[], None]) -> None:
         """Run ``run`` as the rest of this channel's method: its errors close the channel
         or connection as if raised while reading it; then the held frames are read."""
-        self.connection.resume(self.number, run)
+        self.connection.resume(self, run)
 
     # ---- output --------------------------------------------------------------------------
 
@@ -288,6 +291,63 @@ class Channel(ChannelPublishing):
                                      msg.ex_rk_raw)
         )
         conn.send_frames(out)
+
+    def deliver_many(self, consumer: Consumer, queue: Queue,
+                     take: Callable[[], tuple[Any, bytes, bytes, bytes] | None],
+                     limit: int) -> int:
+        """Deliver to ``consumer`` up to ``limit`` messages that ``take`` gives, as that many
+        :meth:`deliver` calls would (same tags, frames and bookkeeping), with one output
+        write: a stream's catch-up read (:meth:`StreamQueue.dispatch
+        <queue_store.stream_queue.StreamQueue.dispatch>`) sends them from the stored
+        bytes without a Message per delivery.
+
+        Args:
+            take: the next ``(qm, exchange and routing key shortstrs, properties, body)``
+                (``qm`` is what the channel keeps until the ack: it has ``redelivered``
+                and ``message``), or None when the queue has no more now.
+            limit: at most this many (the caller's share and the consumer's prefetch).
+
+        Returns:
+            how many were delivered (the caller counts them in ``consumer.unacked``). The
+            channel's own limits (global prefetch, closing, a full output buffer) are
+            checked once, before the batch.
+        """
+        if not self.can_deliver():
+            return 0
+        if self.global_prefetch:
+            limit = min(limit, self.global_prefetch - len(self.unacked))
+        conn = self.connection
+        number, ctag, no_ack = self.number, consumer.tag_raw, consumer.no_ack
+        unacked = self.unacked
+        deliver_bytes = framing.deliver_bytes
+        parts: list[bytes] = []
+        tag = first = self.next_tag
+        try:
+            while tag - first < limit:
+                item = take()
+                if item is None:
+                    break
+                qm, ex_rk, props, body = item
+                if not no_ack:
+                    unacked[tag] = (qm, queue, consumer)
+                redelivered = qm.redelivered
+                if redelivered:
+                    self.counters.redeliver += 1
+                    queue.counters.redelivered += 1
+                if len(body) <= SMALL_BODY:
+                    parts.append(deliver_bytes(number, ctag, tag, redelivered, ex_rk, props,
+                                               body, 0))
+                else:
+                    parts.append(framing.deliver_frame(number, ctag, tag, redelivered, ex_rk))
+                    parts.extend(framing.content_frames(number, props, body, conn.frame_max))
+                tag += 1
+        finally:
+            self.next_tag = tag
+            if no_ack:
+                self.counters.deliver_no_ack += tag - first
+            if parts:
+                conn.send_frame(b"".join(parts))
+        return tag - first
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: forget the consumer and tell the client (Basic.Cancel) when it

@@ -47,7 +47,8 @@ class ChannelPublishing:
     :class:`~amqp_server.channel.Channel` (a base class of it, not used alone): they read
     the channel's ``connection``, ``number``, ``vhost``, ``_publish_context``, ``_workers``,
     ``reply_address``, ``closing``, read and change its ``confirms``, ``tx``, ``unacked``,
-    ``counters``, ``_tx_unsynced``, ``_tx_waits``, ``_perm_version``, ``_write_cache`` and
+    ``counters``, ``_tx_unsynced``, ``_tx_waits``, ``_perm_version``, ``_write_cache``,
+    ``_sync_group``/``_sync_round``, ``_write_group``/``_write_round`` and
     call its ``send``, ``check_permission``, ``check_topic_permission`` and
     ``_apply_settle``."""
 
@@ -158,6 +159,8 @@ class ChannelPublishing:
         if confirms is not None:
             if result & REJECTED:
                 confirms.reject(confirms.next_seq(pending=True))
+            elif result & NEEDS_WRITE and not result & (REMOTE | NEEDS_SYNC):
+                self._confirm_after_write(confirms.next_seq(pending=True))
             elif result & (REMOTE | NEEDS_WRITE):
                 seq = confirms.next_seq(pending=True)
                 self._after_sync(lambda: confirms.confirm(seq), lambda: confirms.reject(seq),
@@ -198,6 +201,26 @@ class ChannelPublishing:
         self._after_sync(confirm, reject)
         if durability.rounds != self._sync_round:  # a round started at once and took it
             self._sync_group = None
+
+    def _confirm_after_write(self, seq: int) -> None:
+        """Confirm ``seq`` (a stream's publish) once the batch is written: with the other
+        sequence numbers of this channel written in the same round, under one callback
+        (not three closures per publish)."""
+        durability = self.connection.broker.durability
+        group = self._write_group
+        if group is not None and durability.write_rounds == self._write_round:
+            group.append(seq)  # that round has not run: it covers this write too
+            return
+        group = self._write_group = [seq]
+        self._write_round = durability.write_rounds
+        confirms = self.confirms
+        assert confirms is not None
+
+        def confirm() -> None:
+            for s in group:
+                confirms.confirm(s)
+
+        self._after_sync(confirm, None, NEEDS_WRITE)
 
     def _unroutable(self, msg: Message, mandatory: bool) -> None:
         """No queue took ``msg``: returned (mandatory) or dropped, and counted."""

@@ -79,6 +79,9 @@ class Durability:
         # (callback, on_error): on_error runs instead when the fsync covering it failed
         self._waiting: list[tuple[Callable[[], None], Callable[[], None] | None]] = []
         self._written_waiting: list[Callable[[], None]] = []  # see after_write
+        # write rounds run (callbacks of after_write): a callback registered while this
+        # count stays the same runs with the ones registered before it (one round)
+        self.write_rounds = 0
         self._syncing = False
         self.on_synced: Callable[[], None] | None = None  # e.g. flush publisher confirms
         self.syncs = 0  # fsync rounds done (stats)
@@ -157,6 +160,7 @@ class Durability:
 
     def _written(self) -> None:
         callbacks, self._written_waiting = self._written_waiting, []
+        self.write_rounds += 1
         self._confirmed(callbacks)
 
     def _confirmed(self, callbacks: Iterable[Callable[[], None]]) -> None:

@@ -155,13 +155,19 @@ class StreamLog(SegmentSync):
         self.next_offset = offset + 1
         return offset
 
+    @property
+    def pending(self) -> int:
+        """Records appended since the last chunk was made (they form the next one)."""
+        return len(self._pending)
+
     def flush(self) -> OSError | None:
         """Write the pending records as one chunk (no fsync). Returns the error when it
         could not be written (disk full): then it stays buffered for a retry."""
         if self._pending:
             records = self._pending
             self._pending = []
-            data = b"".join(_LEN.pack(len(r)) + r for r in records)
+            pack = _LEN.pack
+            data = b"".join([part for r in records for part in (pack(len(r)), r)])
             first = self.next_offset - len(records)
             seg = self.segments[-1]
             if seg.size >= self.max_segment_bytes and seg.offsets:

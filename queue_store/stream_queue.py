@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +53,14 @@ from queue_store.backing import BackingQueue, MemoryBackingQueue, QueuedMessage
 from queue_store.consumer import Consumer
 from queue_store.durability import run_inline
 from queue_store.message import FLAG_CONTENT_ENCODING, FLAG_CONTENT_TYPE, FLAG_HEADERS, Message
-from queue_store.msg_store import encode_payload
+from queue_store.msg_store import decode_payload
 from queue_store.outcomes import ACCEPTED_UNWRITTEN, PublishContext, Settlement
 from queue_store.queue import Delivery, Queue
 from queue_store.storage import name_id
 from queue_store.stream_log import MAX_SEGMENT_BYTES, StreamLog
 
-__all__ = ["StreamQueue", "check_stream_consume", "parse_max_age", "stamped_properties"]
+__all__ = ["StreamDelivery", "StreamQueue", "check_stream_consume", "parse_max_age",
+           "stamped_properties"]
 
 log = logging.getLogger("amqpq.stream")
 
@@ -159,17 +161,22 @@ def _filters(arguments: dict[str, Any], what: str) -> set[bytes] | None:
 
 
 def _record(message: Message) -> bytes:
-    """A stream record: u16 filter value length + filter value + the message payload."""
+    """A stream record: u16 filter value length + filter value + the message payload
+    (:func:`~queue_store.msg_store.encode_payload`'s layout: u16 + exchange and routing key
+    shortstrs, u32 + properties, body), made in one join."""
     raw = message.properties_raw
-    value = None
+    ex_rk = message.ex_rk_raw
+    fv = b""
     if b"x-stream-filter-value" in raw:  # a byte search first: most messages have none
         try:
             value = string_header(raw, int.from_bytes(raw[:2], "big"),
                                   b"x-stream-filter-value")
         except (IndexError, KeyError, ValueError):  # not expected: checked at publish
             value = None
-    fv = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else b""
-    return len(fv).to_bytes(2, "big") + fv + encode_payload(message)
+        if isinstance(value, str):
+            fv = value.encode("utf-8", "surrogateescape")
+    return b"".join((_U16.pack(len(fv)), fv, _U16.pack(len(ex_rk)), ex_rk,
+                     _U32.pack(len(raw)), raw, message.body))
 
 
 def _machine_wall_ms() -> int:
@@ -180,6 +187,7 @@ _OFFSET_KEY = b"\x0fx-stream-offset" + b"l"  # shortstr name + Long's type tag
 _TIMESTAMP_KEY = b"\x12x-stream-timestamp" + b"l"
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
 
 
 def stamped_properties(raw: bytes, offset: int, timestamp_ms: int | None) -> bytes:
@@ -193,28 +201,56 @@ def stamped_properties(raw: bytes, offset: int, timestamp_ms: int | None) -> byt
     Raises:
         ValueError: malformed properties (only on the ``with_headers`` path).
     """
-    extra = _OFFSET_KEY + _I64.pack(offset)
-    if timestamp_ms is not None:
-        extra += _TIMESTAMP_KEY + _I64.pack(timestamp_ms)
-    flags = raw[0] << 8 | raw[1] if len(raw) > 1 else 0
-    if not flags & 1:  # one property-flags word (Basic has 14 properties)
-        pos = 2
-        if flags & FLAG_CONTENT_TYPE:
-            pos += 1 + raw[pos]
-        if flags & FLAG_CONTENT_ENCODING:
-            pos += 1 + raw[pos]
-        if not flags & FLAG_HEADERS:
-            return b"".join(((flags | FLAG_HEADERS).to_bytes(2, "big"), raw[2:pos],
-                             _U32.pack(len(extra)), extra, raw[pos:]))
-        (size,) = _U32.unpack_from(raw, pos)
-        end = pos + 4 + size
-        if b"x-stream-" not in raw[pos + 4:end]:
-            return b"".join((raw[:pos], _U32.pack(size + len(extra)), raw[pos + 4:end],
-                             extra, raw[end:]))
+    parts = _splice_parts(raw, timestamp_ms is not None)
+    if parts is not None:
+        if timestamp_ms is None:
+            return b"".join((parts[0], _I64.pack(offset), parts[1]))
+        return b"".join((parts[0], _I64.pack(offset), _TIMESTAMP_KEY, _I64.pack(timestamp_ms),
+                         parts[1]))
     headers: dict[str, Any] = {"x-stream-offset": Long(offset)}
     if timestamp_ms is not None:
         headers["x-stream-timestamp"] = Long(timestamp_ms)
     return with_headers(raw, headers)
+
+
+def _splice_parts(raw: bytes, timestamps: bool) -> tuple[bytes, bytes] | None:
+    """``raw`` with the stamped headers' room made: ``(before, after)`` such that the
+    stamped properties are ``before + offset (8 bytes) + after`` (with ``timestamps``,
+    ``after`` starts where the ``x-stream-timestamp`` entry goes:
+    :func:`stamped_properties`); None when the splice does not apply (``with_headers``)."""
+    extra = len(_OFFSET_KEY) + 8 + (len(_TIMESTAMP_KEY) + 8 if timestamps else 0)
+    flags = raw[0] << 8 | raw[1] if len(raw) > 1 else 0
+    if flags & 1:  # more than one property-flags word (Basic has 14 properties)
+        return None
+    pos = 2
+    if flags & FLAG_CONTENT_TYPE:
+        pos += 1 + raw[pos]
+    if flags & FLAG_CONTENT_ENCODING:
+        pos += 1 + raw[pos]
+    if not flags & FLAG_HEADERS:
+        return (b"".join(((flags | FLAG_HEADERS).to_bytes(2, "big"), raw[2:pos],
+                          _U32.pack(extra), _OFFSET_KEY)), raw[pos:])
+    (size,) = _U32.unpack_from(raw, pos)
+    end = pos + 4 + size
+    if b"x-stream-" in raw[pos + 4:end]:
+        return None
+    return (b"".join((raw[:pos], _U32.pack(size + extra), raw[pos + 4:end], _OFFSET_KEY)),
+            raw[end:])
+
+
+class StreamDelivery(tuple):  # type: ignore[type-arg]
+    """A delivered stream record as its channel keeps it until the ack: ``(offset,
+    timestamp ms, record)`` (a tuple: made by the thousand), with what a channel reads of a
+    :class:`~queue_store.backing.QueuedMessage` (``redelivered``, ``message``)."""
+
+    __slots__ = ()
+    redelivered = False
+
+    @property
+    def message(self) -> Message:
+        """The message as published (decoded on demand; without the stamped headers)."""
+        record: bytes = self[2]
+        return decode_payload(record[2 + (record[0] << 8 | record[1]):])
 
 
 class StreamQueue(Queue):
@@ -239,6 +275,9 @@ class StreamQueue(Queue):
         self._more_pending = False  # a zero-delay dispatch is scheduled
         #: the last delivery's exchange + routing key shortstrs and their decoded names
         self._names: tuple[bytes, str, str] = (b"", "", "")
+        #: the last delivery's raw properties, timestamps wanted, and their splice parts
+        self._stamp: tuple[bytes, bool, tuple[bytes, bytes] | None] = (b"", False, None)
+        self._chunk_ms = 0  # wall-clock ms of the chunk being built (its first append)
         #: wall-clock ms now: the vhost's timers (a queue outside any vhost: the machine's)
         self._wall_ms: Callable[[], int] = (
             self.vhost.timers.wall_ms if self.vhost is not None else _machine_wall_ms)
@@ -253,13 +292,16 @@ class StreamQueue(Queue):
         (``ACCEPTED_UNWRITTEN``: RabbitMQ's streams confirm after the write and leave the
         fsync to the operating system; amqpq fsyncs the log in the next group commit, at
         the latest on the next tick)."""
-        now_ms = self._wall_ms()
+        log = self.log
+        if not log.pending:  # a chunk starts: its time (each record's), the log to write
+            self._chunk_ms = self._wall_ms()
+            if self.storage is not None:
+                self.storage.durability.index_dirty(log)  # type: ignore[arg-type]
+        now_ms = self._chunk_ms
         record = _record(message)
-        offset = self.log.append(record, now_ms)
+        offset = log.append(record, now_ms)
         self._tail.append((offset, now_ms, record))
         self.published += 1
-        if self.storage is not None:
-            self.storage.durability.index_dirty(self.log)  # type: ignore[arg-type]
         if self._readers and not self._dispatching:
             self.dispatch()
         return ACCEPTED_UNWRITTEN
@@ -295,22 +337,37 @@ class StreamQueue(Queue):
         """Give every consumer what its cursor and prefetch allow, at most ``DISPATCH_BATCH``
         each per call: a reader catching up with a long log takes turns with the rest of
         the event loop (the rest of its share follows from a zero-delay timer), so live
-        readers and publishers are not held up behind thousands of its deliveries."""
+        readers and publishers are not held up behind thousands of its deliveries. A
+        consumer's channel with ``deliver_many`` (the AMQP channel) gets them as one batch
+        (one call, one output write); others (another worker's link) one by one."""
         if self._dispatching or self.deleted:
             return
         self._dispatching = True
         more = False
         try:
             for consumer, reader in list(self._readers.items()):
+                many = getattr(consumer.channel, "deliver_many", None)
+                if many is not None:
+                    limit = DISPATCH_BATCH
+                    if consumer.prefetch:
+                        limit = min(limit, consumer.prefetch - consumer.unacked)
+                    if limit <= 0:
+                        continue
+                    n = many(consumer, self, partial(self._take, reader), limit)
+                    consumer.unacked += n
+                    self.unacked_count += n
+                    self.delivered += n
+                    more = more or n == DISPATCH_BATCH
+                    continue
                 budget = DISPATCH_BATCH
                 while consumer.can_take():
                     if not budget:
                         more = True
                         break
-                    item = self._next(reader)
+                    item = self._take(reader)
                     if item is None:
                         break
-                    self._deliver(consumer, reader, *item)
+                    self._deliver(consumer, *item)
                     budget -= 1
         finally:
             self._dispatching = False
@@ -384,10 +441,15 @@ class StreamQueue(Queue):
             return reader.unfiltered
         return record[2:2 + n] in reader.filters  # type: ignore[operator]
 
-    def _deliver(self, consumer: Consumer, reader: _Reader, offset: int, ts: int,
-                 record: bytes) -> None:
-        # the record's payload (msg_store's layout: u16 + exchange and routing key shortstrs,
-        # u32 + properties, body) read in place: no Message is decoded only to be re-made
+    def _take(self, reader: _Reader) -> tuple[StreamDelivery, bytes, bytes, bytes] | None:
+        """The next delivery for ``reader`` (None: none yet): ``(delivery, exchange and
+        routing key shortstrs, properties stamped with the offset (and timestamp), body)``.
+        The record's payload (u16 + exchange and routing key shortstrs, u32 + properties,
+        body) is read in place: no Message is decoded only to be re-made."""
+        item = self._next(reader)
+        if item is None:
+            return None
+        record = item[2]
         pos = 2 + (record[0] << 8 | record[1])  # past the filter value
         n = record[pos] << 8 | record[pos + 1]
         ex_rk = record[pos + 2:pos + 2 + n]
@@ -395,17 +457,34 @@ class StreamQueue(Queue):
         (plen,) = _U32.unpack_from(record, pos)
         pos += 4
         end = pos + plen
-        props = stamped_properties(record[pos:end], offset, ts if reader.timestamps else None)
+        raw = record[pos:end]
+        timestamps = reader.timestamps
+        stamp = self._stamp
+        if stamp[0] != raw or stamp[1] != timestamps:  # a stream's messages mostly share them
+            stamp = self._stamp = (raw, timestamps, _splice_parts(raw, timestamps))
+        parts = stamp[2]
+        if parts is None:
+            props = stamped_properties(raw, item[0], item[1] if timestamps else None)
+        elif timestamps:
+            props = b"".join((parts[0], _I64.pack(item[0]), _TIMESTAMP_KEY,
+                              _I64.pack(item[1]), parts[1]))
+        else:
+            props = b"".join((parts[0], _I64.pack(item[0]), parts[1]))
+        return StreamDelivery(item), ex_rk, props, record[end:]
+
+    def _deliver(self, consumer: Consumer, delivery: StreamDelivery, ex_rk: bytes,
+                 props: bytes, body: bytes) -> None:
+        """One delivery to a channel without ``deliver_many``."""
         names = self._names
         if names[0] != ex_rk:  # a stream's messages mostly share exchange and routing key
             ex_len = ex_rk[0]
             names = self._names = (ex_rk, ex_rk[1:1 + ex_len].decode("utf-8"),
                                    ex_rk[2 + ex_len:].decode("utf-8"))
-        stamped = Message(names[1], names[2], ex_rk, props, record[end:])
+        stamped = Message(names[1], names[2], ex_rk, props, body)
         consumer.unacked += 1
         self.unacked_count += 1
         self.delivered += 1
-        consumer.channel.deliver(consumer, QueuedMessage(offset, stamped), self)
+        consumer.channel.deliver(consumer, QueuedMessage(delivery[0], stamped), self)
 
     def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
         """An ack (or a return when the channel closes) only frees prefetch credit: stream
