@@ -6,6 +6,12 @@ line, only that vhost's (the management API's ``/api/definitions/{vhost}``: para
 policies, queues, exchanges, bindings; no users, vhosts or permissions), as rabbitmqadmin's
 ``-V``. rabbitmqctl's ``--format erlang`` is not supported (``--format`` is the formatter).
 
+``await_startup [-t SECONDS]`` waits until the node's management API answers (a node serves
+it once it has read its data directory and, in a cluster, the metadata);
+``await_online_nodes COUNT [-t SECONDS]`` until the cluster has COUNT running nodes, as
+seen by that node. Both wait 300 s by default, as rabbitmqctl's, retrying while nothing
+listens yet, and exit 75 (EX_TEMPFAIL, rabbitmqctl's code for a timeout) when time is up.
+
 Source: https://www.rabbitmq.com/docs/man/rabbitmqctl.8, https://www.rabbitmq.com/docs/definitions.
 """
 
@@ -13,12 +19,14 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from amqpqctl.base import Context, call, output_options, vhost_option
-from amqpqctl.client import CtlError, path
+from amqpqctl.client import CtlError, HttpError, Unreachable, path
 from amqpqctl.output import Output
 
 
@@ -138,5 +146,63 @@ def forget_cluster_node(ctx: Context, node: str, out: Output) -> None:
     call(ctx, "DELETE", path("nodes", node), what=f"node '{node}'")
 
 
+AWAIT_DEFAULT = 300.0  # s, await_startup and await_online_nodes (rabbitmqctl's default)
+POLL = 0.5  # s between attempts
+
+
+class TimedOut(CtlError):
+    """An await command whose time is up (exit 75, EX_TEMPFAIL: rabbitmqctl's timeout)."""
+
+    exit_code = 75
+
+
+def _await(ctx: Context, command: str, timeout: float, done: Callable[[], bool]) -> None:
+    """Call ``done`` every :data:`POLL` s until it is true; a node not listening yet or
+    answering 503 counts as not done. Raises :class:`TimedOut` (with the last reason)."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        try:
+            if done():
+                return
+        except Unreachable as exc:
+            last = f" (last: {exc.message})"
+        except HttpError as exc:
+            if exc.status != 503:
+                raise CtlError(exc.reason or f"HTTP {exc.status} {exc.error}") from None
+            last = f" (last: HTTP 503 {exc.reason})"
+        if time.monotonic() >= deadline:
+            raise TimedOut(f"operation {command} on node {ctx.client.base_url} timed out. "
+                           f"Timeout value used: {round(timeout * 1000)}{last}")
+        time.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+
+
+_TIMEOUT = click.option("-t", "--timeout", "timeout", type=click.FloatRange(min=0),
+                        default=AWAIT_DEFAULT, help="seconds to wait (default 300)")
+
+
+@click.command("await_startup")
+@_TIMEOUT
+@output_options
+def await_startup(ctx: Context, timeout: float, out: Output) -> None:
+    """Waits for the node to start: its management API answers (retried while nothing
+    listens yet). Exit 75 when time is up."""
+    _await(ctx, "await_startup", timeout,
+           lambda: ctx.client.request("GET", path("overview")) is not None)
+
+
+@click.command("await_online_nodes")
+@click.argument("count", type=click.IntRange(min=1))
+@_TIMEOUT
+@output_options
+def await_online_nodes(ctx: Context, count: int, timeout: float, out: Output) -> None:
+    """Waits for COUNT nodes to be running in the cluster (``/api/nodes``, as the node
+    addressed sees them; retried while it does not listen yet). Exit 75 when time is up."""
+    out.progress(f"Will wait for at least {count} nodes to join the cluster of "
+                 f"{ctx.client.base_url}. Timeout: {round(timeout)} seconds.")
+    _await(ctx, "await_online_nodes", timeout, lambda: sum(
+        1 for n in ctx.client.request("GET", path("nodes")) or [] if n.get("running")) >= count)
+
+
 COMMANDS = [export_definitions, import_definitions, status, cluster_status,
-            forget_cluster_node]
+            forget_cluster_node, await_startup, await_online_nodes]

@@ -492,3 +492,25 @@ def test_a_reader_that_leaves_early_is_not_an_error(node: Node) -> None:
     finally:
         os.close(write_end)
     assert (res.returncode, res.stderr) == (1, "")
+
+
+def test_await_startup_and_await_online_nodes(node: Node) -> None:
+    """rabbitmqctl's await commands: at once when the node is up (one running node, itself,
+    without a cluster); exit 75 (EX_TEMPFAIL) naming the last reason when time is up. That
+    they wait for a node still starting is docs/operations.md's run
+    (tests/test_operations_guide.py, make runbook)."""
+    assert run(node, "await_startup").stdout == ""
+    res = run(node, "await_online_nodes", "1")
+    assert res.stdout == (f"Will wait for at least 1 nodes to join the cluster of "
+                          f"http://127.0.0.1:{node.http_port}. Timeout: 300 seconds.\n")
+    res = run(node, "-q", "await_online_nodes", "2", "-t", "0.5", check=False)
+    assert res.returncode == 75
+    assert res.stderr == (f"Error: operation await_online_nodes on node "
+                          f"http://127.0.0.1:{node.http_port} timed out. Timeout value used: "
+                          "500\n")
+    nothing = free_port()
+    res = bare_ctl("--port", str(nothing), "await_startup", "-t", "0.5")
+    assert res.returncode == 75
+    assert res.stderr.startswith(f"Error: operation await_startup on node "
+                                 f"http://127.0.0.1:{nothing} timed out. Timeout value used: "
+                                 f"500 (last: nothing listens on port {nothing}"), res.stderr
