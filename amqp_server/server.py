@@ -48,6 +48,7 @@ from amqp_server.workers import supervisor
 from amqp_server.workers.runtime import WorkerRuntime
 from broker import log_setup
 from broker.broker import Broker
+from broker.cluster_identity import adopt_cluster_id, forget_saved_cluster_id
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment, ResourceProbes
 from broker.listeners import ListenError, bind_all, format_host
@@ -217,6 +218,7 @@ class BrokerServer:
         self._timer_when: float | None = None
         self._tls_context: Any = None
         self._handoff: socket.socket | None = None
+        self._cluster_id: asyncio.Task[Any] | None = None  # a cluster node's adoption of it
 
     async def start(self) -> None:
         """Recover state from the data dir, then listen.
@@ -230,9 +232,13 @@ class BrokerServer:
         if self.config.cluster_etcd:  # a cluster node: etcd, its index, node links
             self.workers = await start_node(self.broker, self.config)
         topology.load()
+        if self.broker.cluster is not None:  # its id comes from the cluster's state
+            forget_saved_cluster_id(self.broker)
         counts = recover_messages(self.broker)
         if self.workers is not None:  # every topology change so far, links to the others
             await self.workers.start()
+        if self.broker.cluster is None and not self.config.worker_index:
+            await adopt_cluster_id(self.broker, Path(self.config.data_dir))  # applied at once
         topology.save_if_changed()
         log.info("recovered %d messages in %d durable queues (%d damaged records skipped)",
                  counts["messages"], counts["queues"], counts["skipped"])
@@ -280,6 +286,9 @@ class BrokerServer:
         if self.broker.cluster is not None:  # registered: the other nodes link to this one
             self.broker.cluster.info["amqp_port"] = self.port
             await self.broker.cluster.register()
+            # proposed through etcd when the cluster has none yet (broker.cluster_identity)
+            self._cluster_id = asyncio.create_task(
+                adopt_cluster_id(self.broker, Path(self.config.data_dir)))
         elif self.workers is not None:
             self.workers.ready()
         log.info("amqpq listening on %s port %d (data dir %s)",
@@ -407,6 +416,8 @@ class BrokerServer:
             await self.federation.stop()
         await stop_management(getattr(self, "management", None))
         await stop_prometheus(getattr(self, "prometheus", None))
+        if self._cluster_id is not None:
+            self._cluster_id.cancel()
         if self.broker.cluster is not None:  # leave at once (the lease is revoked)
             if self.workers is not None:
                 self.workers.close()

@@ -34,6 +34,7 @@ from vhosts.definitions import (
     export_definitions,
     import_definitions,
 )
+from vhosts.extras import INTERNAL_CLUSTER_ID
 from vhosts.limits import LimitsError
 from vhosts.policies import PolicyError
 
@@ -105,7 +106,12 @@ def _apply(broker: Broker, doc: dict[str, Any]) -> None:
         for name in [n for n in vhost.operator_policies if (vhost.name, n) not in operator]:
             vhost.clear_operator_policy(name)
     broker.extras.parameters.clear()
+    # the cluster's id stays when a document lacks it (made before this node adopted it)
+    cluster_id = broker.extras.global_value(INTERNAL_CLUSTER_ID)
     broker.extras.global_parameters.clear()
+    if cluster_id is not None and not any(p.get("name") == INTERNAL_CLUSTER_ID
+                                          for p in doc.get("global_parameters") or []):
+        broker.extras.set_global(INTERNAL_CLUSTER_ID, cluster_id)
     broker.limits.users.clear()
     broker.limits.vhosts.clear()
     import_definitions(broker, doc)
@@ -148,7 +154,9 @@ def apply_delta(broker: Broker, delta: dict[str, Any]) -> Any:
     write, read), ``delete_topic_permission`` (user, vhost, exchange or None: all),
     ``put_policy`` / ``put_operator_policy`` (vhost, name, pattern, definition, priority,
     apply_to), ``delete_policy`` / ``delete_operator_policy`` (vhost, name), ``set_limit``
-    (kind ``vhost`` or ``user``, name, limit, value), ``clear_limit`` (kind, name, limit).
+    (kind ``vhost`` or ``user``, name, limit, value), ``clear_limit`` (kind, name, limit),
+    ``adopt_cluster_id`` (value: the ``internal_cluster_id`` global parameter, set only
+    when there is none).
     """
     handler = _DELTAS.get(str(delta.get("op")))
     if handler is None:
@@ -270,6 +278,15 @@ def _delete_policy(operator: bool) -> Callable[[Broker, dict[str, Any]], Any]:
     return delete
 
 
+def _adopt_cluster_id(broker: Broker, d: dict[str, Any]) -> Any:
+    """The cluster's permanent id, unless it has one already: the first proposal ordered
+    wins on every node (:mod:`broker.cluster_identity`)."""
+    if broker.extras.global_value(INTERNAL_CLUSTER_ID) is not None:
+        return False
+    broker.extras.set_global(INTERNAL_CLUSTER_ID, str(d["value"]))
+    return True
+
+
 def _known(broker: Broker, d: dict[str, Any]) -> Refusal | None:
     """A refusal when the vhost or user of a limit delta does not exist."""
     if d["kind"] == "vhost":
@@ -307,4 +324,5 @@ _DELTAS: dict[str, Callable[[Broker, dict[str, Any]], Any]] = {
     "put_policy": _put_policy(False), "delete_policy": _delete_policy(False),
     "put_operator_policy": _put_policy(True), "delete_operator_policy": _delete_policy(True),
     "set_limit": _set_limit, "clear_limit": _clear_limit,
+    "adopt_cluster_id": _adopt_cluster_id,
 }

@@ -295,6 +295,32 @@ def test_each_node_has_its_own_prometheus_endpoint_labelled_with_its_node(
     assert api(nodes[1], "/api/overview")["cluster_name"] == "n1"
 
 
+def _cluster_ids(nodes: list[BrokerProcess]) -> set[str] | None:
+    """Every running node's internal_cluster_id global parameter and Prometheus
+    rabbitmq_cluster_permanent_id label (None while a node has none yet)."""
+    found = set()
+    for node, name in zip(nodes, NAMES, strict=True):
+        if not node.alive():
+            continue
+        params = {p["name"]: p["value"] for p in api(node, "/api/global-parameters")}
+        [(labels, _)] = _metrics(name)["rabbitmq_identity_info"]
+        if "internal_cluster_id" not in params:
+            return None
+        found |= {params["internal_cluster_id"], labels["rabbitmq_cluster_permanent_id"]}
+    return found
+
+
+def test_one_permanent_cluster_id_on_every_node(nodes: list[BrokerProcess]) -> None:
+    """RabbitMQ's internal_cluster_id: made once per cluster, the same on every node (each
+    node proposed its own data dir's; the first ordered through etcd won)."""
+    ids = wait_until(lambda: (got := _cluster_ids(nodes)) and len(got) == 1 and got,
+                     "one internal_cluster_id on every node")
+    [the_id] = ids
+    assert the_id.startswith("rabbitmq-cluster-id-")
+    exported = api(nodes[2], "/api/definitions")["global_parameters"]
+    assert {"name": "internal_cluster_id", "value": the_id} in exported
+
+
 def test_a_queue_is_reported_by_the_node_it_lives_on_only(
         nodes: list[BrokerProcess]) -> None:
     conn = connect(nodes[2])
@@ -342,7 +368,7 @@ def test_client_totals_cluster_wide_in_the_overview_per_node_in_prometheus(
 
 
 def test_a_stopped_nodes_queue_still_names_its_node(nodes: list[BrokerProcess]) -> None:
-    """Last in the module: it stops n3."""
+    """Last in the module: it stops n3 (and starts it again)."""
     n1, _, n3 = nodes
     conn = connect(n3)
     try:
@@ -356,3 +382,7 @@ def test_a_stopped_nodes_queue_still_names_its_node(nodes: list[BrokerProcess]) 
                ["running"], "n3 stopped, as n1 sees it")
     assert api(n1, "/api/queues/%2F/views.gone")["node"] == "n3"
     assert {q["name"]: q["node"] for q in api(n1, "/api/queues")}["views.gone"] == "n3"
+    # started again, n3 reads the cluster's id back (its saved one does not count)
+    [before] = _cluster_ids(nodes) or [None]
+    n3.start()
+    assert wait_until(lambda: (got := _cluster_ids(nodes)) and got, "n3's id") == {before}

@@ -25,6 +25,7 @@ from broker.config import BrokerConfig, PrometheusOptions
 from management.prometheus import options as prom_options
 from management.prometheus import stop_prometheus
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.cluster import api as cluster_api
 
 DASHBOARDS = Path(__file__).parent / "data" / "grafana_rabbitmq_dashboard_metrics.txt"
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +117,10 @@ def test_types_help_and_identity(prom: Scraper) -> None:
                                  "rabbitmq_cluster_permanent_id"}
     assert ident.labels["rabbitmq_node"].startswith("amqpq@")
     assert ident.labels["rabbitmq_cluster_permanent_id"].startswith("rabbitmq-cluster-id-")
+    # RabbitMQ's internal_cluster_id global parameter: the same id, also exported
+    param = cluster_api(prom.broker, "/api/global-parameters/internal_cluster_id")
+    assert param == {"name": "internal_cluster_id",
+                     "value": ident.labels["rabbitmq_cluster_permanent_id"]}
     (build,) = fams["rabbitmq_build_info"][2]
     assert build.labels["product_name"] == "amqpq" and build.value == 1
     (received,) = fams["rabbitmq_global_messages_received"][2]

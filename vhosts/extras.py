@@ -16,6 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+#: the global parameter holding the cluster's permanent id (:mod:`broker.cluster_identity`)
+INTERNAL_CLUSTER_ID = "internal_cluster_id"
+
 
 @dataclass
 class VhostMetadata:
@@ -76,6 +79,19 @@ class DefinitionExtras:
             return False
         params[:] = kept
         return True
+
+    def global_value(self, name: str) -> Any:
+        """The value of global parameter ``name`` (None when there is none)."""
+        return next((p.get("value") for p in self.global_parameters if p.get("name") == name),
+                    None)
+
+    def set_global(self, name: str, value: Any) -> None:
+        """Set global parameter ``name`` to ``value`` (in its place, else at the end)."""
+        for p in self.global_parameters:
+            if p.get("name") == name:
+                p["value"] = value
+                return
+        self.global_parameters.append({"name": name, "value": value})
 
     def forget_vhost(self, vhost: str) -> None:
         """``vhost`` was deleted: drop its metadata and runtime parameters (a new vhost of

@@ -51,6 +51,7 @@ from management.prometheus.elsewhere import (
 from management.serializers import UnackedTotals, channel_name, connection_name, open_channels
 from management.state import RABBITMQ_VERSION
 from queue_store.backing_status import memory_fields
+from vhosts.extras import INTERNAL_CLUSTER_ID
 
 if TYPE_CHECKING:
     from amqp_server.channel import Channel
@@ -343,8 +344,8 @@ class NodeIdentity:
         cluster: ``rabbitmq_cluster`` without a cluster (the node name, as
             ``/api/overview``'s ``cluster_name``); in a cluster the label is
             :func:`management.cluster_view.cluster_name`, the same on every node.
-        cluster_id: ``rabbitmq_cluster_permanent_id`` (``rabbitmq-cluster-id-...``, kept in
-            the data dir so it survives restarts).
+        cluster_id: ``rabbitmq_cluster_permanent_id`` before the broker has its
+            ``internal_cluster_id`` global parameter (then that, :mod:`broker.cluster_identity`).
         version: the broker's version (``product_version``).
     """
 
@@ -580,7 +581,10 @@ class BrokerCollector(Collector):
             labels=["rabbitmq_node", "rabbitmq_cluster", "rabbitmq_cluster_permanent_id"])
         # in a cluster every node names the same cluster (a dashboard groups its nodes)
         cluster = cluster_name(self.st) if self.st.broker.cluster is not None else ident.cluster
-        info.add_metric([ident.node, cluster, ident.cluster_id], 1)
+        # the cluster's internal_cluster_id as it is now (the same on every node; an
+        # import replaces it, as on RabbitMQ); the data dir's before the broker has one
+        cluster_id = self.st.broker.extras.global_value(INTERNAL_CLUSTER_ID)
+        info.add_metric([ident.node, cluster, str(cluster_id or ident.cluster_id)], 1)
         yield info
 
 

@@ -13,14 +13,12 @@ Source: https://www.rabbitmq.com/docs/prometheus#configuration (``prometheus.tcp
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from broker.cluster_identity import cluster_permanent_id
 from broker.config import PrometheusOptions
 from management.prometheus.app import DEFAULT_PORT, start_prometheus
 from management.prometheus.collectors import NodeIdentity
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.prometheus")
 
-CLUSTER_ID_FILE = "cluster_permanent_id"  # in the data dir
 
 __all__ = ["PrometheusOptions", "add_arguments", "cluster_permanent_id", "from_args",
            "start_for_server"]
@@ -58,24 +55,6 @@ def from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
     return PrometheusOptions(not args.no_prometheus, port)
 
 
-def cluster_permanent_id(data_dir: Path) -> str:
-    """``rabbitmq-cluster-id-<random>``, RabbitMQ's permanent cluster id shape, made once and
-    kept in ``data_dir`` (a fresh one per start when the data dir cannot be written)."""
-    path = Path(data_dir) / CLUSTER_ID_FILE
-    try:
-        text = path.read_text(encoding="ascii").strip()
-        if text:
-            return text
-    except (OSError, UnicodeDecodeError):
-        pass
-    made = "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-    try:
-        path.write_text(made + "\n", encoding="ascii")
-    except OSError as exc:
-        log.warning("cannot keep the cluster id in %s: %s", path, exc.strerror)
-    return made
-
-
 async def start_for_server(broker: Broker, config: BrokerConfig,
                            amqp_port: int) -> web.AppRunner | None:
     """Start the Prometheus listener as the options say (None when disabled or not
@@ -88,7 +67,7 @@ async def start_for_server(broker: Broker, config: BrokerConfig,
     if not opts.enabled:
         return None
     node = config.node_name or node_name()  # a cluster node's --node-name, as the API's
-    identity = NodeIdentity(node=node, cluster=node,
+    identity = NodeIdentity(node=node, cluster=node,  # the id as at start: the fallback
                             cluster_id=cluster_permanent_id(config.data_dir),
                             version=config.version)
     return await start_listener(
