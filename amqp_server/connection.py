@@ -72,6 +72,7 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds (RabbitMQ's handshake_timeout)
 CLOSE_OK_TIMEOUT = 3.0  # seconds to wait for Connection.CloseOk after our Close
 
 _method_index = struct.Struct(">I")
+_frame_head = struct.Struct(">BHI")  # a frame's type, channel and payload size
 _FUSED = framing.FRAME_PUBLISH
 _ACK = framing.FRAME_ACK
 _ACK_IDS = b"\x00\x3c\x00\x50"  # Basic.Ack's class and method ids (for errors)
@@ -307,23 +308,53 @@ class Connection:
             self._held_frame = self._frame
             self._update_reading()
 
-    def resume(self, channel: int, then: Callable[[], None]) -> None:
-        """Run ``then`` (the rest of the suspended method: errors it raises close the
-        channel or connection as if raised while reading ``channel``'s frame), then process
-        the frames held meanwhile."""
+    def resume(self, ch: Channel, then: Callable[[], None]) -> None:
+        """Run ``then`` (the rest of channel ``ch``'s suspended method: errors it raises
+        close the channel or connection as if raised while reading its frame), then process
+        the frames held meanwhile.
+
+        When ``ch`` closed while the answer was on its way (a channel error such as the
+        consumer timeout, a forced Connection.Close, the socket lost), ``then`` still runs,
+        so what the answer brought lands on the channel, but nothing it sends reaches the
+        client (spec 2.2.4: nothing after Channel.Close but its CloseOk) and the channel is
+        released again: a message fetched for it goes back to its queue (redelivered), a
+        consumer subscribed for it is cancelled at the queue, as RabbitMQ's queue does for a
+        channel process that is gone."""
         held, self._held = self._held, None
-        if self.state is State.CLOSED:
-            return
+        everything = self.state is not _OPEN  # the connection closed: nothing more to send
+        gone = everything or ch.closing
+        mark = len(self.output)
         frame = self._held_frame
         try:
             then()
         except AMQPError as exc:
-            self._fail(channel, exc, frame)
+            self._fail(ch.number, exc, frame)
         except Exception as exc:
-            log.exception("internal error on channel %d", channel)
+            log.exception("internal error on channel %d", ch.number)
             self._fail(0, InternalError(f"{type(exc).__name__}: {exc}"), frame)
+        if gone:
+            self._unsend(mark, None if everything else ch.number)
+            ch.release()
+        if self.state is State.CLOSED:
+            return
         self._update_reading()
         self._process(held or [])
+
+    def _unsend(self, mark: int, channel: int | None) -> None:
+        """Drop the frames queued on ``channel`` (None: every frame) since the output held
+        ``mark`` bytes (whole frames: type, channel, size, payload, frame end)."""
+        out = self.output
+        tail = bytes(out[mark:])
+        del out[mark:]
+        if channel is None:
+            return
+        i = 0
+        while i < len(tail):
+            _, number, size = _frame_head.unpack_from(tail, i)
+            end = i + 8 + size
+            if number != channel:
+                out += tail[i:end]
+            i = end
 
     def flush_confirms(self) -> None:
         """Send coalesced Basic.Ack/Nack for every channel with newly settled confirms."""
@@ -508,6 +539,8 @@ class Connection:
             class_id = method_id = 0
         ch = self.channels.get(channel) if channel else None
         if exc.is_soft and ch is not None:
+            if ch.closing:  # our Channel.Close is sent: one is all (spec 2.2.4, RabbitMQ)
+                return
             connection_log.channel_error(self, channel, exc, class_id, method_id)
             ch.release()
             ch.send(commands.Channel.Close(

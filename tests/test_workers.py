@@ -17,15 +17,18 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
 import pika
 import pytest
+from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, NackError
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.wire import Client
 from tests.support.workers import (
     PIN,
     WAIT,
@@ -607,3 +610,58 @@ def test_exclusive_consumer_refused_by_the_home_at_once(pair: tuple) -> None:
     assert err.value.reply_code == 403
     assert "in exclusive use" in err.value.reply_text
     ca.queue_delete(q)
+
+
+def _raw_client_on(broker: BrokerProcess, worker: int) -> Client:
+    """A raw AMQP client (tests/support/wire.py) with channel 1 open, on ``worker``."""
+    for _ in range(100):
+        raw = Client(broker.port)
+        raw.channel()
+        name = qname()
+        raw.call(1, commands.Queue.Declare(queue=name, exclusive=True), commands.Queue.DeclareOk)
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                on = int(queue_info(broker, name)["worker"])
+                break
+            except urllib.error.HTTPError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        if on == worker:
+            return raw
+        raw.sock.close()
+    raise AssertionError(f"no connection landed on worker {worker} in 100 tries")
+
+
+def test_a_get_answered_after_its_connection_closed_goes_back_to_the_queue(
+        broker: BrokerProcess, pair: tuple) -> None:
+    """A Basic.Get on worker 0 waits for the queue's home, worker 1 (stopped); the HTTP API
+    closes the connection meanwhile (320). Once the home answers, the message it took for
+    the get goes back to the queue, flagged redelivered, as RabbitMQ's queue requeues what a
+    channel that is gone held (it stayed unacknowledged at the home for ever)."""
+    _, b = pair
+    q = qname()
+    cb = b.channel()
+    cb.queue_declare(q, arguments=PIN)  # home: worker 1
+    cb.basic_publish("", q, b"late")
+    raw = _raw_client_on(broker, 0)
+    port = raw.sock.getsockname()[1]
+    conns = api(broker, "/api/connections")
+    assert isinstance(conns, list)
+    [name] = [c["name"] for c in conns if c.get("peer_port") == port]
+    home = worker_pid(broker, 1)
+    os.kill(home, signal.SIGSTOP)
+    try:
+        raw.send(1, commands.Basic.Get(queue=q))
+        time.sleep(0.5)  # worker 0 reads it and asks the home (else nothing is tested)
+        assert api_write(broker, "DELETE",
+                         "/api/connections/" + urllib.parse.quote(name, safe="")) == 204
+    finally:
+        os.kill(home, signal.SIGCONT)
+    deadline = time.monotonic() + WAIT
+    method = body = None
+    while body is None and time.monotonic() < deadline:
+        method, _, body = cb.basic_get(q, auto_ack=True)
+    assert body == b"late" and method is not None and method.redelivered
+    raw.sock.close()
+    cb.queue_delete(q)
