@@ -23,9 +23,12 @@ to theirs: one encoding, no re-encoding on either side. A record is::
                                               count; epoch: that of its last entry)
     EPOCH epoch:u32                           (the entries that follow were appended in that
                                               leader epoch; not an entry itself)
+    POINT lsn:u64 epoch:u32                   (the snapshot point moved to that LSN, whose
+                                              entry has that epoch: :meth:`mark`; not an
+                                              entry)
 
 ENQ, ACK and RET are entries (the payload of a replication entry is the record's bytes,
-header included); BASE and EPOCH are not. A file is an optional *snapshot section* (BASE,
+header included); BASE, EPOCH and POINT are not. A file is an optional *snapshot section* (BASE,
 then an ENQ per live message), then the *tail*: EPOCH markers and entries. ``exrk`` is
 Basic.Deliver's exchange and routing key as AMQP shortstrs and ``props`` the content header's
 property bytes, as received: never decoded here. A torn tail (a crash mid-write) is cut at
@@ -38,8 +41,18 @@ state there, and are what a follower that fetches below it installs (:meth:`inst
 file itself is rewritten as BASE + live messages (:meth:`compact`) only when every entry is
 written, committed and fsynced and dead records outweigh live ones.
 
-Memory: every live message of a replica is held in RAM (``entries``); paging replicas to disk
-is not done yet.
+Memory: a replica keeps no message in RAM. Per live message it keeps its offset, the
+position of its ENQ record in the file and the record's length (20 bytes, in typed arrays,
+no object), and a returns count where it is not 0; a message is read back from the file when
+needed (:meth:`ReplicaLog.messages`, :meth:`ReplicaLog.message`: a new leader's queue, a
+compaction, an install). Opening a file reads it a bounded chunk at a time
+(:func:`~queue_store.replica_log_records.scan_file`), and only the entries after the last
+POINT record are handed to the replication log (:meth:`tail`). Entries the file holds can be
+read back from an offset (:meth:`ReplicaLog.read_entries`: a follower that fetches below
+what its leader keeps in RAM), found through a sparse index (every :data:`INDEX_EVERY`-th
+entry's position).
+
+The records are made and read by :mod:`queue_store.replica_log_records`.
 
 Source: Kafka's replication design (log offsets, leader epochs and truncation: KIP-101,
 KIP-279, the leader-epoch checkpoint); RabbitMQ quorum queue semantics
@@ -51,91 +64,57 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import zlib
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-ENQ, ACK, RET, BASE, EPOCH = 1, 2, 3, 4, 5
-ENTRY_KINDS = frozenset((ENQ, ACK, RET))
+from queue_store import replica_log_records as records
+from queue_store.replica_log_records import (
+    ACK,
+    BASE,
+    BASE_BODY,
+    COUNT,
+    ENQ,
+    ENQ_HEAD,
+    ENTRY_KINDS,
+    EPOCH,
+    EPOCH_BODY,
+    POINT,
+    POINT_BODY,
+    RET,
+    RET_BODY,
+    ReplicaLogError,
+    check_entry,
+    iter_records,
+    make_enq,
+    make_record,
+    parse_enq,
+    scan_file,
+    write_all,
+)
 
-_HEAD = struct.Struct(">II")
-_ENQ = struct.Struct(">QIHI")
-_COUNT = struct.Struct(">I")
-_RET = struct.Struct(">QI")
-_BASE = struct.Struct(">QQ")
-_EPOCH = struct.Struct(">I")
-_KINDS = {k: bytes([k]) for k in (ENQ, ACK, RET, BASE, EPOCH)}
+__all__ = ["LogEntry", "Message", "ReplicaLog", "ReplicaLogError", "check_entry"]
+
 # bytes of log before compaction is considered: a replica's file stays under this or 4x its
 # live bytes, and draining a smaller queue rewrites nothing
 COMPACT_MIN = 64 * 1024 * 1024
+#: a message slot whose ENQ record is not in the file yet (the leader's, until its Write)
+_UNWRITTEN = -2
+#: a message slot whose message left (acked)
+_DEAD = -1
+#: entries between two points of the file's entry index (LSN -> position)
+INDEX_EVERY = 64
 
-#: a live message: (exrk, props, body, returns); a tuple of bytes and an int, which the
-#: cyclic garbage collector stops tracking (a deep replica of lists made every full collection
-#: walk all of them: most of a leader's CPU under a growing backlog)
-Entry = tuple[bytes, bytes, bytes, int]
+#: a live message read back: (exrk, props, body, returns)
+Message = tuple[bytes, bytes, bytes, int]
 #: a replication entry: (leader epoch, the operation's record bytes)
 LogEntry = tuple[int, bytes]
 
 
-class ReplicaLogError(Exception):
-    """Bytes that are not a sequence of whole, checked records (a chunk from the wire), or
-    a snapshot that does not stand where it says."""
-
-
-def _record(kind: int, *parts: bytes) -> bytes:
-    crc = zlib.crc32(_KINDS[kind])
-    n = 1
-    for part in parts:
-        crc = zlib.crc32(part, crc)
-        n += len(part)
-    return b"".join((_HEAD.pack(n, crc), _KINDS[kind], *parts))
-
-
-def _enq_record(offset: int, returns: int, exrk: bytes, props: bytes, body: bytes) -> bytes:
-    return _record(ENQ, _ENQ.pack(offset, returns, len(exrk), len(props)), exrk, props, body)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte of ``data`` is written (a write may take fewer)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def iter_records(data: bytes, strict: bool = True) -> Iterator[tuple[int, bytes, int]]:
-    """``(kind, body, end position)`` of each whole record of ``data``.
-
-    Raises:
-        ReplicaLogError: with ``strict``, a cut or damaged record (without it, iteration
-            stops there: a torn tail).
-    """
-    pos, end = 0, len(data)
-    while pos < end:
-        if end - pos < 9:
-            if strict:
-                raise ReplicaLogError("cut record")
-            return
-        n, crc = _HEAD.unpack_from(data, pos)
-        payload = data[pos + 8:pos + 8 + n]
-        if n == 0 or len(payload) < n or zlib.crc32(payload) != crc:
-            if strict:
-                raise ReplicaLogError("damaged record")
-            return
-        pos += 8 + n
-        yield payload[0], payload[1:], pos
-
-
-def check_entry(payload: bytes) -> None:
-    """Raise :class:`ReplicaLogError` unless ``payload`` is exactly one whole ENQ, ACK or
-    RET record with a good CRC (an entry from the wire, before its replica takes it; then
-    :meth:`ReplicaLog.write` applies it without checking it again)."""
-    if len(payload) < 9:
-        raise ReplicaLogError("cut entry")
-    n, crc = _HEAD.unpack_from(payload)
-    if n != len(payload) - 8 or payload[8] not in ENTRY_KINDS \
-            or zlib.crc32(memoryview(payload)[8:]) != crc:
-        raise ReplicaLogError("an entry is one whole ENQ, ACK or RET record")
+def _first_lsn(epoch: tuple[int, int]) -> int:
+    return epoch[1]
 
 
 class ReplicaLog:
@@ -145,8 +124,8 @@ class ReplicaLog:
         path: the file (created when missing; replayed when there).
 
     Attributes:
-        entries: offset -> :data:`Entry` of every live message, in offset order.
-        lsn: LSN of the last operation applied to ``entries`` (the replication log's end).
+        count: live messages.
+        lsn: LSN of the last operation applied (the replication log's end).
         written: LSN of the last entry written to the file (below ``lsn`` while the leader's
             new operations wait for their Write).
         next_offset: the message offset the next ENQ gets.
@@ -154,16 +133,26 @@ class ReplicaLog:
             replication log holds the entries after it (:meth:`tail`).
         last_epoch: epoch of the last entry written.
         size: bytes in the file.
+        live_bytes: bytes of the live messages' ENQ records.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = -1
-        self._load(path.read_bytes() if path.exists() else b"")
+        self.generation = 0  # the file was rewritten or cut this many times
+        self._load()
 
     def _reset(self) -> None:
-        self.entries: dict[int, Entry] = {}
+        # one slot per message, in offset order: its offset, the position of its ENQ record
+        # in the file (_UNWRITTEN, or _DEAD once it left) and the record's length; slots
+        # before _first are all dead (cut off now and then)
+        self._offsets = array("Q")
+        self._pos = array("q")
+        self._len = array("I")
+        self._first = 0
+        self._returns: dict[int, int] = {}  # offset -> returns, where not 0
+        self.count = 0
         self.lsn = self.written = self.start = 0
         self.start_epoch = self.last_epoch = 0
         self.next_offset = 1
@@ -174,39 +163,64 @@ class ReplicaLog:
         # may put the next one
         self._marks: deque[tuple[int, int, int]] = deque()
         self._marker_due = True  # the next entry written needs an EPOCH record first
+        # the entries the file holds (after its snapshot section): from LSN disk_start, the
+        # one before it of epoch disk_start_epoch; every INDEX_EVERY-th entry's (LSN before
+        # it, position, epoch); (epoch, LSN before its first entry) of each epoch
+        self.disk_start = self.disk_start_epoch = 0
+        self._idx_lsn, self._idx_pos, self._idx_epoch = array("Q"), array("Q"), array("I")
+        self._epochs: list[tuple[int, int]] = []
 
-    def _load(self, data: bytes) -> None:
-        """Replay ``data`` (the file's bytes), cut a torn tail, open the file for appends."""
+    def _load(self, end: int | None = None) -> None:
+        """Replay the file (up to ``end``: the rest is cut; default all of it), cut a torn
+        tail, keep the file open for appends. Reads :data:`~queue_store.replica_log_records.READ_CHUNK` at a time."""
         self._reset()
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = self._fd
+        if end is None:
+            end = os.fstat(fd).st_size
         good, in_section, epoch, marked = 0, False, 0, False
-        for kind, body, end in iter_records(data, strict=False):
+        tail, ends = self._tail, []  # the entries after the snapshot point; their ends
+        for kind, record, pos in scan_file(fd, end):
+            good = pos + len(record)
             if kind == BASE:
-                self._apply_base(body)
+                self._apply_base(record)
                 in_section, epoch, marked = True, self.start_epoch, False
-                self._tail.clear()
+                tail.clear()
+                ends.clear()
+                self._idx_lsn, self._idx_pos, self._idx_epoch = array("Q"), array("Q"), \
+                    array("I")
+                self._epochs.clear()
             elif kind == EPOCH:
-                (epoch,) = _EPOCH.unpack_from(body)
+                (epoch,) = EPOCH_BODY.unpack_from(record, 9)
                 marked = True
                 if in_section:
                     in_section = False
-                    self.start, self._snap_pos = self.lsn, good
-            else:
-                self._apply(kind, body)
+                    self.start, self._snap_pos = self.lsn, pos
+                    self.disk_start, self.disk_start_epoch = self.lsn, self.start_epoch
+            elif kind == POINT:
+                lsn, point_epoch = POINT_BODY.unpack_from(record, 9)
+                drop = lsn - self.start
+                if not in_section and 0 < drop <= len(tail):
+                    self.start, self.start_epoch = lsn, point_epoch
+                    self._snap_pos = ends[drop - 1]
+                    del tail[:drop], ends[:drop]
+            elif kind in ENTRY_KINDS:
                 if not in_section:
-                    self._tail.append((epoch, data[good:end]))
-            good = end
+                    self._indexed(self.lsn, pos, epoch)
+                    tail.append((epoch, record))
+                    ends.append(good)
+                self._apply(kind, record, pos)
         if in_section:  # a snapshot section alone
             self.start, self._snap_pos = self.lsn, good
+            self.disk_start, self.disk_start_epoch = self.lsn, self.start_epoch
         self.written = self.lsn
-        self.last_epoch = self._tail[-1][0] if self._tail else self.start_epoch
+        self.last_epoch = tail[-1][0] if tail else self.start_epoch
         self._marker_due = not marked
         if self.lsn > self.start:
             self._marks.append((self.lsn, good, self.last_epoch))
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self._fd, good)  # a torn tail is cut
-        os.lseek(self._fd, good, os.SEEK_SET)
+        os.ftruncate(fd, good)  # a torn tail is cut
+        os.lseek(fd, good, os.SEEK_SET)
         self.size = good
 
     def tail(self) -> list[LogEntry]:
@@ -215,34 +229,123 @@ class ReplicaLog:
         tail, self._tail = self._tail, []
         return tail
 
+    # ---- the live messages -----------------------------------------------------------------
+
+    def offsets(self) -> list[int]:
+        """The live messages' offsets, in order."""
+        pos = self._pos
+        return [o for i, o in enumerate(self._offsets) if i >= self._first and pos[i] != _DEAD]
+
+    def message(self, offset: int) -> Message | None:
+        """The live message at ``offset`` read back from the file (None: not here, or not
+        written yet)."""
+        i = self._find(offset)
+        if i < 0 or self._pos[i] < 0:
+            return None
+        record = os.pread(self._fd, self._len[i], self._pos[i])
+        return self._message(offset, record)
+
+    def messages(self) -> Iterator[tuple[int, Message]]:
+        """``(offset, message)`` of every live message, in offset order, read back from the
+        file in runs of up to :data:`~queue_store.replica_log_records.READ_CHUNK` bytes (a message not written yet, a
+        leader's before its Write, is skipped)."""
+        offsets, poss, lens = self._offsets, self._pos, self._len
+        i, n = self._first, len(offsets)
+        while i < n:
+            run: list[int] = []
+            lo = hi = -1
+            while i < n:
+                p = poss[i]
+                if p >= 0:
+                    if run and (p < hi or p + lens[i] - lo > records.READ_CHUNK):
+                        break
+                    if not run:
+                        lo = p
+                    run.append(i)
+                    hi = p + lens[i]
+                i += 1
+            if not run:
+                return
+            data = memoryview(os.pread(self._fd, hi - lo, lo))
+            for j in run:
+                p = poss[j] - lo
+                yield offsets[j], self._message(offsets[j], data[p:p + lens[j]])
+
+    def _message(self, offset: int, record: bytes | memoryview) -> Message:
+        _, _, exrk, props, body = parse_enq(record)
+        return exrk, props, body, self._returns.get(offset, 0)
+
+    def _find(self, offset: int) -> int:
+        """The slot of live message ``offset``, or -1."""
+        offsets = self._offsets
+        i = bisect_left(offsets, offset, self._first)
+        if i < len(offsets) and offsets[i] == offset and self._pos[i] != _DEAD:
+            return i
+        return -1
+
+    def _add(self, offset: int, pos: int, length: int) -> None:
+        offsets = self._offsets
+        if offsets and offsets[-1] >= offset:  # not in order (not expected): keep it sorted
+            i = bisect_left(offsets, offset, self._first)
+            if i < len(offsets) and offsets[i] == offset:
+                if self._pos[i] != _DEAD:
+                    self._kill(i)
+                self._pos[i], self._len[i] = pos, length
+            else:
+                offsets.insert(i, offset)
+                self._pos.insert(i, pos)
+                self._len.insert(i, length)
+        else:
+            offsets.append(offset)
+            self._pos.append(pos)
+            self._len.append(length)
+        self.count += 1
+        self.live_bytes += length
+        if offset >= self.next_offset:
+            self.next_offset = offset + 1
+
+    def _kill(self, i: int) -> None:
+        pos = self._pos
+        pos[i] = _DEAD
+        self.count -= 1
+        self.live_bytes -= self._len[i]
+        self._returns.pop(self._offsets[i], None)
+        first, n = self._first, len(pos)
+        while first < n and pos[first] == _DEAD:
+            first += 1
+        if first > 4096 and first * 2 > n:  # cut the dead slots off the front
+            del self._offsets[:first], pos[:first], self._len[:first]
+            first = 0
+        self._first = first
+
     # ---- the leader's operations: applied now, written by write() ------------------------
 
     def enq(self, exrk: bytes, props: bytes, body: bytes, returns: int = 0
             ) -> tuple[int, bytes]:
         """A message enters: ``(its offset, the entry's payload)``."""
         offset = self.next_offset
-        self._apply_enq(offset, returns, exrk, props, body)
-        self.lsn += 1
-        return offset, _enq_record(offset, returns, exrk, props, body)
+        record = make_enq(offset, returns, exrk, props, body)
+        self._apply(ENQ, record, _UNWRITTEN)
+        return offset, record
 
     def ack(self, offsets: Iterable[int]) -> bytes | None:
         """Messages leave for good: the entry's payload (None: none of them is here)."""
-        offsets = [o for o in offsets if o in self.entries]
+        offsets = [o for o in offsets if self._find(o) >= 0]
         if not offsets:
             return None
-        self._apply_ack(offsets)
-        self.lsn += 1
-        return _record(ACK, _COUNT.pack(len(offsets)), struct.pack(f">{len(offsets)}Q",
-                                                                   *offsets))
+        record = make_record(ACK, COUNT.pack(len(offsets)), struct.pack(f">{len(offsets)}Q",
+                                                                     *offsets))
+        self._apply(ACK, record, _UNWRITTEN)
+        return record
 
     def ret(self, offset: int, returns: int) -> bytes | None:
         """A message went back to the queue, ``returns`` times so far: the payload (None:
         the message is not here)."""
-        if offset not in self.entries:
+        if self._find(offset) < 0:
             return None
-        self._apply_ret(offset, returns)
-        self.lsn += 1
-        return _record(RET, _RET.pack(offset, returns))
+        record = make_record(RET, RET_BODY.pack(offset, returns))
+        self._apply(RET, record, _UNWRITTEN)
+        return record
 
     # ---- the replication log's actions ---------------------------------------------------
 
@@ -258,22 +361,79 @@ class ReplicaLog:
         if first != self.written:
             raise ReplicaLogError(f"write at {first}, the log ends at {self.written}")
         parts = []
+        pos = self.size
         for epoch, payload in entries:
             if epoch != self.last_epoch or self._marker_due:
-                parts.append(_record(EPOCH, _EPOCH.pack(epoch)))
+                marker = make_record(EPOCH, EPOCH_BODY.pack(epoch))
+                parts.append(marker)
+                pos += len(marker)
                 self.last_epoch, self._marker_due = epoch, False
+            self._indexed(self.written, pos, epoch)
             if self.written >= self.lsn:  # a follower's (checked on arrival): apply it
-                self._apply(payload[8], payload[9:])
+                self._apply(payload[8], payload, pos)
+            elif payload[8] == ENQ:  # the leader's message: now its record has a place
+                self._placed(ENQ_HEAD.unpack_from(payload, 9)[0], pos)
             self.written += 1
             parts.append(payload)
+            pos += len(payload)
         self._write(b"".join(parts))
         self._marks.append((self.written, self.size, self.last_epoch))
+
+    def _indexed(self, lsn: int, pos: int, epoch: int) -> None:
+        """The entry after LSN ``lsn`` is at ``pos`` in the file, of ``epoch``."""
+        idx = self._idx_lsn
+        if not idx or lsn - idx[-1] >= INDEX_EVERY:
+            idx.append(lsn)
+            self._idx_pos.append(pos)
+            self._idx_epoch.append(epoch)
+        if not self._epochs or self._epochs[-1][0] != epoch:
+            self._epochs.append((epoch, lsn))
+
+    def epoch_at(self, lsn: int) -> int | None:
+        """Epoch of the entry at LSN ``lsn`` (offset ``lsn - 1``) as the file holds it; that
+        of the snapshot section's last entry at :attr:`disk_start` (0 for an empty log);
+        None when the file does not hold it (before :attr:`disk_start`, after
+        :attr:`written`)."""
+        if lsn == self.disk_start:
+            return self.disk_start_epoch
+        if not self.disk_start < lsn <= self.written:
+            return None
+        i = bisect_right(self._epochs, lsn - 1, key=_first_lsn) - 1
+        return self._epochs[i][0] if i >= 0 else None
+
+    def read_entries(self, first: int, count: int, end: int) -> list[LogEntry]:
+        """Up to ``count`` entries ``(epoch, payload)`` from offset ``first``, below offset
+        ``end`` and :attr:`written`, read from the file (a follower that fetches below the
+        entries its leader keeps in RAM); empty when the file does not hold ``first``.
+        Blocking (a read of about ``count`` entries)."""
+        end = min(end, self.written)
+        if not self.disk_start <= first < end or not self._idx_lsn:
+            return []
+        i = bisect_left(self._idx_lsn, first + 1) - 1
+        lsn, pos, epoch = self._idx_lsn[i], self._idx_pos[i], self._idx_epoch[i]
+        out: list[LogEntry] = []
+        for kind, record, _ in scan_file(self._fd, self.size, pos, chunk=256 * 1024):
+            if kind == EPOCH:
+                (epoch,) = EPOCH_BODY.unpack_from(record, 9)
+            elif kind in ENTRY_KINDS:
+                if lsn >= first:
+                    out.append((epoch, record))
+                lsn += 1
+                if lsn >= end or len(out) >= count:
+                    break
+        return out
+
+    def _placed(self, offset: int, pos: int) -> None:
+        offsets = self._offsets
+        i = bisect_left(offsets, offset, self._first)
+        if i < len(offsets) and offsets[i] == offset and self._pos[i] == _UNWRITTEN:
+            self._pos[i] = pos  # (an acked one stays dead)
 
     def discard_unwritten(self) -> None:
         """Forget operations applied but never written (the leader stepped down before
         its Write): the state is replayed from the file."""
         if self.lsn != self.written:
-            self._reload(self._read(self.size))
+            self._reload(self.size)
 
     def truncate(self, offset: int) -> None:
         """Cut the log to ``offset`` entries (a divergent tail of an older epoch): the file
@@ -284,25 +444,27 @@ class ReplicaLog:
             return
         if offset < self.start:
             os.ftruncate(self._fd, 0)
-            self._load(b"")
+            self.generation += 1
+            self._load(0)
             return
-        data = self._read(self.size)
         lsn, cut = 0, 0
-        for kind, body, end in iter_records(data, strict=False):
+        for kind, record, pos in scan_file(self._fd, self.size):
             if lsn >= offset and kind != BASE:
                 break
             if kind == BASE:
-                lsn = _BASE.unpack_from(body)[0]
+                lsn = BASE_BODY.unpack_from(record, 9)[0]
             elif kind in ENTRY_KINDS:
                 lsn += 1
-            cut = end
+            cut = pos + len(record)
         os.ftruncate(self._fd, cut)
-        self._reload(data[:cut])
+        self.generation += 1
+        self._reload(cut)
 
-    def _reload(self, data: bytes) -> None:
-        """:meth:`_load` keeping the snapshot point (never above what is cut)."""
+    def _reload(self, end: int) -> None:
+        """:meth:`_load` up to ``end`` keeping the snapshot point (never above what is
+        cut)."""
         point = (self.start, self._snap_pos, self.start_epoch)
-        self._load(data)
+        self._load(end)
         self._tail = []
         if point[0] > self.start:
             self.start, self._snap_pos, self.start_epoch = point
@@ -311,39 +473,62 @@ class ReplicaLog:
     def mark(self, upto: int) -> int:
         """Make the snapshot point the last write boundary at or below LSN ``upto`` (the
         entries up to it committed and fsynced); its LSN (:attr:`start` when there is none
-        above it)."""
+        above it). A POINT record notes it in the file, so a restart starts there too (the
+        entries before it are not read into RAM again)."""
         marks = self._marks
         best = None
         while marks and marks[0][0] <= upto:
             best = marks.popleft()
         if best is not None and best[0] > self.start:
             self.start, self._snap_pos, self.start_epoch = best
+            self._write(make_record(POINT, POINT_BODY.pack(self.start, self.start_epoch)))
         return self.start
+
+    @property
+    def snapshot_size(self) -> int:
+        """Bytes of the file up to the snapshot point (:meth:`read_snapshot`)."""
+        return self._snap_pos
 
     def snapshot_bytes(self) -> bytes:
         """The file's bytes up to the snapshot point: they replay to the state there (what a
         follower that fetches below it installs). Reads the file (blocking)."""
-        return self._read(self._snap_pos)
+        return self.read_snapshot(0, self._snap_pos)
 
-    def install(self, offset: int, last_epoch: int, snapshot: bytes) -> None:
-        """Replace the log by a leader's ``snapshot`` (:meth:`snapshot_bytes`) standing at
-        LSN ``offset`` with last epoch ``last_epoch``: written as BASE + live messages to a
-        new file, fsynced and renamed over the old one.
+    def read_snapshot(self, pos: int, n: int) -> bytes:
+        """Bytes ``[pos, pos + n)`` of the file: of the snapshot up to a snapshot point while
+        :attr:`generation` is the same (the file is appended to only until then)."""
+        return os.pread(self._fd, n, pos) if n > 0 else b""
+
+    def install(self, offset: int, last_epoch: int, snapshot: bytes | Path) -> None:
+        """Replace the log by a leader's ``snapshot`` (its bytes, :meth:`snapshot_bytes`, or
+        a file holding them, consumed) standing at LSN ``offset`` with last epoch
+        ``last_epoch``: written as BASE + live messages to a new file, fsynced and renamed
+        over the old one.
 
         Raises:
             ReplicaLogError: the snapshot is damaged or does not replay to ``offset``.
         """
-        probe = ReplicaLog.__new__(ReplicaLog)
-        probe._reset()
-        for kind, body, _ in iter_records(snapshot):
-            if kind == BASE:
-                probe._apply_base(body)
-            elif kind != EPOCH:
-                probe._apply(kind, body)
-        if probe.lsn != offset:
-            raise ReplicaLogError(f"a snapshot of LSN {probe.lsn} said to stand at {offset}")
-        probe.start_epoch = last_epoch
-        self._replace(probe._snapshot_file())
+        if isinstance(snapshot, Path):
+            incoming = snapshot
+        else:
+            for _ in iter_records(snapshot):  # whole and checked
+                pass
+            incoming = self.path.with_name(self.path.name + ".in")
+            fd = os.open(incoming, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                write_all(fd, snapshot)
+            finally:
+                os.close(fd)
+        probe = ReplicaLog(incoming)
+        try:
+            if probe.lsn != offset:
+                raise ReplicaLogError(f"a snapshot of LSN {probe.lsn} said to stand at "
+                                      f"{offset}")
+            probe.start_epoch = last_epoch
+            probe.compact_into(self.path.with_name(self.path.name + ".new"))
+        finally:
+            probe.remove()
+        self._replaced()
 
     def compact(self) -> bool:
         """Rewrite the file as BASE + live messages (same LSN) when dead records outweigh
@@ -352,84 +537,79 @@ class ReplicaLog:
         if self.written != self.lsn or not self.needs_compaction():
             return False
         self.start_epoch = self.last_epoch
-        self._replace(self._snapshot_file())
+        self.compact_into(self.path.with_name(self.path.name + ".new"))
+        self._replaced()
         return True
 
     def needs_compaction(self) -> bool:
         """Dead records outweigh live messages (and the file is past :data:`COMPACT_MIN`)."""
-        return self.size > COMPACT_MIN and self.size > 4 * (self.live_bytes + 64 * len(
-            self.entries))
+        return self.size > COMPACT_MIN and self.size > 4 * (self.live_bytes + 64 * self.count)
 
-    def _snapshot_file(self) -> bytes:
-        parts = [_record(BASE, _BASE.pack(self.lsn - len(self.entries), self.next_offset),
-                         _EPOCH.pack(self.start_epoch))]
-        for offset, (exrk, props, body, returns) in self.entries.items():
-            parts.append(_enq_record(offset, returns, exrk, props, body))
-        return b"".join(parts)
-
-    def _replace(self, data: bytes) -> None:
-        tmp = self.path.with_name(self.path.name + ".new")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    def compact_into(self, dest: Path) -> None:
+        """Write this log's state as a file of its own at ``dest``: BASE (LSN before the
+        live messages, next offset, :attr:`start_epoch`), then an ENQ record per live
+        message (its record as stored, or made again with its returns), fsynced. Streams:
+        :data:`~queue_store.replica_log_records.READ_CHUNK` at a time."""
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            _write_all(fd, data)
+            parts = [make_record(BASE, BASE_BODY.pack(self.lsn - self.count, self.next_offset),
+                             EPOCH_BODY.pack(self.start_epoch))]
+            held = len(parts[0])
+            for offset, message in self.messages():
+                parts.append(make_enq(offset, message[3], *message[:3]))
+                held += len(parts[-1])
+                if held >= records.READ_CHUNK:
+                    write_all(fd, b"".join(parts))
+                    parts, held = [], 0
+            write_all(fd, b"".join(parts))
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
-        self._load(data)
+
+    def _replaced(self) -> None:
+        """The file at ``path.new`` replaces this log's file; the state is read from it."""
+        os.replace(self.path.with_name(self.path.name + ".new"), self.path)
+        self.close()
+        self.generation += 1
+        self._load()
 
     # ---- state ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _base_epoch(body: bytes) -> int:
-        return _EPOCH.unpack_from(body, _BASE.size)[0] if len(body) >= _BASE.size + 4 else 0
+    def _apply_base(self, record: bytes) -> None:
+        self._offsets, self._pos, self._len = array("Q"), array("q"), array("I")
+        self._first, self.count, self.live_bytes = 0, 0, 0
+        self._returns.clear()
+        self.lsn, self.next_offset = BASE_BODY.unpack_from(record, 9)
+        body_len = len(record) - 9
+        self.start_epoch = (EPOCH_BODY.unpack_from(record, 9 + BASE_BODY.size)[0]
+                            if body_len >= BASE_BODY.size + 4 else 0)
 
-    def _apply_base(self, body: bytes) -> None:
-        self.entries, self.live_bytes = {}, 0
-        self.lsn, self.next_offset = _BASE.unpack_from(body)
-        self.start_epoch = self._base_epoch(body)
-
-    def _apply(self, kind: int, body: bytes) -> None:
+    def _apply(self, kind: int, record: bytes, pos: int) -> None:
+        """Apply an entry's ``record``, at ``pos`` in the file (or :data:`_UNWRITTEN`)."""
         if kind == ENQ:
-            offset, returns, exrk_len, props_len = _ENQ.unpack_from(body)
-            pos = _ENQ.size
-            exrk = body[pos:pos + exrk_len]
-            props = body[pos + exrk_len:pos + exrk_len + props_len]
-            self._apply_enq(offset, returns, exrk, props, body[pos + exrk_len + props_len:])
-            self.lsn += 1
+            offset, returns = ENQ_HEAD.unpack_from(record, 9)[:2]
+            self._add(offset, pos, len(record))
+            if returns:
+                self._returns[offset] = returns
         elif kind == ACK:
-            (count,) = _COUNT.unpack_from(body)
-            self._apply_ack(struct.unpack_from(f">{count}Q", body, 4))
-            self.lsn += 1
+            (count,) = COUNT.unpack_from(record, 9)
+            for offset in struct.unpack_from(f">{count}Q", record, 13):
+                i = self._find(offset)
+                if i >= 0:
+                    self._kill(i)
         elif kind == RET:
-            self._apply_ret(*_RET.unpack_from(body))
-            self.lsn += 1
-
-    def _apply_enq(self, offset: int, returns: int, exrk: bytes, props: bytes,
-                   body: bytes) -> None:
-        self.entries[offset] = (exrk, props, body, returns)
-        self.live_bytes += len(body)
-        self.next_offset = max(self.next_offset, offset + 1)
-
-    def _apply_ret(self, offset: int, returns: int) -> None:
-        entry = self.entries.get(offset)
-        if entry is not None:
-            self.entries[offset] = (entry[0], entry[1], entry[2], returns)
-
-    def _apply_ack(self, offsets: Iterable[int]) -> None:
-        for offset in offsets:
-            entry = self.entries.pop(offset, None)
-            if entry is not None:
-                self.live_bytes -= len(entry[2])
+            offset, returns = RET_BODY.unpack_from(record, 9)
+            if self._find(offset) >= 0:
+                self._returns[offset] = returns
+        else:
+            return
+        self.lsn += 1
 
     # ---- the file ------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
-        _write_all(self._fd, data)
+        write_all(self._fd, data)
         self.size += len(data)
-
-    def _read(self, n: int) -> bytes:
-        return os.pread(self._fd, n, 0) if n else b""
 
     def sync(self) -> None:
         """fsync the file (blocking: run it off the event loop). A file replaced by a

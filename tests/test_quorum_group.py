@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -94,14 +95,19 @@ def _publish(group: QuorumGroup, *bodies: bytes) -> None:
 
 
 def _bodies(group: QuorumGroup) -> list[bytes]:
-    return [e[2] for e in group.log.entries.values()]
+    return [m[2] for _, m in group.log.messages()]
 
 
 def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snapshot(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+        ) -> None:
     monkeypatch.setattr("amqp_server.cluster.quorum_group.KEEP_ENTRIES", 1)
+    monkeypatch.setattr("amqp_server.cluster.quorum_group.SNAPSHOT_CHUNK", 16)  # several
+    compacting = False
+    monkeypatch.setattr(ReplicaLog, "needs_compaction", lambda log: compacting)
 
     async def main() -> None:
+        nonlocal compacting
         c = Cluster(tmp_path, 2)
         c.put({"leader": 0, "run": 100, "epoch": 1, "members": [0, 1], "isr": [0, 1]})
         leader, follower = c.groups[0], c.groups[1]
@@ -114,20 +120,70 @@ def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snap
         await c.settle()
         leader.tick()  # the snapshot point moves behind what is committed and fsynced
         assert leader.replica.start == leader.log.start == 3  # a write boundary
+        compacting = True  # the file is rewritten: its entries before offset 4 are gone
+        leader.tick()
+        compacting = False
+        assert leader.replica.start == leader.log.disk_start == 4
         _publish(leader, b"d")  # after the snapshot point: the tail
         await c.settle()
         late = c.add(tmp_path, 2)
         c.put({**json.loads(c.value), "members": [0, 1, 2]})
         late.tick()  # fetches from 0: below the leader's log start
         await c.settle()
-        assert late.log.lsn == late.replica.log_end == 5 and late.log.start == 3
+        assert late.log.lsn == late.replica.log_end == 5 and late.log.start == 4
         assert _bodies(late) == [b"b", b"c", b"d"] == _bodies(leader)
         assert late.replica.durable == 5
+        assert "node 2 fetched below this replica's log start: snapshot at offset 4 sent" \
+            in caplog.text and not list(tmp_path.glob("n2/*.snapshot"))
         late.log.close()
         again = ReplicaLog(late.log.path)
-        assert again.lsn == 5 and [e for e, _ in again.tail()] == [1, 1]
+        assert again.lsn == 5 and [e for e, _ in again.tail()] == [1]
 
-    asyncio.run(main())
+    with caplog.at_level(logging.INFO, "amqpq.quorum"):
+        asyncio.run(main())
+
+
+def test_a_restarted_follower_fetches_what_it_missed_from_the_leaders_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+        ) -> None:
+    """A follower down while its leader took 3,000 messages (the leader keeps 16 entries in
+    RAM) restarts and fetches from its own offset: the entries come from the leader's log
+    file, 512 at a time, not as a snapshot of the whole queue."""
+    monkeypatch.setattr("amqp_server.cluster.quorum_group.KEEP_ENTRIES", 8)
+
+    async def main() -> None:
+        c = Cluster(tmp_path, 3)
+        c.put({"leader": 0, "run": 100, "epoch": 1, "members": [0, 1, 2], "isr": [0, 1, 2]})
+        leader = c.groups[0]
+        _publish(leader, *(f"m{i}".encode() for i in range(100)))
+        await c.settle()
+        assert _bodies(c.groups[2]) == _bodies(leader)
+        c.groups.pop(2).close()  # node 2 stops; the others go on without it
+        c.running.discard(2)
+        c.put({**json.loads(c.value), "isr": [0, 1]})
+        for i in range(100, 3100):
+            _publish(leader, f"m{i}".encode())
+            if i % 500 == 0:
+                await c.settle()
+                leader.tick()
+        await c.settle()
+        leader.tick()
+        assert leader.replica.start > 3000  # what node 2 lacks is in the file only
+        back = c.add(tmp_path, 2)  # restarts from its file: offset 100
+        c.running.add(2)
+        assert back.log.lsn == 100
+        back.tick()
+        await c.settle(rounds=400)
+        assert back.log.lsn == leader.log.lsn == 3100
+        assert _bodies(back) == [f"m{i}".encode() for i in range(3100)]
+        assert "node 2 fetches from offset 100, below the entries kept in RAM" in caplog.text
+        assert "snapshot" not in caplog.text
+        back.tick()
+        await c.settle()
+        assert "node 2 caught up from the log file, offset 100 to" in caplog.text
+
+    with caplog.at_level(logging.INFO, "amqpq.quorum"):
+        asyncio.run(main())
 
 
 def test_a_tail_only_the_old_leader_wrote_is_cut_on_disk(tmp_path: Path) -> None:

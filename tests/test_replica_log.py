@@ -21,7 +21,7 @@ def _lead(log: ReplicaLog, epoch: int, payloads: list[bytes | None]) -> list[tup
 
 
 def _bodies(log: ReplicaLog) -> dict[int, tuple[bytes, int]]:
-    return {o: (e[2], e[3]) for o, e in log.entries.items()}
+    return {o: (m[2], m[3]) for o, m in log.messages()}
 
 
 def test_operations_and_epochs_survive_a_reopen_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_a_follower_applies_the_leaders_entries_and_refuses_a_gap(tmp_path: Path
         follower.write(3, second)  # not at its end
     follower.write(2, second)
     assert follower.lsn == leader.lsn == 4
-    assert [e[2] for e in follower.entries.values()] == [b"b", b"c"]
+    assert [m[2] for _, m in follower.messages()] == [b"b", b"c"]
     check_entry(second[1][1])
     for bad in (second[1][1][:-1], second[0][1] + second[1][1]):
         with pytest.raises(ReplicaLogError):
@@ -75,7 +75,7 @@ def test_truncation_cuts_a_divergent_tail_on_disk_and_undoes_its_operations(
     assert again.lsn == 3 and [e for e, _ in again.tail()] == [1, 1, 3]
     assert _bodies(again) == {1: (b"a", 0), 2: (b"b", 0), 3: (b"y", 0)}
     again.truncate(0)
-    assert again.lsn == 0 and again.entries == {} and again.size == 0
+    assert again.lsn == 0 and again.count == 0 and again.offsets() == [] and again.size == 0
 
 
 def test_a_snapshot_point_installs_on_a_follower_and_entries_follow_it(tmp_path: Path) -> None:
@@ -87,17 +87,17 @@ def test_a_snapshot_point_installs_on_a_follower_and_entries_follow_it(tmp_path:
     later = _lead(leader, 2, [leader.enq(EXRK, b"", b"d")[1]])  # after the point
     follower.install(4, 2, leader.snapshot_bytes())
     assert follower.lsn == follower.start == 4 and follower.start_epoch == 2
-    assert [e[2] for e in follower.entries.values()] == [b"a", b"c"]
+    assert [m[2] for _, m in follower.messages()] == [b"a", b"c"]
     follower.write(4, later)
     follower.close()
     reopened = ReplicaLog(tmp_path / "f.log")
     assert reopened.start == 4 and reopened.start_epoch == 2 and reopened.lsn == 5
     assert reopened.tail() == later
-    assert [e[2] for e in reopened.entries.values()] == [b"a", b"c", b"d"]
+    assert [m[2] for _, m in reopened.messages()] == [b"a", b"c", b"d"]
     with pytest.raises(ReplicaLogError):
         reopened.install(3, 2, leader.snapshot_bytes())  # not where it says it stands
     reopened.truncate(3)  # below the snapshot: it was not the leader's, start over
-    assert reopened.lsn == reopened.start == 0 and reopened.entries == {}
+    assert reopened.lsn == reopened.start == 0 and reopened.count == 0
     assert reopened.size == 0 and reopened.tail() == []
 
 
@@ -112,10 +112,94 @@ def test_compaction_keeps_the_lsn_epoch_and_the_live_messages(
     before = log.size
     assert log.compact() is True and log.size < before // 4
     assert log.lsn == log.start == 201 and log.start_epoch == 3
-    assert list(log.entries) == [196, 197, 198, 199, 200]
+    assert log.offsets() == [196, 197, 198, 199, 200]
     _lead(log, 4, [log.enq(EXRK, b"", b"after")[1]])
     log.close()
     again = ReplicaLog(tmp_path / "q.log")
-    assert again.lsn == 202 and again.start == 201 and list(again.entries) == [
+    assert again.lsn == 202 and again.start == 201 and again.offsets() == [
         196, 197, 198, 199, 200, 201]
     assert [e for e, _ in again.tail()] == [4]
+
+
+def test_a_restart_starts_at_the_last_snapshot_point_and_reads_every_message_back(
+        tmp_path: Path) -> None:
+    log = ReplicaLog(tmp_path / "q.log")
+    for i in range(6):
+        _lead(log, 1, [log.enq(EXRK, b"\x00\x00", f"m{i}".encode())[1]])
+    _lead(log, 2, [log.ack([2]), log.ret(3, 2)])
+    assert log.mark(8) == 8 and log.start_epoch == 2
+    _lead(log, 2, [log.enq(EXRK, b"", b"after")[1]])
+    log.close()
+    again = ReplicaLog(tmp_path / "q.log")
+    assert again.start == 8 and again.start_epoch == 2 and again.lsn == 9
+    assert [e for e, _ in again.tail()] == [2]  # only what follows the POINT record
+    assert _bodies(again) == {1: (b"m0", 0), 3: (b"m2", 2), 4: (b"m3", 0), 5: (b"m4", 0),
+                              6: (b"m5", 0), 7: (b"after", 0)}
+    assert again.message(3) == (EXRK, b"\x00\x00", b"m2", 2) and again.message(2) is None
+    copy = ReplicaLog(tmp_path / "f.log")
+    copy.install(8, 2, again.snapshot_bytes())  # the file up to the point replays there
+    assert copy.lsn == copy.start == 8 and _bodies(copy) == {
+        o: b for o, b in _bodies(again).items() if o != 7}
+
+
+def test_messages_are_read_back_in_runs_and_compaction_keeps_their_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("queue_store.replica_log_records.READ_CHUNK", 100)  # runs, longer records
+    monkeypatch.setattr("queue_store.replica_log.COMPACT_MIN", 1000)
+    log = ReplicaLog(tmp_path / "q.log")
+    want = {}
+    for i in range(1, 301):
+        body = bytes([i % 256]) * (i % 7 * 40)
+        _lead(log, 1, [log.enq(EXRK, b"p", body)[1]])
+        want[i] = (body, 0)
+    gone = [o for o in want if o % 10]
+    _lead(log, 1, [log.ack(gone), log.ret(10, 4)])
+    want = {o: (b, 4 if o == 10 else 0) for o, (b, _) in want.items() if o not in gone}
+    assert _bodies(log) == want and log.count == 30
+    assert log.compact() is True
+    assert _bodies(log) == want and log.start == log.lsn == 302
+    log.close()
+    assert _bodies(ReplicaLog(tmp_path / "q.log")) == want
+
+
+def test_a_replica_keeps_no_message_body_in_ram(tmp_path: Path) -> None:
+    import tracemalloc
+
+    log = ReplicaLog(tmp_path / "q.log")
+    body = b"x" * 4000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(25):  # 5,000 messages of 4,000 bytes: 20 MB of bodies
+            _lead(log, 1, [log.enq(EXRK, b"", body)[1] for _ in range(200)])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert log.count == 5_000
+    assert held < 1_000_000, held  # 20 bytes of slots per message, no bytes objects
+
+
+def test_entries_are_read_back_from_the_file_with_their_epochs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("queue_store.replica_log.INDEX_EVERY", 4)
+    log = ReplicaLog(tmp_path / "q.log")
+    written = []
+    for epoch in (1, 1, 2, 3):
+        written += _lead(log, epoch, [log.enq(EXRK, b"", f"m{i}".encode())[1]
+                                      for i in range(5)])
+    written += _lead(log, 3, [log.ack([1, 2])])
+    log.mark(10)
+    assert log.read_entries(0, 100, 100) == written
+    assert log.read_entries(7, 3, 100) == written[7:10]
+    assert log.read_entries(19, 5, 20) == written[19:20] and log.read_entries(21, 5, 99) == []
+    assert [log.epoch_at(n) for n in (0, 1, 10, 11, 15, 16, 21)] == [0, 1, 1, 2, 2, 3, 3]
+    assert log.epoch_at(22) is None
+    log.close()
+    again = ReplicaLog(tmp_path / "q.log")  # the index is rebuilt at open
+    assert again.read_entries(3, 9, 100) == written[3:12] and again.epoch_at(16) == 3
+    follower = ReplicaLog(tmp_path / "f.log")
+    follower.install(10, 2, again.snapshot_bytes())  # a snapshot section: no entries before
+    assert follower.disk_start == 10 and follower.epoch_at(10) == 2
+    assert follower.read_entries(9, 5, 100) == [] and follower.epoch_at(9) is None
+    follower.write(10, written[10:])
+    assert follower.read_entries(10, 99, 99) == written[10:]

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from amqp_server.cluster.replica_records import RecordError, decode, encode
+from amqp_server.cluster.replica_records import (
+    ChunkRequest,
+    RecordError,
+    SnapshotChunk,
+    decode,
+    encode,
+)
 from amqp_server.cluster.replication_types import Diverging, Fetch, Records, Snapshot
 from amqp_server.workers.link_codec import REPL, Outbox, RecordReader, queue_key
 from queue_store.replica_log import ReplicaLog
@@ -22,7 +28,8 @@ def test_every_record_round_trips(tmp_path) -> None:
         Records(7, 12, 6, ((6, payloads[0]), (7, payloads[1])), 11),
         Records(3, 0, 0, (), 0),
         Diverging(9, 100, 8, 5, 77),
-        Snapshot(4, 1000, 3, b"\x01" * 5000, 999),
+        SnapshotChunk(4, 1000, 3, 999, 2**33, 2**32, b"\x01" * 5000),
+        ChunkRequest(4, 1000, 2**32 + 5000),
     ]
     for record in records:
         assert decode(encode(QKEY, record)) == (QKEY, record)
@@ -42,4 +49,4 @@ def test_a_cut_or_unknown_body_is_refused() -> None:
         with pytest.raises(RecordError):
             decode(bad)
     with pytest.raises(TypeError):
-        encode(QKEY, Snapshot(1, 1, 1, object(), 1))  # a snapshot is sent as bytes
+        encode(QKEY, Snapshot(1, 1, 1, b"", 1))  # a snapshot is sent in chunks

@@ -21,9 +21,13 @@ event                              from
 ========================  =========================================================
 action                    carried out as
 ========================  =========================================================
-Send                      a REPL record on the node link (lost when the link is down)
+Send                      a REPL record on the node link (lost when the link is down); a
+                          Snapshot for a follower whose offset the log file still holds
+                          is the entries from there, read from the file; otherwise the
+                          file up to the snapshot point, in chunks the follower asks for
 Write / Truncate          :meth:`ReplicaLog.write` / :meth:`ReplicaLog.truncate`
-Install                   :meth:`ReplicaLog.install` of the snapshot just received
+Install                   :meth:`ReplicaLog.install` of the snapshot just received (its
+                          chunks written to a file beside the log)
 Fsync                     :meth:`ReplicaLog.sync` in the broker's blocking pool
 Cas                       an etcd transaction comparing the value it replaces
 Commit                    :meth:`ReplicatedQueue.commit` (publishers confirmed)
@@ -48,15 +52,18 @@ import hashlib
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster import replica_records
 from amqp_server.cluster.isr import LAG_TIMEOUT
+from amqp_server.cluster.replica_records import ChunkRequest, SnapshotChunk
 from amqp_server.cluster.replication import Replica, Timing
 from amqp_server.cluster.replication_types import (
     Become,
     Cas,
     Commit,
+    Fetch,
     Fsync,
     GroupState,
     Install,
@@ -77,7 +84,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amqpq.quorum")
 
 #: the replica's snapshot, as the replication log holds it: "the replica log file's bytes
-#: up to its snapshot point" (:meth:`ReplicaLog.snapshot_bytes`, read when sent)
+#: up to its snapshot point" (:meth:`ReplicaLog.read_snapshot`, read a chunk at a time)
 SNAPSHOT_IN_FILE = "replica-log-file"
 #: committed entries a replica keeps in RAM behind its high watermark, so a follower away
 #: for fewer fetches them instead of a snapshot; the snapshot point moves by as many at once
@@ -85,6 +92,22 @@ KEEP_ENTRIES = 8192
 TIMING = Timing(lag_timeout=LAG_TIMEOUT, fetch_interval=0.5, batch=512)
 LEASE_MARGIN = 0.9  # the share of the etcd lease a leader counts on (clock drift, delays)
 FSYNC_RETRY = 1.0  # seconds before a failed fsync is tried again
+SNAPSHOT_CHUNK = 1024 * 1024  # bytes of a snapshot per link record (one in flight)
+SNAPSHOT_IDLE = 10.0  # seconds without a chunk asked for: a snapshot sent is given up
+
+
+@dataclasses.dataclass
+class _Transfer:
+    """A snapshot on its way to a follower (leader) or from the leader (follower)."""
+
+    epoch: int
+    offset: int
+    last_epoch: int
+    hw: int
+    total: int
+    generation: int = 0  # leader: the log file's generation it is read from
+    done: int = 0  # follower: bytes written to the file
+    active: float = 0.0  # when a chunk was last sent or asked for
 
 
 def group_state(state: dict[str, Any], version: int) -> GroupState:
@@ -116,7 +139,13 @@ class QuorumGroup:
         self.acks: list[int] = []  # offsets that left the queue, for this turn's ACK entry
         self._ops: list[bytes] = []  # this turn's operations, appended at its end
         self._scheduled = False
-        self._incoming: bytes | None = None  # a snapshot being installed
+        self._incoming: Path | None = None  # a snapshot being installed
+        self._sending: dict[int, _Transfer] = {}  # leader: snapshots on their way
+        self._receiving: _Transfer | None = None  # follower: a snapshot coming in
+        self._fetches: dict[int, Fetch] = {}  # leader: each follower's last fetch
+        # leader: followers fetching below the replica's RAM tail, answered from the log
+        # file: the offset they started from and when
+        self._from_file: dict[int, tuple[int, float]] = {}
         self._closed = False
 
     def _replica(self, run: int) -> Replica:
@@ -159,8 +188,8 @@ class QuorumGroup:
         names this node, or created at an election): it takes the replica's messages,
         flagged redelivered; it delivers once the replica leads and serves."""
         self.queue = queue
-        queue.restore((offset, message_from(e[0], e[1], e[2]), e[3])
-                      for offset, e in self.log.entries.items())
+        queue.restore((offset, message_from(m[0], m[1], m[2]), m[3])
+                      for offset, m in self.log.messages())
 
     def append(self, payload: bytes | None) -> int:
         """The leader's queue applied an operation (its replica log payload; None: nothing
@@ -225,6 +254,12 @@ class QuorumGroup:
 
     def on_record(self, peer: int, record: Any) -> None:
         """A replication record from node ``peer`` (a decoded REPL body)."""
+        if isinstance(record, SnapshotChunk):
+            self._on_chunk(peer, record)
+            return
+        if isinstance(record, ChunkRequest):
+            self._on_chunk_request(peer, record)
+            return
         if isinstance(record, Records):
             try:
                 for _, payload in record.entries:
@@ -233,9 +268,17 @@ class QuorumGroup:
                 log.error("quorum queue '%s': damaged entries from node %d: %s", self.name,
                           peer, exc)
                 return
-        elif isinstance(record, Snapshot):
-            self._incoming = record.state
-            record = dataclasses.replace(record, state=SNAPSHOT_IN_FILE)
+        elif isinstance(record, Fetch):
+            self._fetches[peer] = record
+            sending = self._sending.get(peer)
+            if sending is not None and record.offset >= sending.offset:
+                del self._sending[peer]  # installed
+            caught_up = self._from_file.get(peer)
+            if caught_up is not None and record.offset >= self.replica.start:
+                del self._from_file[peer]
+                log.info("quorum queue '%s' in vhost '%s': node %d caught up from the log "
+                         "file, offset %d to %d in %.1f s", self.name, self.vhost, peer,
+                         caught_up[0], record.offset, self._now() - caught_up[1])
         try:
             self._do(self.replica.receive(peer, record, self._now()))
         finally:
@@ -297,12 +340,104 @@ class QuorumGroup:
         if out is None:
             return
         if isinstance(record, Snapshot):
-            record = dataclasses.replace(record, state=self.log.snapshot_bytes())
-            log.info("quorum queue '%s' in vhost '%s': node %d fetched below this replica's "
-                     "log start: snapshot at offset %d sent", self.name, self.vhost, peer,
-                     record.offset)
+            records = self._file_records(peer, record)
+            if records is None:
+                self._send_snapshot(peer, record)
+                return
+            record = records
         out.outbox.repl(replica_records.encode(self.qkey, record))
         out.schedule()
+
+    # ---- snapshots, in chunks ------------------------------------------------------------
+
+    def _send_snapshot(self, peer: int, snapshot: Snapshot) -> None:
+        """Begin sending the snapshot (the log file up to its snapshot point) to ``peer``,
+        one chunk now, the next when it asks (:meth:`_on_chunk_request`); nothing while one
+        is on its way to it already (its fetches go on meanwhile)."""
+        now = self._now()
+        going = self._sending.get(peer)
+        if going is not None and going.generation == self.log.generation \
+                and going.epoch == snapshot.epoch and now - going.active < SNAPSHOT_IDLE:
+            return
+        t = _Transfer(snapshot.epoch, snapshot.offset, snapshot.last_epoch, snapshot.hw,
+                      self.log.snapshot_size, self.log.generation, active=now)
+        self._sending[peer] = t
+        log.info("quorum queue '%s' in vhost '%s': node %d fetched below this replica's log "
+                 "start: snapshot at offset %d sent (%d bytes, in chunks of %d)", self.name,
+                 self.vhost, peer, t.offset, t.total, SNAPSHOT_CHUNK)
+        self._send_chunk(peer, t, 0)
+
+    def _send_chunk(self, peer: int, t: _Transfer, pos: int) -> None:
+        data = self.log.read_snapshot(pos, min(SNAPSHOT_CHUNK, t.total - pos))
+        t.active = self._now()
+        self._send(peer, SnapshotChunk(t.epoch, t.offset, t.last_epoch, t.hw, t.total, pos,
+                                       data))
+
+    def _on_chunk_request(self, peer: int, req: ChunkRequest) -> None:
+        t = self._sending.get(peer)
+        if t is None or t.offset != req.offset or t.epoch != req.epoch \
+                or t.generation != self.log.generation or not self.replica.leading:
+            return  # not ours any more: the follower fetches again and gets another
+        if req.pos >= t.total:
+            return
+        self._send_chunk(peer, t, req.pos)
+
+    def _on_chunk(self, peer: int, c: SnapshotChunk) -> None:
+        """A chunk of the leader's snapshot: written to a file beside the log; the next one
+        asked for; the last one makes the replica take the snapshot (:meth:`_install`)."""
+        if self.replica.leading or self.state is None or peer != int(self.state["leader"]) \
+                or c.epoch != self.replica.epoch:
+            return
+        path = self.log.path.with_name(self.log.path.name + ".snapshot")
+        t = self._receiving
+        if c.pos == 0:
+            t = self._receiving = _Transfer(c.epoch, c.offset, c.last_epoch, c.hw, c.total)
+            path.unlink(missing_ok=True)
+        elif t is None or (t.epoch, t.offset, t.done) != (c.epoch, c.offset, c.pos):
+            return  # a chunk of another transfer, or one seen already
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.pwrite(fd, c.data, c.pos)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.error("quorum queue '%s': snapshot chunk not written: %s", self.name, exc)
+            self._receiving = None
+            return
+        t.done = c.pos + len(c.data)
+        if t.done < t.total:
+            self._send(peer, ChunkRequest(c.epoch, c.offset, t.done))
+            return
+        self._receiving = None
+        self._incoming = path
+        try:
+            self._do(self.replica.receive(
+                peer, Snapshot(c.epoch, c.offset, c.last_epoch, SNAPSHOT_IN_FILE, c.hw),
+                self._now()))
+        finally:
+            self._incoming = None
+            path.unlink(missing_ok=True)
+
+    def _file_records(self, peer: int, snapshot: Snapshot) -> Records | None:
+        """The answer to a follower that fetched below the entries the replica keeps in RAM
+        (:attr:`Replica.start`), instead of ``snapshot``, when the log file still holds the
+        entries from its offset and its last entry is the leader's (same epoch at that
+        offset): the next ones, read from the file (Kafka's fetch from a log segment).
+        None: the snapshot it is (the file was compacted past its offset, or it diverges)."""
+        f = self._fetches.get(peer)
+        if f is None or f.epoch != snapshot.epoch or f.offset >= self.replica.start \
+                or self.log.epoch_at(f.offset) != f.last_epoch:
+            return None
+        entries = self.log.read_entries(f.offset, TIMING.batch, self.replica.start)
+        if not entries:
+            return None
+        if peer not in self._from_file:
+            self._from_file[peer] = (f.offset, self._now())
+            log.info("quorum queue '%s' in vhost '%s': node %d fetches from offset %d, below "
+                     "the entries kept in RAM (from offset %d): entries sent from the log "
+                     "file", self.name, self.vhost, peer, f.offset, self.replica.start)
+        return Records(snapshot.epoch, f.offset, f.last_epoch, tuple(entries), snapshot.hw)
 
     def _fsync(self, token: tuple[int, int]) -> None:
         def done(error: Exception | None) -> None:
@@ -354,7 +489,7 @@ class QuorumGroup:
     def _install(self, a: Install) -> None:
         data = self._incoming
         try:
-            if data is None:
+            if data is None or not data.exists():
                 raise ReplicaLogError("no snapshot received")
             self.log.install(a.offset, a.last_epoch, data)
         except (ReplicaLogError, OSError) as exc:
@@ -363,7 +498,7 @@ class QuorumGroup:
             return
         log.info("quorum queue '%s' in vhost '%s': snapshot of node %s installed at offset "
                  "%d (%d messages)", self.name, self.vhost, self.state and self.state["leader"],
-                 a.offset, len(self.log.entries))
+                 a.offset, self.log.count)
 
     def _restart_replica(self) -> None:
         """The replica log and the replica disagree (a failed install): start the replica
@@ -379,7 +514,7 @@ class QuorumGroup:
     def _become(self, a: Become) -> None:
         log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages, "
                  "%d entries to commit first)", self.name, self.vhost, a.epoch,
-                 len(self.log.entries), self.replica.log_end - a.committed)
+                 self.log.count, self.replica.log_end - a.committed)
         if self.queue is None:
             self.manager.promote(self)  # the stand-in gives way: lead() is called
         if self.queue is not None:

@@ -9,12 +9,17 @@ A body is ``sub:u8 qkey_len:u16 epoch:u32``, the queue's key (``vhost NUL name``
     RECORDS    first:u64 prev_epoch:u32 hw:u64 count:u32, then count x
                (epoch:u32 length:u32 payload)   (payload: one replica log record, as stored)
     DIVERGING  offset:u64 last_epoch:u32 end_epoch:u32 end_offset:u64
-    SNAPSHOT   offset:u64 last_epoch:u32 hw:u64, then the snapshot's bytes
-               (:meth:`queue_store.replica_log.ReplicaLog.snapshot_bytes`)
+    SNAPSHOT   offset:u64 last_epoch:u32 hw:u64 total:u64 pos:u64, then bytes pos.. of the
+               snapshot (:meth:`queue_store.replica_log.ReplicaLog.read_snapshot`)
+    CHUNK      offset:u64 pos:u64   (a follower asks for the snapshot's bytes from pos)
 
 Entry payloads are the replica log's record bytes, sent and stored unchanged; the receiver
 checks each one's CRC before its replica takes it (:func:`queue_store.replica_log.
-check_entry`). A snapshot travels as one link record (at most ``link_codec.MAX_RECORD``).
+check_entry`). A snapshot travels in :class:`SnapshotChunk` records of bounded size, each
+asked for by the follower once it wrote the one before (:class:`ChunkRequest`): one chunk in
+flight per follower, whatever the queue's size; the follower's replica gets the
+:class:`~amqp_server.cluster.replication_types.Snapshot` once the last chunk is on its disk
+(:mod:`amqp_server.cluster.quorum_group`).
 
 Source: Kafka's Fetch request and response (``lastFetchedEpoch``, ``divergingEpoch``,
 KIP-320), carried on amqpq's node link.
@@ -23,21 +28,49 @@ KIP-320), carried on amqpq's node link.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
-from amqp_server.cluster.replication_types import Diverging, Fetch, Records, Snapshot
+from amqp_server.cluster.replication_types import Diverging, Fetch, Records
 
-__all__ = ["RecordError", "decode", "encode"]
+__all__ = ["ChunkRequest", "RecordError", "SnapshotChunk", "decode", "encode"]
 
-ReplicaRecord = Fetch | Records | Diverging | Snapshot
 
-FETCH, RECORDS, DIVERGING, SNAPSHOT = 1, 2, 3, 4
+@dataclass(frozen=True)
+class SnapshotChunk:
+    """Bytes ``[pos, pos + len(data))`` of the ``total`` bytes of the snapshot the leader of
+    ``epoch`` sends, standing at offset ``offset`` (its last entry of epoch ``last_epoch``;
+    the leader's high watermark ``hw`` when it began)."""
+
+    epoch: int
+    offset: int
+    last_epoch: int
+    hw: int
+    total: int
+    pos: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ChunkRequest:
+    """A follower (of ``epoch``) wrote the snapshot at ``offset`` up to byte ``pos``: the
+    next chunk, please."""
+
+    epoch: int
+    offset: int
+    pos: int
+
+
+ReplicaRecord = Fetch | Records | Diverging | SnapshotChunk | ChunkRequest
+
+FETCH, RECORDS, DIVERGING, SNAPSHOT, CHUNK = 1, 2, 3, 4, 5
 
 _HEAD = struct.Struct(">BHI")
 _FETCH = struct.Struct(">QIQ")
 _RECORDS = struct.Struct(">QIQI")
 _ENTRY = struct.Struct(">II")
 _DIVERGING = struct.Struct(">QIIQ")
-_SNAPSHOT = struct.Struct(">QIQ")
+_SNAPSHOT = struct.Struct(">QIQQQ")
+_CHUNK = struct.Struct(">QQ")
 
 
 class RecordError(Exception):
@@ -45,10 +78,11 @@ class RecordError(Exception):
 
 
 def encode(qkey: bytes, record: ReplicaRecord) -> bytes:
-    """The REPL body of ``record`` for queue ``qkey``; a Snapshot's ``state`` must be bytes.
+    """The REPL body of ``record`` for queue ``qkey``.
 
     Raises:
-        TypeError: not a replication record (or a Snapshot state that is not bytes).
+        TypeError: not a replication record (a replica's ``Snapshot`` is sent as
+            :class:`SnapshotChunk` records).
     """
     if isinstance(record, Fetch):
         sub, rest = FETCH, [_FETCH.pack(record.offset, record.last_epoch, record.durable)]
@@ -60,9 +94,11 @@ def encode(qkey: bytes, record: ReplicaRecord) -> bytes:
     elif isinstance(record, Diverging):
         sub, rest = DIVERGING, [_DIVERGING.pack(record.offset, record.last_epoch,
                                                 record.end_epoch, record.end_offset)]
-    elif isinstance(record, Snapshot) and isinstance(record.state, bytes | bytearray):
-        sub, rest = SNAPSHOT, [_SNAPSHOT.pack(record.offset, record.last_epoch, record.hw),
-                               bytes(record.state)]
+    elif isinstance(record, SnapshotChunk):
+        sub, rest = SNAPSHOT, [_SNAPSHOT.pack(record.offset, record.last_epoch, record.hw,
+                                              record.total, record.pos), record.data]
+    elif isinstance(record, ChunkRequest):
+        sub, rest = CHUNK, [_CHUNK.pack(record.offset, record.pos)]
     else:
         raise TypeError(f"not a replication record: {record!r:.80}")
     return b"".join((_HEAD.pack(sub, len(qkey), record.epoch), qkey, *rest))
@@ -100,8 +136,12 @@ def decode(body: bytes) -> tuple[bytes, ReplicaRecord]:
             offset, last_epoch, end_epoch, end_offset = _DIVERGING.unpack_from(body, pos)
             return qkey, Diverging(epoch, offset, last_epoch, end_epoch, end_offset)
         if sub == SNAPSHOT:
-            offset, last_epoch, hw = _SNAPSHOT.unpack_from(body, pos)
-            return qkey, Snapshot(epoch, offset, last_epoch, body[pos + _SNAPSHOT.size:], hw)
+            offset, last_epoch, hw, total, at = _SNAPSHOT.unpack_from(body, pos)
+            return qkey, SnapshotChunk(epoch, offset, last_epoch, hw, total, at,
+                                       body[pos + _SNAPSHOT.size:])
+        if sub == CHUNK:
+            offset, at = _CHUNK.unpack_from(body, pos)
+            return qkey, ChunkRequest(epoch, offset, at)
     except struct.error as exc:
         raise RecordError(f"cut replication record: {exc}") from None
     raise RecordError(f"unknown replication record kind {sub}")

@@ -1,0 +1,131 @@
+"""Peak RSS of a replicated quorum queue's nodes under a deep backlog, against one node
+holding the same backlog in a classic durable queue (issue #30 item 3: every node's peak
+RSS within 1.5x of the classic node's).
+
+On demand only (never part of the test run)::
+
+    python -m benchmarks.quorum_rss                       # 1,000,000 messages
+    python -m benchmarks.quorum_rss --messages 200000
+
+In one run:
+
+1. *classic*: one amqpq node without cluster options; a durable classic queue; ``--messages``
+   persistent 200-byte messages published with confirms (:func:`benchmarks.quorum_bench.
+   publish`); then the node's peak RSS (``VmHWM`` of /proc/<pid>/status) and current RSS.
+2. *quorum*: etcd + 3 amqpq nodes; a quorum queue declared through n1 (its leader, 3 in-sync
+   replicas), the same messages published through n1; once all are confirmed (the in-sync
+   replicas have them on disk) each node's peak and current RSS.
+
+Nothing is consumed: the backlog stays while RSS is read. Results on stdout and in
+``benchmarks/results/quorum_rss.json``: each node's figures in MB and its peak over the
+classic node's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from benchmarks.quorum_bench import log_problems, publish, workdir
+from tests.support.broker_process import BrokerProcess
+from tests.support.cluster import api, cluster_node, wait_until
+from tests.support.etcd import running_etcd
+
+RESULTS = Path(__file__).resolve().parent / "results" / "quorum_rss.json"
+
+
+def memory(pid: int) -> dict[str, float]:
+    """``VmHWM`` (peak) and ``VmRSS`` (now) of process ``pid`` in MB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            out["peak_mb" if key == "VmHWM" else "rss_mb"] = round(int(value.split()[0]) / 1024,
+                                                                   1)
+    return out
+
+
+def declare(port: int, queue: str, arguments: dict[str, Any]) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+    conn.channel().queue_declare(queue, durable=True, arguments=arguments)
+    conn.close()
+
+
+def classic(args: argparse.Namespace) -> dict[str, Any]:
+    with workdir(args.keep, "amqpq-rss-classic-") as (base, res):
+        node = BrokerProcess(base / "data", base / "classic.log", start_timeout=30)
+        try:
+            port = node.start().port
+            declare(port, "rss.classic", {})
+            res.clear()
+            t0 = time.monotonic()
+            res.update(publish(port, "rss.classic", args.messages, args.window))
+            res["seconds"] = round(time.monotonic() - t0, 1)
+            res.update(memory(node.pid))
+        finally:
+            res["log_problems"] = log_problems([node])
+            node.close()
+    return res
+
+
+def quorum(args: argparse.Namespace) -> dict[str, Any]:
+    with workdir(args.keep, "amqpq-rss-quorum-") as (base, res), running_etcd(base) as etcd:
+        nodes = [cluster_node(base, f"n{i}", etcd) for i in (1, 2, 3)]
+        path = "/api/queues/%2F/rss.quorum"
+        try:
+            for node in nodes:
+                node.start()
+            declare(nodes[0].port, "rss.quorum", {"x-queue-type": "quorum"})
+            for node in nodes:
+                wait_until(lambda nd=node: len(api(nd, path).get("in_sync", [])) == 3,
+                           f"3 in-sync replicas seen by {node.log_path.stem}", 30)
+            res.clear()
+            t0 = time.monotonic()
+            res.update(publish(nodes[0].port, "rss.quorum", args.messages, args.window))
+            res["seconds"] = round(time.monotonic() - t0, 1)
+            res["leader"] = api(nodes[0], path).get("leader")
+            for node in nodes:
+                res[node.log_path.stem] = memory(node.pid)
+        finally:
+            res["log_problems"] = log_problems(nodes)
+            for node in nodes:
+                node.close()
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--messages", type=int, default=1_000_000)
+    p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--keep", action="store_true", help="keep the nodes' data dirs and logs")
+    args = p.parse_args()
+    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "messages": args.messages, "size": 200}
+    for name, run in (("classic", classic), ("quorum", quorum)):
+        print(f"{name}:", flush=True)
+        try:
+            out[name] = run(args)
+        except (Exception, AssertionError) as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        print(f"  {json.dumps(out[name])[:600]}", flush=True)
+    base = out["classic"].get("peak_mb")
+    q = out["quorum"]
+    if base and "error" not in q:
+        print(f"\n{'node':<10}{'peak MB':>10}{'now MB':>10}{'x classic':>11}")
+        print(f"{'classic':<10}{base:>10}{out['classic']['rss_mb']:>10}{1.0:>11.2f}")
+        for name in ("n1", "n2", "n3"):
+            m = q[name]
+            m["x_classic"] = round(m["peak_mb"] / base, 2)
+            print(f"{name:<10}{m['peak_mb']:>10}{m['rss_mb']:>10}{m['x_classic']:>11.2f}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
