@@ -23,7 +23,9 @@ socket's file permissions (the supervisor's run directory).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,13 @@ log = logging.getLogger("amqpq.workers")
 
 Records = list[tuple[int, bytes]]
 CONGESTED = 8 * 1024 * 1024  # bytes buffered towards one peer before deliveries pause
+#: bytes collected towards one peer that are written at once instead of at the end of the
+#: turn: one loop turn may read megabytes from a publisher (32 reads of 256 KiB), and the
+#: peer should start on the first of them while this worker parses the rest
+WRITE_AT = 256 * 1024
+#: SO_SNDBUF asked for a Unix-socket link (the kernel doubles it, capped by
+#: net.core.wmem_max): what the peer can read while this worker waits for a core
+LINK_SNDBUF = 2 * 1024 * 1024
 HELLO_MAX = 4096  # bytes: the longest record of a hello (either way)
 HELLO_TIMEOUT = 5.0  # seconds an inbound link may take to complete its hello
 MAX_PENDING = 64  # inbound links at once that have not completed their hello
@@ -73,6 +82,10 @@ class LinkStream(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=CONGESTED, low=CONGESTED // 2)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, LINK_SNDBUF)
         if self.on_made is not None:
             self.on_made(self)
 
@@ -116,13 +129,19 @@ class LinkStream(asyncio.Protocol):
         return self.paused or self.outbox.size > CONGESTED or self.transport is None
 
     def schedule(self) -> None:
-        """Write the outbox at the end of this event-loop turn."""
+        """Write the outbox at the end of this event-loop turn, or now when it holds
+        :data:`WRITE_AT` bytes or more (the same byte stream either way)."""
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
+        elif self.outbox.size >= WRITE_AT:
+            self._write()
 
     def flush(self) -> None:
         self._scheduled = False
+        self._write()
+
+    def _write(self) -> None:
         data = self.outbox.take()
         if data and self.transport is not None:
             self.transport.write(data)
