@@ -247,3 +247,64 @@ async def _delete_exchange(etcd: Etcd, name: str) -> None:
         await client.put(LOG + b"resync-delete", link_values.encode(("apply", -1, 0, wire, "")))
     finally:
         await client.close()
+
+
+async def _deaths(etcd: Etcd, member: str) -> tuple[int, dict[str, int], int]:
+    """``members/<member>``'s lease, the log's ``down-<member>-*`` records (key -> creation
+    revision) and the snapshot's revision."""
+    from amqp_server.cluster.etcd_client import open_client
+
+    client = open_client(_options(etcd))
+    await client.connect()
+    try:
+        got = await client.get(ROOT + b"members/" + member.encode())
+        lease = int(json.loads(got.value)["lease"]) if got is not None else 0
+        downs = {bytes(kv.key[len(LOG):]).decode(): kv.create_revision
+                 for kv in await client.get_prefix(LOG + f"down-{member}-".encode())}
+        pointer = await client.get(ROOT + b"snapshot")
+        revision = int(json.loads(pointer.value)["revision"]) if pointer is not None else 0
+    finally:
+        await client.close()
+    return lease, downs, revision
+
+
+def test_a_death_record_goes_once_a_snapshot_covers_it_and_its_node_came_back(
+        etcd: Etcd, nodes: list[BrokerProcess]) -> None:
+    """n3 stops: its death is recorded (``down-n3-<lease>``). A snapshot covering it while
+    n3 is away keeps it (n3's next start records that death if nobody had); once n3 runs
+    again under a new lease, the next snapshot deletes it, and nothing writes it again."""
+    n1, _, n3 = nodes
+    first, before, _ = asyncio.run(_deaths(etcd, "n3"))
+    assert first
+    n3.stop()
+    dead = f"down-n3-{first:x}"
+    created = wait_until(lambda: asyncio.run(_deaths(etcd, "n3"))[1].get(dead),
+                         "n3's death recorded")
+    wait_until(lambda: asyncio.run(_deaths(etcd, "n3"))[2] >= created,
+               "a snapshot covering n3's death")
+    assert dead in asyncio.run(_deaths(etcd, "n3"))[1]  # n3 has not registered since: kept
+    n3.start()
+    conn = connect(n1)  # a record after n3's return: the next snapshot is due
+    try:
+        conn.channel().exchange_declare("after-n3-back", "fanout")
+    finally:
+        conn.close()
+    lease, downs, _ = wait_until(
+        lambda: (d := asyncio.run(_deaths(etcd, "n3")))[0] != first and dead not in d[1]
+        and d, "n3's old death record deleted by a snapshot")
+    assert lease and f"down-n3-{lease:x}" not in downs  # n3 runs: no death of its new lease
+    assert set(downs) <= set(before)  # earlier deaths of n3 only (if any), none re-written
+    wait_until(lambda: "after-n3-back" in _names(n3, "exchanges", "after-n3"), "n3 in step")
+    assert dead not in asyncio.run(_deaths(etcd, "n3"))[1]
+
+
+def test_which_death_records_a_snapshot_may_delete() -> None:
+    from amqp_server.cluster.log_snapshot import death_record_obsolete
+
+    leases = {"n1": 0x20, "n-2": 0x30}
+    assert death_record_obsolete(b"down-n1-1f", leases)  # n1 registered again since
+    assert not death_record_obsolete(b"down-n1-20", leases)  # n1's current registration
+    assert death_record_obsolete(b"down-n-2-2a", leases)  # a name with a dash
+    assert not death_record_obsolete(b"down-gone-10", leases)  # forgotten: kept
+    assert not death_record_obsolete(b"n1-abc-000000000001", leases)  # not a death
+    assert not death_record_obsolete(b"down-n1-zz", leases)

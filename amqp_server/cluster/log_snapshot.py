@@ -122,3 +122,23 @@ def removals(have: list[Wire], want: Iterable[Wire]) -> list[Wire]:
               and ("x", record.vhost, record.name) not in keep):
             exchanges.append(tr.to_wire(tr.ExchangeDelete(record.vhost, record.name, False)))
     return unbinds + queues + exchanges
+
+
+def death_record_obsolete(name: bytes, leases: dict[str, int]) -> bool:
+    """Whether the log's ``down-<member>-<lease hex>`` record (``name``: its key after the
+    log prefix), once a snapshot covers it, may be deleted: its member registered again
+    since (``leases``: member -> the lease its ``members/<member>`` key names now, another
+    one). Nobody writes that record again then: the member's next start records only the
+    death of its latest registration, and a node that saw the death late writes it only
+    while the member has not registered again (:mod:`amqp_server.cluster.metadata`). A
+    member not registered since, or forgotten, keeps its record (re-created, it would be
+    a second death replayed while the node may be running)."""
+    if not name.startswith(b"down-"):
+        return False
+    member, _, lease = name[len(b"down-"):].rpartition(b"-")
+    try:
+        dead = int(lease, 16)
+    except ValueError:
+        return False
+    now = leases.get(member.decode(errors="replace"))
+    return now is not None and now != dead

@@ -29,8 +29,10 @@ broker (:mod:`amqp_server.workers.runtime`), and etcd plays the supervisor's ord
   etcd revision it has applied (:mod:`amqp_server.cluster.log_snapshot`), in chunks under
   ``snapshot-data/<id>/``, then the pointer ``snapshot`` (``{"revision", "id", "chunks"}``)
   by a compare-and-swap on its previous version (two nodes cannot both install one). Then it
-  deletes the log's records created at or before that revision (``down-*`` records stay:
-  each is written once per death) and compacts etcd's history to it. A node starting applies
+  deletes the log's records created at or before that revision (a ``down-*`` record only
+  once its node registered again, :func:`~amqp_server.cluster.log_snapshot.
+  death_record_obsolete`: each is written once per death, and a deleted one must not be
+  written again) and compacts etcd's history to it. A node starting applies
   the snapshot, then the log records created after its revision. A node whose watch cannot go
   on because its revision was compacted (it was cut off from etcd meanwhile) reads the
   snapshot and the tail again: what the snapshot lacks is removed, the rest applied over.
@@ -50,7 +52,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from amqp_server.cluster.log_snapshot import removals
+from amqp_server.cluster.log_snapshot import death_record_obsolete, removals
 from amqp_server.cluster.membership import Membership, load_info
 from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import CONTROL
@@ -230,16 +232,22 @@ class EtcdHub:
             await self.client.put(key, value)
 
     async def _delete_log_up_to(self, revision: int) -> int:
-        """Delete the log's records created at or before ``revision`` (not ``down-*``): each
+        """Delete the log's records created at or before ``revision`` (a ``down-*`` one only
+        once its node registered again: :func:`death_record_obsolete`): each
         run of such keys in key order is one range deletion, guarded by a comparison that
         every key in the range is that old (a record written meanwhile whose key falls in the
         range fails the guard; that run is then deleted key by key). Returns how many."""
         runs: list[tuple[bytes, bytes, list[bytes]]] = []  # (first, range end, keys)
         current: list[bytes] = []
         down = self.log_prefix + b"down-"
+        members = self.m.members_prefix
+        leases = {bytes(kv.key[len(members):]).decode(): int(load_info(kv.value).get("lease")
+                                                              or 0)
+                  for kv in await self.client.get_prefix(members)}
         async for page in self.client.key_revisions(self.log_prefix):
             for key, created in page:
-                if created <= revision and not key.startswith(down):
+                if created <= revision and (not key.startswith(down) or death_record_obsolete(
+                        key[len(self.log_prefix):], leases)):
                     current.append(key)
                     if len(current) < KEYS_PER_TXN:
                         continue
@@ -290,14 +298,21 @@ class EtcdHub:
         while self._revision < target and loop.time() < deadline:
             await asyncio.sleep(0.002)
 
-    async def _record_down(self, name: str, index: int, lease: int) -> None:
+    async def _record_down(self, name: str, index: int, lease: int,
+                           died_at: int | None = None) -> None:
         """Append ``worker_down`` for registration ``lease`` of node ``name``, once however
-        many nodes try (the key is the lease's)."""
+        many nodes try (the key is the lease's). ``died_at``: the etcd revision that deleted
+        the registration, for a death seen on the watch: then written only while ``name``
+        has not registered again since (its ``members/`` key not rewritten after it), so a
+        record that a snapshot covered and compaction deleted is never written again."""
         key = self.log_prefix + f"down-{name}-{lease:x}".encode()
         value = link_values.encode(("apply", -1, 0, to_wire(WorkerDown(index)), ""))
         tx = self.client.transactions
-        await self.client.transaction(compare=[tx.create(key) == 0],
-                                      success=[tx.put(key, value)], failure=[])
+        compare = [tx.create(key) == 0]
+        if died_at is not None:
+            compare.append(tx.mod(self.m.members_prefix + name.encode()) < died_at + 1)
+        await self.client.transaction(compare=compare, success=[tx.put(key, value)],
+                                      failure=[])
 
     # ---- the watch -----------------------------------------------------------------------
 
@@ -392,7 +407,8 @@ class EtcdHub:
                         self.running.discard(int(info["index"]))
                     log.warning("node %s is down (its etcd lease expired)", info.get("name"))
                     task = asyncio.create_task(self._record_down(
-                        str(info["name"]), int(info["index"]), int(info["lease"])))
+                        str(info["name"]), int(info["index"]), int(info["lease"]),
+                        kv.mod_revision))
                     self._tasks.append(task)
                     task.add_done_callback(self._tasks.remove)
         for watcher in self.watchers:
