@@ -15,12 +15,16 @@ import logging
 from pathlib import Path
 
 import pytest
+from pamqp import commands
 
 from amqp_server.cluster.quorum_group import QuorumGroup
 from amqp_server.cluster.quorum_queue import ReplicatedQueue
 from amqp_server.workers.link_codec import message_from
+from broker.broker import Broker
+from broker.config import BrokerConfig
 from queue_store.outcomes import Settlement
 from queue_store.queue import QueuedMessage
+from tests.conftest import Client, methods, only
 from tests.test_quorum_group import EXRK, Cluster
 
 STATE = {"leader": 0, "run": 100, "epoch": 1, "members": [0, 1], "isr": [0, 1]}
@@ -37,7 +41,7 @@ async def _leader_with(c: Cluster, *bodies: bytes) -> tuple[QuorumGroup, Replica
     group.lead(queue)
     group.tick()  # the etcd session: the leader serves
     for body in bodies:
-        queue.publish(message_from(EXRK, b"", body))
+        queue.publish(message_from(EXRK, b"\x00\x00", body))  # no properties
     await c.settle()
     assert queue.message_count == len(bodies) and group.serving()
     return group, queue
@@ -129,3 +133,33 @@ def _delete(c: Cluster, group: QuorumGroup, queue: ReplicatedQueue) -> None:
     queue.mark_deleted()
     del c.groups[0]
     group.close(remove=True)
+
+
+def test_a_channel_closed_while_its_get_waits_gets_nothing_after_close_ok(
+        tmp_path: Path) -> None:
+    """A client pipelines Basic.Get and Channel.Close while the get waits for a requeue:
+    the close waits for the get's answer (the connection reads no frame meanwhile, as for
+    a queue on another node), so Basic.GetOk comes before Channel.CloseOk, never after it,
+    and the message goes back to the queue when the channel closes (it stayed unacked on a
+    channel already gone)."""
+    async def main() -> None:
+        c = Cluster(tmp_path, 2)
+        _, queue = await _leader_with(c, b"a")
+        broker = Broker(BrokerConfig())
+        broker.vhosts["/"].queues["q"] = queue
+        client = Client(broker).handshake().open_channel(1)
+        only(client.send(1, commands.Basic.Get(queue="q")), commands.Basic.GetOk)
+        client.send(1, commands.Basic.Nack(delivery_tag=1, requeue=True))
+        client.send(1, commands.Basic.Get(queue="q"), commands.Channel.Close(reply_code=200, class_id=0, method_id=0))
+        await c.settle()
+        frames = [f for _, f in client.read()]
+        assert [type(f) for f in frames][-1] is commands.Channel.CloseOk
+        assert [f.redelivered for f in frames if isinstance(f, commands.Basic.GetOk)] == [True]
+        await c.settle()  # the second return commits
+        assert queue.message_count == 1 and queue.unacked_count == 0
+        only(client.send(1, commands.Channel.Open()), commands.Channel.OpenOk)
+        [get_ok] = methods(client.send(1, commands.Basic.Get(queue="q", no_ack=True)),
+                           commands.Basic.GetOk)
+        assert get_ok.redelivered
+
+    asyncio.run(main())

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from queue_store.dedup_queue import DeduplicatingQueue
@@ -68,7 +69,8 @@ class ReplicatedQueue(Queue):
         self.returning: deque[tuple[int, list[QueuedMessage]]] = deque()
         # Basic.Gets that found nothing ready while requeues were returning: answered once
         # those are committed (a get after a requeue on one channel sees it, as on RabbitMQ)
-        self.gets_waiting: list[tuple[bool, Callable[[QueuedMessage | None, int], None]]] = []
+        self.gets_waiting: list[tuple[Requester | None, bool,
+                                      Callable[[QueuedMessage | None, int], None]]] = []
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.name!r} vhost={self.vhost_name!r} "
@@ -126,18 +128,26 @@ class ReplicatedQueue(Queue):
         """:meth:`Queue.request_get <queue_store.queue.Queue.request_get>`, except that a
         get finding nothing ready while requeued messages wait for their RET entry to be
         committed is answered once they are back (:meth:`commit`), or with nothing if
-        this node stops leading first (:meth:`fail_pending`)."""
+        this node stops leading first (:meth:`fail_pending`) or the queue is deleted. The
+        ``requester`` waits meanwhile (a channel's connection reads no frame), and the
+        answer is its continuation: a channel closed meanwhile gives the message back."""
         qm = self.get(no_ack)
         if qm is None and self.returning and self.group.serving():
-            self.gets_waiting.append((no_ack, then))
+            if requester is not None:
+                requester.await_answer()
+            self.gets_waiting.append((requester, no_ack, then))
             return
         then(qm, self.message_count if qm is not None else 0)
 
     def _answer_gets(self, empty: bool = False) -> None:
         waiting, self.gets_waiting = self.gets_waiting, []
-        for no_ack, then in waiting:
+        for requester, no_ack, then in waiting:
             qm = None if empty else self.get(no_ack)
-            then(qm, self.message_count if qm is not None else 0)
+            left = self.message_count if qm is not None else 0
+            if requester is None:
+                then(qm, left)
+            else:
+                requester.answered(partial(then, qm, left))
 
     def purge(self) -> int:
         """:meth:`Queue.purge <queue_store.queue.Queue.purge>`, requeued messages whose RET
