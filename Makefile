@@ -147,6 +147,14 @@ failover: install
 rolling-restart: install
 	$(PY) -m pytest -q -s -m slow tests/test_cluster_rolling_restart.py
 
+# docs/operations.md run as written (tests/test_operations_guide.py): its sh blocks in order
+# in one bash at the top of this checkout, on free ports and in a temporary directory: an etcd
+# and four nodes started, a node added, a rolling restart, a node lost, etcd lost, definitions
+# and a data directory backed up and restored. A few minutes; prints each block's output.
+.PHONY: runbook
+runbook: install etcd-deps
+	$(PY) -m pytest -q -s -m slow tests/test_operations_guide.py
+
 # The deterministic simulation of quorum queue replication (tests/sim): SEEDS seeds of three
 # or five nodes under crashes, kills, pauses, cut links, a flaky network, slow fsyncs and
 # etcd faults, on JOBS processes; prints seeds run, failures (each replays: python -m
