@@ -19,12 +19,19 @@ In one run:
 Nothing is consumed: the backlog stays while RSS is read. Results on stdout and in
 ``benchmarks/results/quorum_rss.json``: each node's figures in MB and its peak over the
 classic node's.
+
+With ``--catch-up N``, then: n3 stops, N more messages are published, n3 starts again and
+fetches the tail it lacks from its own offset (the leader's log says from which offset and
+how long the entries read from its log file took); seconds from n3's start until it is in
+sync again. Then the same restart with n3's replica log deleted (a full copy: it fetches
+every entry from offset 0), for comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,8 @@ from tests.support.cluster import api, cluster_node, wait_until
 from tests.support.etcd import running_etcd
 
 RESULTS = Path(__file__).resolve().parent / "results" / "quorum_rss.json"
+CAUGHT_UP = re.compile(r"node \d+ caught up from the log file, offset (\d+) to (\d+) in "
+                       r"([\d.]+) s")
 
 
 def memory(pid: int) -> dict[str, float]:
@@ -91,6 +100,8 @@ def quorum(args: argparse.Namespace) -> dict[str, Any]:
             res["leader"] = api(nodes[0], path).get("leader")
             for node in nodes:
                 res[node.log_path.stem] = memory(node.pid)
+            if args.catch_up:
+                res["catch_up"] = catch_up(nodes, path, args)
         finally:
             res["log_problems"] = log_problems(nodes)
             for node in nodes:
@@ -98,10 +109,44 @@ def quorum(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def restart_follower(nodes: list[BrokerProcess], path: str, fresh: bool,
+                     publish_first: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Stop n3, publish ``publish_first`` messages, (``fresh``: delete its replica logs),
+    start it; seconds until the leader sees it in sync, the leader's caught-up line."""
+    leader, n3 = nodes[0], nodes[2]
+    n3.stop()
+    wait_until(lambda: len(api(leader, path).get("in_sync", [])) == 2, "n3 out of sync", 60)
+    if publish_first:
+        publish(leader.port, "rss.quorum", publish_first, args.window)
+    if fresh:
+        for log in (n3.data_dir / "quorum").glob("*.log"):
+            log.unlink()
+    seen = len(CAUGHT_UP.findall(leader.log_text()))
+    t0 = time.monotonic()
+    n3.start()
+    wait_until(lambda: len(api(leader, path).get("in_sync", [])) == 3, "n3 in sync", 3600)
+    took = time.monotonic() - t0
+    wait_until(lambda: len(CAUGHT_UP.findall(leader.log_text())) > seen, "caught-up line", 60)
+    first, last, secs = CAUGHT_UP.findall(leader.log_text())[seen]
+    return {"in_sync_after_start_s": round(took, 1), "from_offset": int(first),
+            "to_offset": int(last), "file_fetch_s": float(secs), **memory(n3.pid)}
+
+
+def catch_up(nodes: list[BrokerProcess], path: str, args: argparse.Namespace
+             ) -> dict[str, Any]:
+    tail = restart_follower(nodes, path, False, args.catch_up, args)
+    print(f"  tail: {tail}", flush=True)
+    full = restart_follower(nodes, path, True, 0, args)
+    print(f"  full copy: {full}", flush=True)
+    return {"tail": tail, "full_copy": full}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--catch-up", type=int, default=0,
+                   help="then messages published while n3 is stopped (0: no catch-up run)")
     p.add_argument("--keep", action="store_true", help="keep the nodes' data dirs and logs")
     args = p.parse_args()
     out: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"),
