@@ -30,9 +30,12 @@ https://www.rabbitmq.com/docs/confirms and /docs/consumer-prefetch.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from itertools import takewhile
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -72,6 +75,16 @@ SMALL_BODY = 4096 - framing.FRAME_OVERHEAD  # bytes: fits one frame at the small
 OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dispatch pauses
 
 Unacked = Delivery  # (message, queue, consumer or None for Basic.Get)
+_ENTRY, _QUEUE = itemgetter(1), itemgetter(1)  # of a (tag, Unacked) pair, of an Unacked
+
+# deliver_many's packing of Basic.Deliver + content header + one body frame (the layout of
+# framing.deliver_bytes): the method frame's head (type, channel, size, class and method
+# ids), the delivery tag and redelivered bit, then the previous frame's end octet and the
+# header frame's head and fields, then the end octet and the body frame's head
+_METHOD_HEAD = struct.Struct(">BHII")
+_TAG_BIT = struct.Struct(">Q?")
+_HEADER_HEAD = struct.Struct(">BBHIHHQ")
+_BODY_HEAD = struct.Struct(">BBHI")
 
 
 class Channel(ChannelPublishing):
@@ -293,18 +306,19 @@ class Channel(ChannelPublishing):
         conn.send_frames(out)
 
     def deliver_many(self, consumer: Consumer, queue: Queue,
-                     take: Callable[[], tuple[Any, bytes, bytes, bytes] | None],
+                     take: Callable[[int], list[tuple[Any, bytes, bytes, bytes]]],
                      limit: int) -> int:
         """Deliver to ``consumer`` up to ``limit`` messages that ``take`` gives, as that many
-        :meth:`deliver` calls would (same tags, frames and bookkeeping), with one output
-        write: a stream's catch-up read (:meth:`StreamQueue.dispatch
+        :meth:`deliver` calls would (same tags, frames and bookkeeping), packed in one loop
+        and written at once: a stream's catch-up read (:meth:`StreamQueue.dispatch
         <queue_store.stream_queue.StreamQueue.dispatch>`) sends them from the stored
         bytes without a Message per delivery.
 
         Args:
-            take: the next ``(qm, exchange and routing key shortstrs, properties, body)``
-                (``qm`` is what the channel keeps until the ack: it has ``redelivered``
-                and ``message``), or None when the queue has no more now.
+            take: called once with how many the channel takes (``limit``, or fewer for the
+                channel's own prefetch); gives at most that many ``(qm, exchange and routing
+                key shortstrs, properties, body)`` (``qm`` is what the channel keeps until
+                the ack: it has ``redelivered`` and ``message``).
             limit: at most this many (the caller's share and the consumer's prefetch).
 
         Returns:
@@ -316,38 +330,43 @@ class Channel(ChannelPublishing):
             return 0
         if self.global_prefetch:
             limit = min(limit, self.global_prefetch - len(self.unacked))
+        items = take(limit)
+        if not items:
+            return 0
         conn = self.connection
         number, ctag, no_ack = self.number, consumer.tag_raw, consumer.no_ack
         unacked = self.unacked
-        deliver_bytes = framing.deliver_bytes
-        parts: list[bytes] = []
         tag = first = self.next_tag
-        try:
-            while tag - first < limit:
-                item = take()
-                if item is None:
-                    break
-                qm, ex_rk, props, body = item
-                if not no_ack:
-                    unacked[tag] = (qm, queue, consumer)
-                redelivered = qm.redelivered
-                if redelivered:
-                    self.counters.redeliver += 1
-                    queue.counters.redelivered += 1
-                if len(body) <= SMALL_BODY:
-                    parts.append(deliver_bytes(number, ctag, tag, redelivered, ex_rk, props,
-                                               body, 0))
-                else:
-                    parts.append(framing.deliver_frame(number, ctag, tag, redelivered, ex_rk))
-                    parts.extend(framing.content_frames(number, props, body, conn.frame_max))
+        self.next_tag = first + len(items)
+        parts: list[bytes] = []
+        head_for, head = b"", b""  # the method frame's head for this exchange + routing key
+        for qm, ex_rk, props, body in items:
+            if not no_ack:
+                unacked[tag] = (qm, queue, consumer)
+            redelivered = qm.redelivered
+            if redelivered:
+                self.counters.redeliver += 1
+                queue.counters.redelivered += 1
+            size = len(body)
+            if size > SMALL_BODY or not size:
+                parts.append(framing.deliver_frame(number, ctag, tag, redelivered, ex_rk))
+                parts.extend(framing.content_frames(number, props, body, conn.frame_max))
                 tag += 1
-        finally:
-            self.next_tag = tag
-            if no_ack:
-                self.counters.deliver_no_ack += tag - first
-            if parts:
-                conn.send_frame(b"".join(parts))
-        return tag - first
+                continue
+            if ex_rk != head_for:
+                head_for = ex_rk
+                head = _METHOD_HEAD.pack(framing.FRAME_METHOD, number,
+                                         13 + len(ctag) + len(ex_rk), 0x003C003C) + ctag
+            parts += (head, _TAG_BIT.pack(tag, redelivered), ex_rk,
+                      _HEADER_HEAD.pack(framing.FRAME_END, framing.FRAME_HEADER, number,
+                                        12 + len(props), 60, 0, size), props,
+                      _BODY_HEAD.pack(framing.FRAME_END, framing.FRAME_BODY, number, size),
+                      body, framing.FRAME_END_BYTE)
+            tag += 1
+        if no_ack:
+            self.counters.deliver_no_ack += len(items)
+        conn.send_frame(b"".join(parts))
+        return len(items)
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: forget the consumer and tell the client (Basic.Cancel) when it
@@ -483,12 +502,10 @@ class Channel(ChannelPublishing):
                 return taken
             if tag not in unacked:
                 raise PreconditionFailed(f"unknown delivery tag {tag}")
-            keys = []
-            for t in unacked:
-                if t > tag:
-                    break
-                keys.append(t)
-            return [(t, unacked.pop(t)) for t in keys]
+            # the tags up to ``tag`` (the dict is in tag order), taken in C loops: a
+            # multiple ack of a stream's catch-up read covers hundreds
+            keys = list(takewhile(tag.__ge__, unacked))
+            return list(zip(keys, map(unacked.pop, keys), strict=True))
         entry = unacked.pop(tag, None)
         if entry is None:
             raise PreconditionFailed(f"unknown delivery tag {tag}")
@@ -508,7 +525,7 @@ class Channel(ChannelPublishing):
         if self.tx is not None:
             self.tx.append(("ack", (taken, None)))
             return
-        self._apply_settle([entry for _, entry in taken], requeue=None)
+        self._apply_settle(list(map(_ENTRY, taken)), requeue=None)
 
     def _settle(self, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
         taken = self._take_unacked(tag, multiple)
@@ -529,6 +546,8 @@ class Channel(ChannelPublishing):
             self.counters.nacked += len(entries)
         if len(entries) == 1:
             entries[0][1].settle(entries, outcome)
+        elif len(queues := set(map(_QUEUE, entries))) == 1:  # one queue (found in C)
+            queues.pop().settle(entries, outcome)
         else:
             by_queue: dict[Queue, list[Unacked]] = {}
             for entry in entries:
