@@ -50,6 +50,20 @@ interop-workers: install
 interop-cluster: install
 	AMQPQ_TEST_CLUSTER=3 $(PY) -m pytest -q interop_tests
 
+# The interop suite against node n1 of a three-node cluster whose nodes are two worker
+# processes each (--workers 2 --node-name ...; needs etcd): connections land on either worker
+# of n1, queues on any worker of any node.
+.PHONY: interop-cluster-workers
+interop-cluster-workers: install
+	AMQPQ_TEST_CLUSTER=3 AMQPQ_TEST_WORKERS=2 $(PY) -m pytest -q interop_tests
+
+# Three nodes of two worker processes each: listed by node, a classic queue used from every
+# worker of every node, quorum replicas on distinct nodes, a node's kill -9 fails over
+# (tests/test_cluster_workers.py, slow: six broker processes; needs etcd).
+.PHONY: cluster-workers
+cluster-workers: install
+	$(PY) -m pytest -q -m slow tests/test_cluster_workers.py
+
 unit: install
 	$(PY) -m pytest -q tests
 

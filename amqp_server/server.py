@@ -219,6 +219,7 @@ class BrokerServer:
         self._tls_context: Any = None
         self._handoff: socket.socket | None = None
         self._cluster_id: asyncio.Task[Any] | None = None  # a cluster node's adoption of it
+        self._supervisor: Any = None  # a cluster node's worker: its link to the supervisor
 
     async def start(self) -> None:
         """Recover state from the data dir, then listen.
@@ -289,6 +290,9 @@ class BrokerServer:
             # proposed through etcd when the cluster has none yet (broker.cluster_identity)
             self._cluster_id = asyncio.create_task(
                 adopt_cluster_id(self.broker, Path(self.config.data_dir)))
+            if self.config.worker_run_dir is not None:  # a worker of a node of several
+                self._supervisor = await supervisor.report_ready(self.config.worker_run_dir,
+                                                                 self.config.worker_index or 0)
         elif self.workers is not None:
             self.workers.ready()
         log.info("amqpq listening on %s port %d (data dir %s)",
@@ -532,8 +536,6 @@ def command_line(argv: list[str] | None = None) -> tuple[BrokerConfig, list[str]
     except ValueError as exc:
         p.error(str(exc))
     cluster = cluster_options.from_args(a, p)
-    if a.cluster_etcd and workers > 1:
-        p.error("--workers N > 1 cannot be combined with --cluster-etcd yet")
     if a.worker_index is not None:  # started by a supervisor: one of its workers
         workers = a.worker_count
     config = BrokerConfig(
@@ -599,6 +601,8 @@ def main(argv: list[str] | None = None) -> None:
     for warning in warnings:
         log.warning("%s", warning)
     raise_open_files_limit()
+    if config.worker_index is not None and config.cluster_etcd:  # a node's processes
+        supervisor.die_with_parent()  # die together (amqp_server.cluster.node)
     if config.workers > 1 and config.worker_index is None:
         args = list(sys.argv[1:] if argv is None else argv)
         sys.exit(supervisor.run(args, config, config.workers))

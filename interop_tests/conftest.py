@@ -10,6 +10,8 @@ Which broker:
   skipped when ``amqp_server`` is not importable yet. ``AMQPQ_TEST_WORKERS=2`` runs it as
   ``--workers 2`` (connections spread over two worker processes). ``AMQPQ_TEST_CLUSTER=3``
   runs it as a cluster of three nodes joined through a real etcd; the tests use node n1.
+  Both together (``AMQPQ_TEST_CLUSTER=3 AMQPQ_TEST_WORKERS=2``): three nodes of two worker
+  processes each.
 
 Tests that start broker processes of their own (kill -9, a tmpfs, users of their own) and
 never use the broker under test are marked ``own_broker``: they run in the plain run only, not
@@ -119,11 +121,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``own_broker`` tests run once per CI run (the plain one): the ``--workers 2`` and
-    cluster runs change only the broker under test, which they do not use."""
+    cluster runs change only the broker under test, which they do not use. In a cluster run
+    a test's timeout counts its own run only (``func_only``): the first test to use the broker
+    also waits for etcd and every node to start (three nodes of two workers: about 30 s on a
+    busy machine), which :class:`BrokerProcess`'s start timeout bounds instead."""
     if not (worker_args() or cluster_size()):
         return
-    mode = f"{ENV_WORKERS}={os.environ.get(ENV_WORKERS)}" if worker_args() else \
-        f"{ENV_CLUSTER}={cluster_size()}"
+    if cluster_size():
+        for item in items:
+            marker = item.get_closest_marker("timeout")
+            seconds = marker.args[0] if marker is not None and marker.args else \
+                config.getini("timeout")
+            item.add_marker(pytest.mark.timeout(float(seconds), func_only=True), append=False)
+    mode = " ".join(m for m in (
+        f"{ENV_CLUSTER}={cluster_size()}" if cluster_size() else "",
+        f"{ENV_WORKERS}={os.environ.get(ENV_WORKERS)}" if worker_args() else "") if m)
     skip = pytest.mark.skip(reason=f"starts its own broker: runs in the plain run, not "
                                    f"again under {mode}")
     for item in items:
@@ -145,11 +157,9 @@ def running_cluster(base: Path, size: int, *args: str) -> Iterator[BrokerProcess
 
     if ETCD is None:
         pytest.skip(f"{ENV_CLUSTER}: etcd is not installed (make etcd-deps)")
-    if worker_args():
-        pytest.fail(f"{ENV_CLUSTER} and {ENV_WORKERS} cannot be combined (the broker "
-                    "refuses --workers N > 1 with --cluster-etcd)", pytrace=False)
     with running_etcd(base) as etcd, contextlib.ExitStack() as nodes:
-        started = [nodes.enter_context(cluster_node(base, f"n{i}", etcd, *args))
+        started = [nodes.enter_context(cluster_node(base, f"n{i}", etcd, *args,
+                                                    *worker_args()))
                    for i in range(1, size + 1)]
         yield started[0]
 

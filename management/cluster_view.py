@@ -72,6 +72,9 @@ def node_names(st: ManagementState) -> dict[int, str]:
     for n in cluster.nodes():
         if n.get("index") is not None:
             seen[int(n["index"])] = str(n["name"])
+        for w in n.get("workers") or ():  # a node of several workers: each is the node
+            if w.get("index") is not None:
+                seen[int(w["index"])] = str(n["name"])
     if broker.workers is not None:
         seen[broker.workers.index] = st.node
     return seen

@@ -17,6 +17,15 @@ registers again. Leadership and membership are etcd's (no consensus here); the t
 and the ordered record of a node's death, are :mod:`amqp_server.cluster.metadata`,
 replication :mod:`amqp_server.cluster.quorum`.
 
+**A node of several workers** (``--workers N`` with ``--node-name``): each worker process is
+a *member* of its own, registered as above under its member name: the node's name for worker
+0 (so a node keeps its index and data when it goes from one worker to several), and
+``<node>/worker-<i>`` (:func:`member_name`) for worker ``i``; its registration says
+``"node": <node name>, "worker": i``. Everything that counts members (indexes, node links,
+leases, the records of a death) counts workers; what people see counts nodes:
+:meth:`Membership.nodes` lists one entry per node (running while any of its workers is,
+with its ``workers``), and ``forget_cluster_node`` forgets every worker of the node.
+
 The client is ``aetcd`` (asyncio, etcd's gRPC API), opened by
 :mod:`amqp_server.cluster.etcd_client` (TLS, etcd's user/password auth) and imported only when
 a node connects, so this module imports without the ``cluster`` extra. It also holds
@@ -46,6 +55,18 @@ log = logging.getLogger("amqpq.cluster")
 
 LEASE_TTL = 5  # seconds without a refresh before etcd forgets a node (default; --cluster-lease)
 POLL = 1.0  # seconds between reads of the node list (and lease refreshes)
+
+
+def member_name(node: str, worker: int) -> str:
+    """The name worker ``worker`` of node ``node`` registers under in etcd: ``node`` itself
+    for worker 0, ``<node>/worker-<i>`` for the others (a node name has no ``/``)."""
+    return node if not worker else f"{node}/worker-{worker}"
+
+
+def node_of(info: dict[str, Any]) -> str:
+    """The node a registration (its JSON value as a dict) belongs to: its ``node``, or its
+    ``name`` for a registration of a node of one worker written before workers had one."""
+    return str(info.get("node") or info.get("name") or "")
 
 
 def load_info(value: bytes) -> dict[str, Any]:
@@ -116,19 +137,26 @@ class Membership:
         node: this node's name (``--node-name``).
         info: what other nodes learn of this one (ports), JSON-serialisable.
         cluster: key prefix (one etcd can hold several clusters).
+        worker: this process's worker index on its node (``--workers N``; 0 for the first
+            or only one).
 
     Attributes:
-        running: node name -> its info, as read from etcd last (this node included).
-        known: every node name seen since start, in order of first sight.
+        node: the node's name (``--node-name``), the same for every worker of the node.
+        member: the name this process registers under (:func:`member_name`).
+        running: member name -> its info, as read from etcd last (this one included).
+        known: every member name seen since start, sorted.
     """
 
     def __init__(self, etcd: EtcdOptions, node: str, info: dict[str, Any],
-                 cluster: str = "default") -> None:
+                 cluster: str = "default", worker: int = 0) -> None:
         self.host, self.port, _ = parse_etcd_url(etcd.url or "")
         self.etcd = etcd
         self.url = etcd.url
         self.node = node
-        self.info = {"name": node, "pid": os.getpid(), "started": time.time(), **info}
+        self.worker = worker
+        self.member = member_name(node, worker)
+        self.info = {"name": self.member, "node": node, "worker": worker, "pid": os.getpid(),
+                     "started": time.time(), **info}
         self.root = f"/amqpq/{cluster}/".encode()
         self.prefix = self.root + b"nodes/"
         self.members_prefix = self.root + b"members/"
@@ -180,7 +208,7 @@ class Membership:
         try:
             self.index = await self._allocate_index()
             await self._wait_name_free()
-            old = await self._client.get(self.members_prefix + self.node.encode())
+            old = await self._client.get(self.members_prefix + self.member.encode())
             if old is not None:
                 self.previous_lease = int(load_info(old.value).get("lease") or 0)
         except AuthenticationFailed as exc:
@@ -208,7 +236,7 @@ class Membership:
             raise ClusterError(f"cannot reach etcd at {self.url}: {exc}") from None
         self._task = asyncio.create_task(self._loop())
         log.info("node %s (index %d) joined cluster through etcd %s: running nodes %s",
-                 self.node, self.index, self.url, ", ".join(self.running))
+                 self.member, self.index, self.url, ", ".join(self.running))
 
     async def _wait_name_free(self) -> None:
         """Wait until no running node has this name: the registration of a run killed
@@ -218,18 +246,18 @@ class Membership:
         Raises:
             ClusterError: a node of this name is running.
         """
-        key = self.prefix + self.node.encode()
+        key = self.prefix + self.member.encode()
         deadline = asyncio.get_running_loop().time() + self.etcd.lease_ttl + 2
         while await self._client.get(key) is not None:
             if asyncio.get_running_loop().time() > deadline:
                 await self.stop()
-                raise ClusterError(f"a node named {self.node} is already running in the "
+                raise ClusterError(f"a node named {self.member} is already running in the "
                                    f"cluster (etcd {self.url})")
             await asyncio.sleep(0.5)
 
     async def _allocate_index(self) -> int:
         """This name's node index: read, or taken from the counter by a transaction."""
-        key = self.index_prefix + self.node.encode()
+        key = self.index_prefix + self.member.encode()
         counter = self.index_prefix[:-1] + b"-next"
         tx = self._client.transactions
         while True:
@@ -248,7 +276,7 @@ class Membership:
                 return n
 
     async def _register(self) -> None:
-        key = self.prefix + self.node.encode()
+        key = self.prefix + self.member.encode()
         sent = asyncio.get_running_loop().time()
         self._lease = await self._client.lease(self.etcd.lease_ttl)
         self.refreshed_at = sent
@@ -261,9 +289,9 @@ class Membership:
             failure=[])
         if not ok:
             await self._lease.revoke()
-            raise ClusterError(f"a node named {self.node} is already running in the cluster "
+            raise ClusterError(f"a node named {self.member} is already running in the cluster "
                                f"(etcd {self.url})")
-        await self._client.put(self.members_prefix + self.node.encode(),
+        await self._client.put(self.members_prefix + self.member.encode(),
                                json.dumps(self.info).encode())
 
     async def _read(self) -> None:
@@ -305,24 +333,46 @@ class Membership:
                 log.exception("cluster membership loop failed")
 
     async def forget(self, name: str) -> str:
-        """Remove stopped member ``name`` (``rabbitmqctl forget_cluster_node``):
-        ``"forgotten"``, ``"unknown"`` (not a member) or ``"running"`` (refused: stop it
-        first, as RabbitMQ requires)."""
+        """Remove stopped node ``name`` (``rabbitmqctl forget_cluster_node``), every worker
+        of it: ``"forgotten"``, ``"unknown"`` (not a member) or ``"running"`` (refused: a
+        worker of it runs; stop it first, as RabbitMQ requires)."""
         await self._read()
-        if name in self.running:
+        if any(self._node_of(m) == name for m in self.running):
             return "running"
-        if name not in self.known:
+        members = [m for m in self.known if self._node_of(m) == name]
+        if not members:
             return "unknown"
-        await self._client.delete(self.members_prefix + name.encode())
+        for member in members:
+            await self._client.delete(self.members_prefix + member.encode())
         await self._read()
         return "forgotten"
 
+    def _node_of(self, member: str) -> str:
+        """The node of member ``member`` (its registration says; else the name up to
+        ``/worker-``)."""
+        info = self.running.get(member)
+        return node_of(info) if info else member.split("/worker-")[0]
+
     def nodes(self) -> list[dict[str, Any]]:
-        """Every node seen: its info and ``running`` (in etcd now)."""
+        """Every node seen, one entry each: the info of its first worker (the lowest worker
+        index registered), ``name`` the node's, ``running`` (any of its workers is in etcd
+        now) and ``workers`` (``[{"index", "worker", "running"}]``, by worker index)."""
+        grouped: dict[str, list[tuple[int, str]]] = {}
+        for member in self.known:
+            info = self.running.get(member) or {}
+            worker = int(info.get("worker") or 0) if info else \
+                int(member.split("/worker-")[1]) if "/worker-" in member else 0
+            grouped.setdefault(self._node_of(member), []).append((worker, member))
         out = []
-        for name in self.known:
-            item = dict(self.running.get(name) or {"name": name})
-            item["running"] = name in self.running
+        for name, members in sorted(grouped.items()):
+            members.sort()
+            up = [m for _, m in members if m in self.running]
+            item = dict(self.running[up[0]]) if up else {"name": name}
+            item["name"] = name
+            item["running"] = bool(up)
+            item["workers"] = [
+                {"index": self.running[m].get("index") if m in self.running else None,
+                 "worker": w, "running": m in self.running} for w, m in members]
             out.append(item)
         return out
 

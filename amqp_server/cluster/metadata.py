@@ -53,7 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amqp_server.cluster.log_snapshot import death_record_obsolete, removals
-from amqp_server.cluster.membership import Membership, load_info
+from amqp_server.cluster.membership import Membership, load_info, node_of
 from amqp_server.workers import link_values
 from amqp_server.workers.link_codec import CONTROL
 from broker.topology_records import WorkerDown, to_wire
@@ -99,7 +99,9 @@ class EtcdHub:
         self._seen = 0  # the last revision the watch gave (applied at the next _flush)
         self._batch: Records = []  # records of the watch's events, not yet handed over
         self._flush_scheduled = False
-        self.names: dict[int, str] = {}  # node index -> name (registered nodes)
+        self.names: dict[int, str] = {}  # member index -> member name (registered members)
+        #: member index -> the name of its node (a worker of a node of several: the node's)
+        self.nodes: dict[int, str] = {membership.index: membership.node}
         self.running: set[int] = {membership.index}  # indexes of registered nodes
         self.watchers: list[Callable[[str, bytes, bytes | None], None]] = []
         #: the records rebuilding this node's state (:func:`log_snapshot.state_records`)
@@ -122,7 +124,7 @@ class EtcdHub:
         after it and the running nodes, hand them to the runtime (then ``synced``), and start
         watching (and compacting, when this node is the one that does)."""
         if self.m.previous_lease:
-            await self._record_down(self.m.node, self.m.index, self.m.previous_lease)
+            await self._record_down(self.m.member, self.m.index, self.m.previous_lease)
         started = time.monotonic()
         snapshot, tail, others = await self._read_all()
         replayed = [(CONTROL, value) for value in snapshot + tail]
@@ -130,7 +132,7 @@ class EtcdHub:
         for kv in others:
             if kv.key.startswith(self.m.prefix):
                 info = load_info(kv.value)
-                if "index" in info and info.get("name") != self.m.node:
+                if "index" in info and info.get("name") != self.m.member:
                     self._learn(info)
                     peers.append((CONTROL, link_values.encode(("peer_up", int(info["index"])))))
             else:  # the state of everything else (quorum queues...)
@@ -198,6 +200,7 @@ class EtcdHub:
     def _learn(self, info: dict[str, Any]) -> None:
         index = int(info["index"])
         self.names[index] = str(info.get("name"))
+        self.nodes[index] = node_of(info)
         self.running.add(index)
         host = str(info.get("cluster_host") or info.get("host") or "127.0.0.1")
         self.on_address(index, host, int(info.get("cluster_port") or 0))
@@ -226,7 +229,7 @@ class EtcdHub:
         if record[0] == "submit":
             # (zero-padded: one run's records sort in the order written, see _delete_log_up_to)
             key = self.log_prefix + \
-                f"{self.m.node}-{self.incarnation}-{next(self._seq):012d}".encode()
+                f"{self.m.member}-{self.incarnation}-{next(self._seq):012d}".encode()
             value = link_values.encode(("apply", self.m.index, record[1], record[2],
                                         self.incarnation))
             await self.client.put(key, value)
@@ -291,7 +294,7 @@ class EtcdHub:
         deadline = loop.time() + timeout
         try:
             response = await asyncio.wait_for(
-                self.client.put(self.m.root + b"barrier/" + self.m.node.encode(), b""), timeout)
+                self.client.put(self.m.root + b"barrier/" + self.m.member.encode(), b""), timeout)
         except Exception:
             return
         target = response.header.revision
@@ -360,7 +363,7 @@ class EtcdHub:
             if kv.key.startswith(self.m.prefix):
                 info = load_info(kv.value)
                 index = int(info.get("index", -1))
-                if index >= 0 and info.get("name") != self.m.node and index not in self.running:
+                if index >= 0 and info.get("name") != self.m.member and index not in self.running:
                     self._learn(info)
                     records.append((CONTROL, link_values.encode(("peer_up", index))))
             else:
@@ -394,7 +397,7 @@ class EtcdHub:
         elif key.startswith(self.m.prefix):
             if event.kind == "PUT" and kv.version == 1:
                 info = load_info(kv.value)
-                if "index" in info and info.get("name") != self.m.node:
+                if "index" in info and info.get("name") != self.m.member:
                     self._learn(info)
                     log.info("node %s (index %s) is up: linking to it", info.get("name"),
                              info["index"])
@@ -403,7 +406,7 @@ class EtcdHub:
             elif event.kind == "DELETE" and event.prev_kv is not None:
                 info = load_info(event.prev_kv.value)
                 if "index" in info and "lease" in info:
-                    if info.get("name") != self.m.node:
+                    if info.get("name") != self.m.member:
                         self.running.discard(int(info["index"]))
                     log.warning("node %s is down (its etcd lease expired)", info.get("name"))
                     task = asyncio.create_task(self._record_down(
@@ -482,7 +485,7 @@ class EtcdHub:
         guard = (tx.create(self.snapshot_key) == 0) if not expected else \
             (tx.mod(self.snapshot_key) == expected)
         pointer = json.dumps({"revision": revision, "id": sid, "chunks": len(chunks),
-                              "records": len(lines), "node": self.m.node}).encode()
+                              "records": len(lines), "node": self.m.member}).encode()
         ok, _ = await self.client.transaction(
             compare=[guard], success=[tx.put(self.snapshot_key, pointer)], failure=[])
         if not ok:

@@ -7,6 +7,32 @@ a link), with etcd ordering the records (:mod:`amqp_server.cluster.metadata`) an
 between nodes (:mod:`amqp_server.cluster.node_links`). The node's index in that runtime is
 allocated once per node name in etcd (:meth:`Membership.connect`).
 
+**A node of several workers** (``--workers N|auto`` with ``--node-name``): every worker
+process of the node is a runtime of its own in the cluster, exactly as a node of one worker
+is: it registers in etcd as a *member* (:mod:`amqp_server.cluster.membership`: worker 0
+under the node's name, worker ``i`` as ``<node>/worker-<i>``, each with ``"node"`` and
+``"worker"`` in its registration), gets a member index, listens for node links (worker 0 on
+``--cluster-port``, the others on a free port, registered), and links to every other member,
+of its own node and of the others, with the same node links. So the node link and the worker
+link are one mechanism: a queue lives on one member (a classic queue on the worker of the
+connection that declared it; a quorum queue's leader on the worker its leader locator
+chose), and a publish, delivery or settlement for it crosses one link, whether the other
+member is a worker of this node or of another. The supervisor
+(:mod:`amqp_server.workers.supervisor`) only accepts client connections and hands them to
+its workers in turn, restarts a worker that dies, and ties the workers' lives to its own
+(a kill -9 of the node's supervisor kills its workers: ``PR_SET_PDEATHSIG``); it orders
+nothing (etcd does). A worker's data is its own (``DATA_DIR/worker-<i>`` for ``i > 0``:
+definitions, message store, replica logs), as with ``--workers N`` alone; worker 0 serves the
+management API, Prometheus, shovels and federation links.
+
+What counts nodes, not workers: the names clients and the management API see (every worker
+of ``n1`` is ``n1``: a queue's ``node``, a quorum queue's ``leader``/``members``,
+``/api/nodes`` one entry per node with its ``workers``), the members of a quorum queue (on
+distinct nodes: two workers of one node are not independent replicas;
+:mod:`amqp_server.cluster.placement`), maintenance (``drain`` marks the node, and none of its
+workers gets a new leader), quorum-critical checks (a node stopping stops all its workers)
+and ``forget_cluster_node``. Leaders are counted and balanced per worker.
+
 Order at start (:func:`start_node`, then the server's own start): connect to etcd and learn the
 index; listen for node links; recover durable queues from the data dir; read the whole log
 (record the death of the last run first) and link to the running nodes; listen for clients;
@@ -157,8 +183,11 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         ClusterError: etcd unreachable, the secret file unreadable, the cluster port taken.
     """
     etcd = dataclasses.replace(config.etcd, url=config.cluster_etcd)
+    worker = config.worker_index or 0  # a worker of a node of several (module docstring)
+    cluster_port = config.cluster_port if not worker else 0  # the others: a free port
     membership = Membership(etcd, config.node_name or node_name(), {
-        "amqp_port": config.port, "cluster_port": config.cluster_port, "host": config.host})
+        "amqp_port": config.port, "cluster_port": cluster_port, "host": config.host},
+        worker=worker)
     await membership.connect()
     secret = await cluster_secret(membership, config.cluster_secret_file)
     runtime: NodeRuntime | None = None
@@ -176,7 +205,7 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
     tls = tls_contexts(config.cluster_tls) if config.cluster_tls.enabled else None
     runtime = NodeRuntime(
         broker, membership, hub,
-        lambda rec, lost, full: NodeLinks(hub, host, config.cluster_port, secret,
+        lambda rec, lost, full: NodeLinks(hub, host, cluster_port, secret,
                                           membership.index, rec, lost, full, tls),
         Path(config.data_dir), lambda: _declared_down(broker))
     runtime.quorum.leader_locator = config.queue_leader_locator
@@ -189,12 +218,12 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
         port = await runtime.links.listen()  # type: ignore[attr-defined]
     except OSError as exc:
         await membership.stop()
-        raise ClusterError(f"cannot listen on cluster port {config.cluster_port}: "
+        raise ClusterError(f"cannot listen on cluster port {cluster_port}: "
                            f"{exc.strerror}") from None
     membership.info["cluster_port"] = port
     membership.info["cluster_host"] = host
     broker.cluster = membership
-    log.info("node %s: index %d, node links on %s:%d", membership.node, membership.index,
+    log.info("node %s: index %d, node links on %s:%d", membership.member, membership.index,
              host, port)
     return runtime
 

@@ -19,6 +19,13 @@ It starts N worker processes (``python -m amqp_server`` with the same options an
 It prints ``amqpq: listening on amqp://HOST:PORT`` once every worker is ready, and stops them
 all on SIGTERM/SIGINT (each closes its connections as a single broker does).
 
+**On a cluster node** (``--workers N`` with ``--cluster-etcd``: :mod:`amqp_server.cluster.
+node`) it accepts, hands over and restarts only: each worker is a cluster member of its own,
+ordered by etcd and linked to the others by node links, and tells the supervisor only that it
+is ready (:func:`report_ready`); the records, ``peer_up`` and ``synced`` it is sent are
+ignored there, and its workers die with it (``PR_SET_PDEATHSIG``: :func:`die_with_parent`),
+as the processes of one node do.
+
 The record list grows with every topology change since start (a few hundred bytes each);
 compacting it into a snapshot is left for later.
 """
@@ -38,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from amqp_server.workers.link_codec import CONTROL, Outbox, RecordReader, read_control
-from amqp_server.workers.links import hub_path
+from amqp_server.workers.links import LinkStream, hub_path
 from broker.config import BrokerConfig
 from broker.listeners import format_host
 from broker.topology_records import WorkerDown, to_wire
@@ -283,6 +290,45 @@ def run(argv: list[str], config: BrokerConfig, count: int) -> int:
     except ImportError:
         return asyncio.run(Supervisor(argv, config, count).serve())
     return uvloop.run(Supervisor(argv, config, count).serve())
+
+
+async def report_ready(run_dir: Path, index: int) -> LinkStream:
+    """A worker of a cluster node (module docstring): connect to the supervisor and say
+    ``hello`` and ``ready`` (it hands this worker clients from then on); the records it sends
+    back are ignored, and this process stops (SIGTERM) if the link closes. Returns the
+    link (kept open as long as the worker runs).
+
+    Raises:
+        OSError: the supervisor's socket cannot be reached.
+    """
+    def lost(stream: LinkStream) -> None:
+        log.error("the supervisor's link closed: this worker stops")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    _, stream = await asyncio.get_running_loop().create_unix_connection(
+        lambda: LinkStream(lambda _s, _r: None, lost), str(hub_path(run_dir)))
+    hub: LinkStream = stream  # type: ignore[assignment]
+    hub.outbox.control(("hello", index))
+    hub.outbox.control(("ready",))
+    hub.schedule()
+    return hub
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent (the supervisor) dies (Linux's
+    ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing), and exits at once if the parent is
+    already gone: a cluster node's processes die together."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() == 1:
+        os._exit(1)
 
 
 def resolve_count(value: str) -> int:

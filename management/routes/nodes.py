@@ -63,7 +63,14 @@ async def list_nodes(request: web.Request) -> web.Response:
     false for one gone; 401 unless monitoring or administrator)."""
     require_monitor(request)
     st = state(request)
-    return ok([node_json(st) if n["name"] == st.node else n for n in _cluster(st)])
+    return ok([_with_workers(node_json(st), n) if n["name"] == st.node else n
+               for n in _cluster(st)])
+
+
+def _with_workers(item: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
+    """This node's own entry, with its ``workers`` as the membership lists them (a cluster
+    node of several worker processes: ``[{"index", "worker", "running"}]``)."""
+    return item | {"workers": seen["workers"]} if "workers" in seen else item
 
 
 def _cluster(st: ManagementState) -> list[dict[str, Any]]:
@@ -111,11 +118,13 @@ async def get_node(request: web.Request) -> web.Response:
     require_monitor(request)
     st = state(request)
     name = request.match_info["name"]
-    if name == st.node:
-        return ok(node_json(st))
     for n in _cluster(st):
+        if n["name"] == name == st.node:
+            return ok(_with_workers(node_json(st), n))
         if n["name"] == name:
             return ok(n)
+    if name == st.node:
+        return ok(node_json(st))
     raise not_found()
 
 

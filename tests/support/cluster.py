@@ -25,22 +25,27 @@ if TYPE_CHECKING:
 WAIT = 15.0  # seconds any cluster-wide change may take to be seen
 
 
-def cluster_node(base: Path, name: str, etcd: Etcd, *extra: str) -> BrokerProcess:
+def cluster_node(base: Path, name: str, etcd: Etcd, *extra: str, workers: int = 1
+                 ) -> BrokerProcess:
     """Node ``name`` (not started) of the cluster in ``etcd`` (its TLS and auth options):
-    data in ``base/name``, management API on a free port."""
+    data in ``base/name``, management API on a free port; ``workers`` > 1: a node of that
+    many worker processes (``--workers N``; a kill -9 of it kills them all)."""
+    more = ("--workers", str(workers)) if workers > 1 else ()
     return BrokerProcess(base / name, base / f"{name}.log", management=free_port(),
                          log_level="info",
-                         args=("--node-name", name, *etcd.args, "--cluster-port", "0", *extra))
+                         args=("--node-name", name, *etcd.args, "--cluster-port", "0", *more,
+                               *extra))
 
 
 @contextmanager
-def running_cluster(base: Path, etcd: Etcd, names: tuple[str, ...] = ("n1", "n2", "n3")
-                    ) -> Iterator[list[BrokerProcess]]:
-    """Nodes ``names`` (:func:`cluster_node`) started one after another, closed after."""
+def running_cluster(base: Path, etcd: Etcd, names: tuple[str, ...] = ("n1", "n2", "n3"),
+                    workers: int = 1) -> Iterator[list[BrokerProcess]]:
+    """Nodes ``names`` (:func:`cluster_node`, each of ``workers`` processes) started one
+    after another, closed after."""
     started: list[BrokerProcess] = []
     try:
         for name in names:
-            started.append(cluster_node(base, name, etcd).start())
+            started.append(cluster_node(base, name, etcd, workers=workers).start())
         yield started
     finally:
         for node in started:
@@ -48,13 +53,15 @@ def running_cluster(base: Path, etcd: Etcd, names: tuple[str, ...] = ("n1", "n2"
 
 
 @contextmanager
-def cluster_and_etcd(base: Path, *extra: str, names: tuple[str, ...] = ("n1", "n2", "n3")
-                     ) -> Iterator[dict[str, BrokerProcess]]:
+def cluster_and_etcd(base: Path, *extra: str, names: tuple[str, ...] = ("n1", "n2", "n3"),
+                     workers: int = 1) -> Iterator[dict[str, BrokerProcess]]:
     """A fresh etcd in ``base`` (:func:`tests.support.etcd.running_etcd`) and nodes ``names``
-    (:func:`cluster_node` with options ``extra``, e.g. ``"--cluster-lease", "2"``) joined
-    through it, all started, by name; every node closed after, then etcd."""
+    (:func:`cluster_node` with options ``extra``, e.g. ``"--cluster-lease", "2"``, each of
+    ``workers`` processes) joined through it, all started, by name; every node closed
+    after, then etcd."""
     with running_etcd(base) as etcd:
-        nodes = {name: cluster_node(base, name, etcd, *extra) for name in names}
+        nodes = {name: cluster_node(base, name, etcd, *extra, workers=workers)
+                 for name in names}
         try:
             for node in nodes.values():
                 node.start()
