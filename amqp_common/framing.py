@@ -133,7 +133,9 @@ class FrameReader:
         those bytes and the two frame-end octets, without reading its fields again: they
         are the last one's (publishers mostly repeat one exchange, routing key and shape).
         While most publishes differ from the one before (varied body sizes), a new template
-        is taken from every 2nd, 4th ... 64th publish only, not from each.
+        is taken from every 2nd, 4th ... 64th publish only, not from each. A Basic.Ack
+        after another on the same channel is likewise taken by comparing its head with the
+        other's.
         """
         buf = self._buf
         if buf:
@@ -156,6 +158,10 @@ class FrameReader:
             if l_limit != limit:  # checked under another frame_max
                 last = self._last = None
         starts = data.startswith
+        unpack_ack = _u64_bit.unpack_from
+        # the head (type, channel, size, class and method ids) of the last Basic.Ack read
+        ack_head: bytes | None = None
+        ack_channel = 0
         skip = self._skip
         slow = 0  # publishes fused the long way in this call
         while end - pos >= 7:
@@ -171,6 +177,13 @@ class FrameReader:
                             data[hstop + 7:bstop - 1]))
                     pos = bstop
                     continue
+            if (ack_head is not None and starts(ack_head, pos) and end - pos >= 21
+                    and data[pos + 20] == 0xCE and data[pos + 19] < 2):
+                # a Basic.Ack on the channel of the one before (its head compared)
+                tag, bits = unpack_ack(data, pos + 11)
+                append((FRAME_ACK, ack_channel, tag, bits == 1))
+                pos += 21
+                continue
             ftype, channel, size = unpack(data, pos)
             if size > limit:
                 raise FrameError(f"type {ftype}, all octets = <<>>: "
@@ -222,6 +235,7 @@ class FrameReader:
                 # Basic.Ack: (FRAME_ACK, channel, delivery tag, multiple)
                 append((FRAME_ACK, channel, _u64.unpack_from(data, pos + 11)[0],
                         data[pos + 19] == 1))
+                ack_head, ack_channel = data[pos:pos + 11], channel
                 pos = stop
                 continue
             elif ftype not in _FRAME_TYPES:

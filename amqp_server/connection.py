@@ -231,7 +231,8 @@ class Connection:
         else as its three frames; the fused publishes that follow it on that channel go
         the same way without asking again (a publish that fails raises, which ends the run:
         nothing else a publish does closes the channel or suspends the connection); a
-        Basic.Ack goes straight to :meth:`Channel.ack` the same way."""
+        Basic.Ack goes straight to :meth:`Channel.ack` the same way, and so do the acks
+        right after it on that channel."""
         channels = self.channels
         i, n = 0, len(frames)
         while i < n:
@@ -280,8 +281,16 @@ class Connection:
                     frames[i - 1:i] = framing.unfuse(item)  # as any method frame
                     i -= 1
                     continue
-                try:
-                    ch.ack(item[2], item[3])
+                ack = ch.ack
+                try:  # this ack, and those right after it on the same channel
+                    while True:
+                        ack(item[2], item[3])
+                        if i == n:
+                            break
+                        item = frames[i]
+                        if item[0] != _ACK or item[1] != channel or self._held is not None:
+                            break
+                        i += 1
                 except AMQPError as exc:
                     self._fail(channel, exc, _ACK_IDS)
                 except Exception as exc:

@@ -250,6 +250,24 @@ def test_double_ack_is_unknown_tag(client: Client) -> None:
         "PRECONDITION_FAILED - unknown delivery tag 1")
 
 
+def test_acks_in_one_read_settle_in_order_up_to_an_unknown_tag(client: Client) -> None:
+    """Acks read together (taken one after the other on their channel): those before an
+    unknown tag settle, the unknown one closes the channel (406), the rest are ignored."""
+    client.declare_queue(1, "q")
+    fill(client, "q", 6)
+    client.call(1, commands.Basic.Qos(prefetch_count=3), commands.Basic.QosOk)
+    client.consume(1, "q")
+    ch = client.conn.channels[1]
+    assert sorted(ch.unacked) == [1, 2, 3]
+    out = client.send_bytes(b"".join(struct.pack(">BHIHHQBB", 1, 1, 13, 60, 80, tag, 0, 0xCE)
+                                     for tag in (1, 2, 9, 3)))
+    assert [d.method.delivery_tag for d in deliveries(out)] == [4, 5]
+    assert channel_close(out).reply_text == "PRECONDITION_FAILED - unknown delivery tag 9"
+    # tags 3, 4, 5 were outstanding when the channel closed: back in the queue
+    queue = client.broker.vhosts["/"].queues["q"]
+    assert (queue.message_count, queue.unacked_count) == (4, 0)
+
+
 def test_ack_multiple_and_ack_all(client: Client) -> None:
     client.declare_queue(1, "q")
     fill(client, "q", 5)

@@ -137,9 +137,9 @@ def test_read_is_feed_with_whole_publishes_fused(parts: list[tuple], cuts: list[
             assert flags == int.from_bytes(props[:2], "big") and body
 
 
-# a few publishes of one shape and their near misses: a publish like the one fused before it
-# is taken by comparing bytes with it (FrameReader.read), so repeats and one-field
-# differences right after them are what to try
+# a few publishes and acks of one shape and their near misses: a publish (an ack) like the
+# one read before it is taken by comparing bytes with it (FrameReader.read), so repeats and
+# one-field differences right after them are what to try
 SHAPES = (
     ("plain", F.publish(1, "", "q", b"x" * 20)),
     ("body size", F.publish(1, "", "q", b"x" * 21)),
@@ -156,6 +156,13 @@ SHAPES = (
                     + F.content_header(1, 20))[:-1] + b"\x00" + F.body(1, b"x" * 20)),
     ("body end", F.publish(1, "", "q", b"x" * 20)[:-1] + b"\x00"),
     ("heartbeat", F.HEARTBEAT),
+    ("ack", F.frame(1, 1, b"\x00\x3c\x00\x50" + struct.pack(">QB", 7, 0))),
+    ("ack multiple", F.frame(1, 1, b"\x00\x3c\x00\x50" + struct.pack(">QB", 2**64 - 1, 1))),
+    ("ack bits", F.frame(1, 1, b"\x00\x3c\x00\x50" + struct.pack(">QB", 7, 2))),
+    ("ack channel", F.frame(1, 2, b"\x00\x3c\x00\x50" + struct.pack(">QB", 8, 0))),
+    ("ack end", F.frame(1, 1, b"\x00\x3c\x00\x50" + struct.pack(">QB", 9, 0))[:-1]
+     + b"\x00"),
+    ("nack", F.frame(1, 1, b"\x00\x3c\x00\x78" + struct.pack(">QB", 7, 0))),
 )
 same_shape = st.sampled_from(SHAPES)
 
