@@ -28,18 +28,23 @@ PROMETHEUS: dict[str, int] = {}  # node name -> its Prometheus port
 
 @pytest.fixture(scope="module")
 def nodes(etcd: Etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
-    """The three nodes, each with its own Prometheus endpoint (as rabbitmq_prometheus)."""
+    """The three nodes, each with its own Prometheus endpoint (as rabbitmq_prometheus), and
+    quorum queue membership reconciliation on (``--quorum-target-group-size 1``: no queue
+    grows but those whose argument or policy asks for more; checked once a second)."""
     base = tmp_path_factory.mktemp("views")
     started: list[BrokerProcess] = []
-    try:
-        for name in NAMES:
-            PROMETHEUS[name] = free_port()
-            started.append(cluster_node(base, name, etcd, "--prometheus-port",
-                                        str(PROMETHEUS[name])).start())
-        yield started
-    finally:
-        for node in started:
-            node.close()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AMQPQ_QUORUM_RECONCILE_SECONDS", "1")
+        try:
+            for name in NAMES:
+                PROMETHEUS[name] = free_port()
+                started.append(cluster_node(base, name, etcd, "--prometheus-port",
+                                            str(PROMETHEUS[name]),
+                                            "--quorum-target-group-size", "1").start())
+            yield started
+        finally:
+            for node in started:
+                node.close()
 
 
 def _metrics(name: str, path: str = "/metrics") -> dict[str, list]:
@@ -246,6 +251,35 @@ def test_quorum_queue_node_is_its_leader_with_members_and_online(
         assert sorted(q["members"]) == list(NAMES)
         assert q["leader"] in NAMES
         assert q["node"] == q["leader"]  # as RabbitMQ: a quorum queue's node is its leader
+
+
+def test_queues_grow_to_their_argument_or_policy_target_group_size(
+        nodes: list[BrokerProcess]) -> None:
+    """RabbitMQ 3.13's x-quorum-target-group-size argument and target-group-size policy key:
+    queues declared with one member grow to their own target (the cluster's configured 1
+    being the floor), one without either stays as declared."""
+    n1, n2, _ = nodes
+    api(n1, "/api/policies/%2F/views-tgs", "PUT",
+        {"pattern": "^views[.]tgs[.]policy$", "definition": {"target-group-size": 2},
+         "apply-to": "quorum_queues"})
+    conn = connect(n2)
+    try:
+        ch = conn.channel()
+        one = {"x-queue-type": "quorum", "x-quorum-initial-group-size": 1}
+        ch.queue_declare("views.tgs.arg", durable=True,
+                         arguments={**one, "x-quorum-target-group-size": 3})
+        ch.queue_declare("views.tgs.policy", durable=True, arguments=one)
+        ch.queue_declare("views.tgs.none", durable=True, arguments=one)
+    finally:
+        conn.close()
+
+    def members(name: str) -> list[str]:
+        return sorted(api(n1, f"/api/queues/%2F/{name}").get("members") or [])
+
+    wait_until(lambda: members("views.tgs.arg") == list(NAMES), "views.tgs.arg on 3 nodes")
+    wait_until(lambda: len(members("views.tgs.policy")) == 2, "views.tgs.policy on 2 nodes")
+    assert members("views.tgs.none") == ["n2"]  # the same passes left it as declared
+    api(n1, "/api/policies/%2F/views-tgs", "DELETE")
 
 
 def test_overview_message_stats_are_summed_over_the_nodes(

@@ -17,6 +17,7 @@ from amqp_server.cluster.placement import (
     quorum_critical,
     rebalance_moves,
     short_of_target,
+    target_size,
 )
 from amqp_server.server import parse_args
 
@@ -95,6 +96,20 @@ def test_reconciliation_grows_queues_short_of_the_target() -> None:
                                                                 ("b", 3)]
     assert short_of_target(states, {0, 1, 2, 3}, {3}, 3) == [("a", 2), ("a", 1), ("b", 2)]
     assert short_of_target(states, {0}, set(), 3) == []
+
+
+def test_each_queue_grows_to_its_own_target_size() -> None:
+    """RabbitMQ 3.13's get_target_size: the largest of the configured size (which turns the
+    reconciliation on), x-quorum-target-group-size and the policy's target-group-size."""
+    assert target_size({}, None, 1) == 1
+    assert target_size({"x-quorum-target-group-size": 3}, None, 1) == 3
+    assert target_size({"x-quorum-target-group-size": 3}, 5, 1) == 5
+    assert target_size({"x-quorum-target-group-size": 2}, None, 4) == 4  # the floor
+    for ignored in (0, -1, "3", True, 2.5):  # taken unchecked at declare: counts as none
+        assert target_size({"x-quorum-target-group-size": ignored}, None, 1) == 1
+    states = {"a": st(0, [0]), "b": st(0, [0]), "c": st(0, [0])}
+    assert short_of_target(states, {0, 1, 2}, set(), {"a": 3, "b": 2}) == [
+        ("a", 1), ("a", 2), ("b", 1)]  # c: no target of its own (0)
 
 
 def test_locator_and_target_size_from_options_and_rabbitmq_conf(tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ EXCHANGE_KEYS = {"alternate-exchange": str}
 #: :data:`QUEUE_KEYS` and :data:`EXCHANGE_KEYS` these are accepted so that definitions
 #: exported from RabbitMQ import, but nothing here acts on them (mirroring, queue storage,
 #: streams, per-queue consumer timeouts), except ``queue-leader-locator`` (a cluster's
-#: placement of quorum queue leaders; its value is checked). The federation keys
+#: placement of quorum queue leaders; its value is checked) and ``target-group-size`` (a
+#: quorum queue's target member count when the cluster grows queues: a positive integer). The federation keys
 #: (:data:`FEDERATION_KEYS`, run by the ``federation`` package) are known, as with
 #: RabbitMQ's federation plugin enabled; other plugins' keys (``shards-per-node``,
 #: ``routing-key``) are refused, as by a RabbitMQ without those plugins.
@@ -139,6 +140,10 @@ def validate_policy(policy: Policy) -> None:
         if key == "queue-leader-locator" and value not in LEADER_LOCATORS:
             raise PolicyError(f"{erlang_pformat(value)} is not a valid queue leader locator "
                               "value")
+        if key == "target-group-size" and not (
+                isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            # RabbitMQ 3.13's rabbit_quorum_queue:validate_policy (3.10.8 has no such key)
+            raise PolicyError(f"{erlang_pformat(value)} is not a valid qq target count value")
     error = unrecognised(policy.definition, POLICY_KEYS) or _federation_error(policy.definition)
     if error:
         raise PolicyError(error)

@@ -207,7 +207,7 @@ class QuorumManager:
         size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
         members = placement.choose_members(
             self.runtime.index, self.hub.running, self.drained_indexes(),
-            [s for s, _ in self.states.values()], size, self.hub.nodes)
+            [s for s, _ in self.states.values()], size)
         await self.replace_state(group.qkey, None, {
             "leader": self.runtime.index, "run": group.replica.run, "epoch": 1,
             "members": members, "isr": members})
@@ -321,24 +321,10 @@ class QuorumManager:
     # ---- membership (rabbitmq-queues add_member, delete_member, grow, shrink) ------------
 
     def node_index(self, node: str) -> int | None:
-        """The member index of cluster node ``node`` (by name; a node of several workers:
-        its running worker holding the fewest replicas, else its lowest index), None when
-        unknown."""
-        mine = [i for i, n in self.hub.nodes.items() if n == node]
-        if not mine:
-            return None
-        running = [i for i in mine if i in self.hub.running] or mine
-        replicas: dict[int, int] = {}
-        for state, _ in self.states.values():
-            for m in state["members"]:
-                replicas[int(m)] = replicas.get(int(m), 0) + 1
-        return min(running, key=lambda i: (replicas.get(i, 0), i))
-
-    def member_on(self, state: dict[str, Any], node: str) -> int | None:
-        """The member of queue state ``state`` on node ``node`` (any of its workers), None
-        when it has none there."""
-        return next((int(m) for m in state["members"]
-                     if self.hub.nodes.get(int(m)) == node), None)
+        """The index of cluster node ``node`` (by name), None when unknown."""
+        if node == self.hub.m.node:
+            return self.runtime.index
+        return next((i for i, n in self.hub.names.items() if n == node), None)
 
     async def change_members(self, vhost: str, name: str, node: str, add: bool) -> str:
         """Add ``node`` to (or remove it from) quorum queue ``name``'s members, by an etcd
@@ -352,19 +338,18 @@ class QuorumManager:
 
         def change(state: dict[str, Any]) -> dict[str, Any] | str:
             members, isr = list(state["members"]), list(state["isr"])
-            gone = self.member_on(state, node)  # one member per node, on any worker
             if add:
-                if gone is not None:
+                if index in members:
                     return "already a member"
                 return {**state, "members": [*members, index]}
-            if gone is None:
+            if index not in members:
                 return "not a member"
             if len(members) == 1:
                 return "last member"
-            rest = [m for m in isr if m != gone] or [m for m in members if m != gone]
-            new = {**state, "members": [m for m in members if m != gone],
-                   "isr": [m for m in isr if m != gone] or rest[:1]}
-            if int(state["leader"]) == gone:
+            rest = [m for m in isr if m != index] or [m for m in members if m != index]
+            new = {**state, "members": [m for m in members if m != index],
+                   "isr": [m for m in isr if m != index] or rest[:1]}
+            if int(state["leader"]) == index:
                 new.update(leader=rest[0], run=self.run_of(rest[0]),
                            epoch=int(state["epoch"]) + 1)
             return new
@@ -416,10 +401,8 @@ class QuorumManager:
             return
 
     def drained_indexes(self) -> set[int]:
-        """Member indexes of the nodes in maintenance (``amqpqctl drain``): every worker
-        of such a node."""
-        return set(self.drained.values()) | {i for i, n in self.hub.nodes.items()
-                                              if n in self.drained}
+        """Indexes of the nodes in maintenance (``amqpqctl drain``)."""
+        return set(self.drained.values())
 
     async def set_maintenance(self, on: bool) -> None:
         """Mark this node as in maintenance in etcd (``drain``), or not any more
@@ -485,11 +468,10 @@ class QuorumManager:
         return out
 
     def node_name(self, index: int) -> str:
-        """The name of the node member ``index`` is a worker of (``node-<index>`` when
-        unknown)."""
+        """Cluster node ``index``'s name (``node-<index>`` when unknown)."""
         if index == self.runtime.index:
             return self.hub.m.node
-        return self.hub.nodes.get(index, f"node-{index}")
+        return self.hub.names.get(index, f"node-{index}")
 
     async def rebalance(self, vhost_pattern: str = ".*", queue_pattern: str = ".*"
                         ) -> list[dict[str, Any]]:
@@ -510,13 +492,13 @@ class QuorumManager:
                 log.warning("quorum queue '%s' in vhost '%s': not moved to node %d: %s",
                             name, vhost, target, result)
         await self.hub.barrier()
-        counts: dict[str, int] = {}
+        counts: dict[int, int] = {}
         for qkey in matching:
             if qkey in self.states:
-                leader = self.node_name(int(self.states[qkey][0]["leader"]))
+                leader = int(self.states[qkey][0]["leader"])
                 counts[leader] = counts.get(leader, 0) + 1
-        return [{"Node name": name, "Number of quorum queues": n}
-                for name, n in sorted(counts.items())]
+        return [{"Node name": self.node_name(i), "Number of quorum queues": n}
+                for i, n in sorted(counts.items())]
 
     async def move_leaders_off(self) -> tuple[int, int]:
         """Hand every quorum queue this node leads to another in-sync member (``drain``);
@@ -536,14 +518,27 @@ class QuorumManager:
         """``(vhost, name)`` of the quorum queues that would lose their quorum if node
         ``index`` (default: this one) stopped (:func:`placement.quorum_critical`)."""
         states = {k: s for k, (s, _) in self.states.items()}
-        node = self.node_name(self.runtime.index if index is None else index)
-        workers = {i for i, n in self.hub.nodes.items() if n == node}  # all of the node's
-        return [split_queue_key(k) for k in placement.quorum_critical(states, workers,
+        node = self.runtime.index if index is None else index
+        return [split_queue_key(k) for k in placement.quorum_critical(states, node,
                                                                        self.hub.running)]
 
+    def target_of(self, qkey: str) -> int:
+        """Queue ``qkey``'s target group size (:func:`placement.target_size`: the largest of
+        :attr:`target_group_size`, its ``x-quorum-target-group-size`` argument and its
+        policy's ``target-group-size``)."""
+        vhost_name, name = split_queue_key(qkey)
+        vhost = self.runtime.broker.vhosts.get(vhost_name)
+        q = vhost.queues.get(name) if vhost is not None else None
+        if vhost is None or q is None:
+            return self.target_group_size
+        policy = vhost.policies.get(q.settings.policy or "")
+        value = policy.definition.get("target-group-size") if policy is not None else None
+        return placement.target_size(q.arguments, value, self.target_group_size)
+
     def reconcile(self, now: float) -> None:
-        """Grow queues short of :attr:`target_group_size` onto running nodes (RabbitMQ 4's
-        continuous membership reconciliation), every :attr:`reconcile_every` seconds, by
+        """Grow queues short of their target size (:meth:`target_of`) onto running nodes
+        (RabbitMQ 4's continuous membership reconciliation, on while
+        :attr:`target_group_size` is set), every :attr:`reconcile_every` seconds, by
         the running node of the lowest index only (one node changes members at a time)."""
         if self.target_group_size <= 0 or self._reconciling \
                 or now - self._reconciled_at < self.reconcile_every \
@@ -552,7 +547,7 @@ class QuorumManager:
         self._reconciled_at = now
         states = {k: s for k, (s, _) in self.states.items()}
         adds = placement.short_of_target(states, self.hub.running, self.drained_indexes(),
-                                         self.target_group_size, self.hub.nodes)
+                                         {k: self.target_of(k) for k in states})
         if not adds:
             return
         self._reconciling = True
@@ -573,8 +568,11 @@ class QuorumManager:
         known = self.states.get(queue_key(q.vhost_name, q.name))
         if known is None:
             return {}
+        names = self.hub.names
         state = known[0]
-        name = self.node_name  # a node's workers all show as the node
+
+        def name(i: int) -> str:
+            return self.hub.m.node if i == self.runtime.index else names.get(i, f"node-{i}")
 
         running = self.hub.running
         group = self.groups.get(queue_key(q.vhost_name, q.name))
