@@ -22,6 +22,13 @@ rebalancing and maintenance, taken over plain data (node indexes, each queue's e
   node is a member and no more than a bare majority of its members are up (here: running
   and in the in-sync replicas, the members that can take over).
 
+**Nodes of several workers** (``--workers N`` on a cluster node): the indexes here are
+cluster *members*, one per worker process (:mod:`amqp_server.cluster.membership`), and
+``node_of`` maps each to its node. A node's workers are not independent replicas: the members
+of a queue are on distinct nodes (a member is never added on a node already holding one),
+replicas are counted per node when choosing, and a node's quorum-critical queues are those of
+any of its workers. Leaders are counted per member (each worker leads about as many).
+
 Source: RabbitMQ 3.13 ``rabbit_queue_location``, ``rabbit_amqqueue:rebalance/3``,
 ``rabbit_quorum_queue:list_with_minimum_quorum/0``, ``rabbit_maintenance``.
 """
@@ -42,6 +49,21 @@ LOCATORS = ("client-local", "balanced")
 _DEPRECATED_BALANCED = ("random", "least-leaders", "min-masters")
 
 State = Mapping[str, Any]  # a queue's etcd state: leader, epoch, members, isr
+NodeOf = Mapping[int, str]  # member index -> its node's name (module docstring)
+
+
+def _node(member: int, node_of: NodeOf | None) -> str:
+    """Member ``member``'s node (itself, by number, without a map or when unknown)."""
+    if node_of is None:
+        return f"#{member}"
+    return node_of.get(member, f"#{member}")
+
+
+def _per_node(counts: Counter[int], node_of: NodeOf | None) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for member, n in counts.items():
+        out[_node(member, node_of)] += n
+    return out
 
 
 def leader_locator(argument: Any, policy: Any, configured: str | None) -> str:
@@ -91,14 +113,24 @@ def choose_leader(local: int, running: Collection[int], drained: Collection[int]
 
 
 def choose_members(leader: int, running: Collection[int], drained: Collection[int],
-                   states: Iterable[State], size: int) -> list[int]:
+                   states: Iterable[State], size: int,
+                   node_of: NodeOf | None = None) -> list[int]:
     """The members of a new queue led by ``leader``: the leader first, then the running
-    nodes with the fewest replicas (drained ones last; ties: the lower index), ``size`` in
-    all, at most the running nodes."""
+    members with the fewest replicas on their node, then on themselves (drained ones last;
+    ties: the lower index), one per node (``node_of``: member -> node; None: every member its
+    own node), ``size`` in all, at most the running nodes."""
     replicas = _count(states, "members")
+    on_node = _per_node(replicas, node_of)
     others = sorted((n for n in running if n != leader),
-                    key=lambda n: (n in drained, replicas[n], n))
-    return [leader, *others[:max(0, size - 1)]]
+                    key=lambda n: (n in drained, on_node[_node(n, node_of)], replicas[n], n))
+    chosen, used = [leader], {_node(leader, node_of)}
+    for n in others:
+        if len(chosen) >= size:
+            break
+        if _node(n, node_of) not in used:
+            used.add(_node(n, node_of))
+            chosen.append(n)
+    return chosen
 
 
 def rebalance_moves(states: Mapping[Any, State], running: Collection[int],
@@ -167,17 +199,19 @@ def leaders_to_move(states: Mapping[Any, State], node: int, running: Collection[
     return out
 
 
-def quorum_critical(states: Mapping[Any, State], node: int,
+def quorum_critical(states: Mapping[Any, State], node: int | Collection[int],
                     running: Collection[int]) -> list[Any]:
-    """The queues that would lose their quorum if ``node`` stopped: ``node`` is a member
-    and at most a bare majority of the members are running and in sync (RabbitMQ's
+    """The queues that would lose their quorum if ``node`` stopped (a member index, or every
+    member index of a node of several workers): ``node`` is a member and at most a bare
+    majority of the members are running and in sync (RabbitMQ's
     ``filter_quorum_critical``: ``length(Up) =< length(Members) div 2 + 1``; a queue with
     one member on ``node`` is critical)."""
+    mine = {node} if isinstance(node, int) else set(node)
     out = []
     for key in sorted(states, key=repr):
         state = states[key]
         members = [int(m) for m in state["members"]]
-        if node not in members:
+        if not mine.intersection(members):
             continue
         up = [m for m in members if m in running and m in {int(i) for i in state["isr"]}]
         if len(up) <= len(members) // 2 + 1:
@@ -199,24 +233,28 @@ def target_size(arguments: Mapping[str, Any], policy: Any, configured: int) -> i
 
 
 def short_of_target(states: Mapping[Any, State], running: Collection[int],
-                    drained: Collection[int], target: int | Mapping[Any, int]
-                    ) -> list[tuple[Any, int]]:
-    """``(queue, node)`` member additions that bring queues with fewer than ``target``
-    members up to it with running nodes (RabbitMQ 4's continuous membership
-    reconciliation; ``target``: one size for all, or each queue's: :func:`target_size`):
-    each queue gets the running, non-drained non-members holding the
-    fewest replicas (counted as the additions go; ties: the lower index)."""
+                    drained: Collection[int], target: int | Mapping[Any, int],
+                    node_of: NodeOf | None = None) -> list[tuple[Any, int]]:
+    """``(queue, member)`` additions that bring queues with fewer than ``target`` members up
+    to it with running members (RabbitMQ 4's continuous membership reconciliation;
+    ``target``: one size for all, or each queue's, :func:`target_size`): each queue gets
+    the running, non-drained members of nodes it has no member on, the fewest replicas on
+    their node first (counted as the additions go; ties: the lower index)."""
     replicas = _count(states.values(), "members")
+    on_node = _per_node(replicas, node_of)
     out: list[tuple[Any, int]] = []
     for key in sorted(states, key=repr):
         members = {int(m) for m in states[key]["members"]}
         want = target if isinstance(target, int) else target.get(key, 0)
         while len(members) < want:
-            able = [n for n in running if n not in members and n not in drained]
+            used = {_node(m, node_of) for m in members}
+            able = [n for n in running
+                    if _node(n, node_of) not in used and n not in drained]
             if not able:
                 break
-            node = min(able, key=lambda n: (replicas[n], n))
+            node = min(able, key=lambda n: (on_node[_node(n, node_of)], replicas[n], n))
             replicas[node] += 1
+            on_node[_node(node, node_of)] += 1
             members.add(node)
             out.append((key, node))
     return out

@@ -207,7 +207,7 @@ class QuorumManager:
         size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
         members = placement.choose_members(
             self.runtime.index, self.hub.running, self.drained_indexes(),
-            [s for s, _ in self.states.values()], size)
+            [s for s, _ in self.states.values()], size, self.hub.nodes)
         await self.replace_state(group.qkey, None, {
             "leader": self.runtime.index, "run": group.replica.run, "epoch": 1,
             "members": members, "isr": members})
@@ -321,10 +321,24 @@ class QuorumManager:
     # ---- membership (rabbitmq-queues add_member, delete_member, grow, shrink) ------------
 
     def node_index(self, node: str) -> int | None:
-        """The index of cluster node ``node`` (by name), None when unknown."""
-        if node == self.hub.m.node:
-            return self.runtime.index
-        return next((i for i, n in self.hub.names.items() if n == node), None)
+        """The member index of cluster node ``node`` (by name; a node of several workers:
+        its running worker holding the fewest replicas, else its lowest index), None when
+        unknown."""
+        mine = [i for i, n in self.hub.nodes.items() if n == node]
+        if not mine:
+            return None
+        running = [i for i in mine if i in self.hub.running] or mine
+        replicas: dict[int, int] = {}
+        for state, _ in self.states.values():
+            for m in state["members"]:
+                replicas[int(m)] = replicas.get(int(m), 0) + 1
+        return min(running, key=lambda i: (replicas.get(i, 0), i))
+
+    def member_on(self, state: dict[str, Any], node: str) -> int | None:
+        """The member of queue state ``state`` on node ``node`` (any of its workers), None
+        when it has none there."""
+        return next((int(m) for m in state["members"]
+                     if self.hub.nodes.get(int(m)) == node), None)
 
     async def change_members(self, vhost: str, name: str, node: str, add: bool) -> str:
         """Add ``node`` to (or remove it from) quorum queue ``name``'s members, by an etcd
@@ -338,18 +352,19 @@ class QuorumManager:
 
         def change(state: dict[str, Any]) -> dict[str, Any] | str:
             members, isr = list(state["members"]), list(state["isr"])
+            gone = self.member_on(state, node)  # one member per node, on any worker
             if add:
-                if index in members:
+                if gone is not None:
                     return "already a member"
                 return {**state, "members": [*members, index]}
-            if index not in members:
+            if gone is None:
                 return "not a member"
             if len(members) == 1:
                 return "last member"
-            rest = [m for m in isr if m != index] or [m for m in members if m != index]
-            new = {**state, "members": [m for m in members if m != index],
-                   "isr": [m for m in isr if m != index] or rest[:1]}
-            if int(state["leader"]) == index:
+            rest = [m for m in isr if m != gone] or [m for m in members if m != gone]
+            new = {**state, "members": [m for m in members if m != gone],
+                   "isr": [m for m in isr if m != gone] or rest[:1]}
+            if int(state["leader"]) == gone:
                 new.update(leader=rest[0], run=self.run_of(rest[0]),
                            epoch=int(state["epoch"]) + 1)
             return new
@@ -401,8 +416,10 @@ class QuorumManager:
             return
 
     def drained_indexes(self) -> set[int]:
-        """Indexes of the nodes in maintenance (``amqpqctl drain``)."""
-        return set(self.drained.values())
+        """Member indexes of the nodes in maintenance (``amqpqctl drain``): every worker
+        of such a node."""
+        return set(self.drained.values()) | {i for i, n in self.hub.nodes.items()
+                                              if n in self.drained}
 
     async def set_maintenance(self, on: bool) -> None:
         """Mark this node as in maintenance in etcd (``drain``), or not any more
@@ -468,10 +485,11 @@ class QuorumManager:
         return out
 
     def node_name(self, index: int) -> str:
-        """Cluster node ``index``'s name (``node-<index>`` when unknown)."""
+        """The name of the node member ``index`` is a worker of (``node-<index>`` when
+        unknown)."""
         if index == self.runtime.index:
             return self.hub.m.node
-        return self.hub.names.get(index, f"node-{index}")
+        return self.hub.nodes.get(index, f"node-{index}")
 
     async def rebalance(self, vhost_pattern: str = ".*", queue_pattern: str = ".*"
                         ) -> list[dict[str, Any]]:
@@ -492,13 +510,13 @@ class QuorumManager:
                 log.warning("quorum queue '%s' in vhost '%s': not moved to node %d: %s",
                             name, vhost, target, result)
         await self.hub.barrier()
-        counts: dict[int, int] = {}
+        counts: dict[str, int] = {}
         for qkey in matching:
             if qkey in self.states:
-                leader = int(self.states[qkey][0]["leader"])
+                leader = self.node_name(int(self.states[qkey][0]["leader"]))
                 counts[leader] = counts.get(leader, 0) + 1
-        return [{"Node name": self.node_name(i), "Number of quorum queues": n}
-                for i, n in sorted(counts.items())]
+        return [{"Node name": name, "Number of quorum queues": n}
+                for name, n in sorted(counts.items())]
 
     async def move_leaders_off(self) -> tuple[int, int]:
         """Hand every quorum queue this node leads to another in-sync member (``drain``);
@@ -518,8 +536,9 @@ class QuorumManager:
         """``(vhost, name)`` of the quorum queues that would lose their quorum if node
         ``index`` (default: this one) stopped (:func:`placement.quorum_critical`)."""
         states = {k: s for k, (s, _) in self.states.items()}
-        node = self.runtime.index if index is None else index
-        return [split_queue_key(k) for k in placement.quorum_critical(states, node,
+        node = self.node_name(self.runtime.index if index is None else index)
+        workers = {i for i, n in self.hub.nodes.items() if n == node}  # all of the node's
+        return [split_queue_key(k) for k in placement.quorum_critical(states, workers,
                                                                        self.hub.running)]
 
     def target_of(self, qkey: str) -> int:
@@ -547,7 +566,7 @@ class QuorumManager:
         self._reconciled_at = now
         states = {k: s for k, (s, _) in self.states.items()}
         adds = placement.short_of_target(states, self.hub.running, self.drained_indexes(),
-                                         {k: self.target_of(k) for k in states})
+                                         {k: self.target_of(k) for k in states}, self.hub.nodes)
         if not adds:
             return
         self._reconciling = True
@@ -568,11 +587,8 @@ class QuorumManager:
         known = self.states.get(queue_key(q.vhost_name, q.name))
         if known is None:
             return {}
-        names = self.hub.names
         state = known[0]
-
-        def name(i: int) -> str:
-            return self.hub.m.node if i == self.runtime.index else names.get(i, f"node-{i}")
+        name = self.node_name  # a node's workers all show as the node
 
         running = self.hub.running
         group = self.groups.get(queue_key(q.vhost_name, q.name))
