@@ -49,8 +49,8 @@ compaction, an install). Opening a file reads it a bounded chunk at a time
 (:func:`~queue_store.replica_log_records.scan_file`), and only the entries after the last
 POINT record are handed to the replication log (:meth:`tail`). Entries the file holds can be
 read back from an offset (:meth:`ReplicaLog.read_entries`: a follower that fetches below
-what its leader keeps in RAM), found through a sparse index (every :data:`INDEX_EVERY`-th
-entry's position).
+what its leader keeps in RAM), found through a sparse index
+(:mod:`queue_store.replica_log_index`).
 
 The records are made and read by :mod:`queue_store.replica_log_records`.
 
@@ -71,6 +71,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from queue_store import replica_log_records as records
+from queue_store.replica_log_index import EntryIndex
 from queue_store.replica_log_records import (
     ACK,
     BASE,
@@ -85,12 +86,14 @@ from queue_store.replica_log_records import (
     POINT_BODY,
     RET,
     RET_BODY,
+    Compaction,
     ReplicaLogError,
     check_entry,
     iter_records,
     make_enq,
     make_record,
     parse_enq,
+    read_runs,
     scan_file,
     write_all,
 )
@@ -104,17 +107,11 @@ COMPACT_MIN = 64 * 1024 * 1024
 _UNWRITTEN = -2
 #: a message slot whose message left (acked)
 _DEAD = -1
-#: entries between two points of the file's entry index (LSN -> position)
-INDEX_EVERY = 64
 
 #: a live message read back: (exrk, props, body, returns)
 Message = tuple[bytes, bytes, bytes, int]
 #: a replication entry: (leader epoch, the operation's record bytes)
 LogEntry = tuple[int, bytes]
-
-
-def _first_lsn(epoch: tuple[int, int]) -> int:
-    return epoch[1]
 
 
 class ReplicaLog:
@@ -140,7 +137,9 @@ class ReplicaLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = -1
-        self.generation = 0  # the file was rewritten or cut this many times
+        self.generation = 0  # the file was read, rewritten or cut this many times
+        self._job: Compaction | None = None  # a compaction under way
+        self._killed: list[int] = []  # offsets that left since it began
         self._load()
 
     def _reset(self) -> None:
@@ -167,13 +166,13 @@ class ReplicaLog:
         # one before it of epoch disk_start_epoch; every INDEX_EVERY-th entry's (LSN before
         # it, position, epoch); (epoch, LSN before its first entry) of each epoch
         self.disk_start = self.disk_start_epoch = 0
-        self._idx_lsn, self._idx_pos, self._idx_epoch = array("Q"), array("Q"), array("I")
-        self._epochs: list[tuple[int, int]] = []
+        self._index = EntryIndex()
 
     def _load(self, end: int | None = None) -> None:
         """Replay the file (up to ``end``: the rest is cut; default all of it), cut a torn
         tail, keep the file open for appends. Reads :data:`~queue_store.replica_log_records.READ_CHUNK` at a time."""
         self._reset()
+        self.generation += 1
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         fd = self._fd
@@ -188,9 +187,7 @@ class ReplicaLog:
                 in_section, epoch, marked = True, self.start_epoch, False
                 tail.clear()
                 ends.clear()
-                self._idx_lsn, self._idx_pos, self._idx_epoch = array("Q"), array("Q"), \
-                    array("I")
-                self._epochs.clear()
+                self._index = EntryIndex()
             elif kind == EPOCH:
                 (epoch,) = EPOCH_BODY.unpack_from(record, 9)
                 marked = True
@@ -247,29 +244,11 @@ class ReplicaLog:
 
     def messages(self) -> Iterator[tuple[int, Message]]:
         """``(offset, message)`` of every live message, in offset order, read back from the
-        file in runs of up to :data:`~queue_store.replica_log_records.READ_CHUNK` bytes (a message not written yet, a
-        leader's before its Write, is skipped)."""
-        offsets, poss, lens = self._offsets, self._pos, self._len
-        i, n = self._first, len(offsets)
-        while i < n:
-            run: list[int] = []
-            lo = hi = -1
-            while i < n:
-                p = poss[i]
-                if p >= 0:
-                    if run and (p < hi or p + lens[i] - lo > records.READ_CHUNK):
-                        break
-                    if not run:
-                        lo = p
-                    run.append(i)
-                    hi = p + lens[i]
-                i += 1
-            if not run:
-                return
-            data = memoryview(os.pread(self._fd, hi - lo, lo))
-            for j in run:
-                p = poss[j] - lo
-                yield offsets[j], self._message(offsets[j], data[p:p + lens[j]])
+        file in runs of up to :data:`~queue_store.replica_log_records.READ_CHUNK` bytes (a
+        message not written yet, a leader's before its Write, is skipped)."""
+        for offset, record in read_runs(self._fd, self._offsets, self._pos, self._len,
+                                        self._first):
+            yield offset, self._message(offset, record)
 
     def _message(self, offset: int, record: bytes | memoryview) -> Message:
         _, _, exrk, props, body = parse_enq(record)
@@ -307,6 +286,8 @@ class ReplicaLog:
     def _kill(self, i: int) -> None:
         pos = self._pos
         pos[i] = _DEAD
+        if self._job is not None:
+            self._killed.append(self._offsets[i])
         self.count -= 1
         self.live_bytes -= self._len[i]
         self._returns.pop(self._offsets[i], None)
@@ -381,13 +362,7 @@ class ReplicaLog:
 
     def _indexed(self, lsn: int, pos: int, epoch: int) -> None:
         """The entry after LSN ``lsn`` is at ``pos`` in the file, of ``epoch``."""
-        idx = self._idx_lsn
-        if not idx or lsn - idx[-1] >= INDEX_EVERY:
-            idx.append(lsn)
-            self._idx_pos.append(pos)
-            self._idx_epoch.append(epoch)
-        if not self._epochs or self._epochs[-1][0] != epoch:
-            self._epochs.append((epoch, lsn))
+        self._index.add(lsn, pos, epoch)
 
     def epoch_at(self, lsn: int) -> int | None:
         """Epoch of the entry at LSN ``lsn`` (offset ``lsn - 1``) as the file holds it; that
@@ -398,8 +373,7 @@ class ReplicaLog:
             return self.disk_start_epoch
         if not self.disk_start < lsn <= self.written:
             return None
-        i = bisect_right(self._epochs, lsn - 1, key=_first_lsn) - 1
-        return self._epochs[i][0] if i >= 0 else None
+        return self._index.epoch_of(lsn)
 
     def read_entries(self, first: int, count: int, end: int) -> list[LogEntry]:
         """Up to ``count`` entries ``(epoch, payload)`` from offset ``first``, below offset
@@ -407,10 +381,9 @@ class ReplicaLog:
         entries its leader keeps in RAM); empty when the file does not hold ``first``.
         Blocking (a read of about ``count`` entries)."""
         end = min(end, self.written)
-        if not self.disk_start <= first < end or not self._idx_lsn:
+        if not self.disk_start <= first < end or not self._index:
             return []
-        i = bisect_left(self._idx_lsn, first + 1) - 1
-        lsn, pos, epoch = self._idx_lsn[i], self._idx_pos[i], self._idx_epoch[i]
+        lsn, pos, epoch = self._index.locate(first)
         out: list[LogEntry] = []
         for kind, record, _ in scan_file(self._fd, self.size, pos, chunk=256 * 1024):
             if kind == EPOCH:
@@ -444,7 +417,6 @@ class ReplicaLog:
             return
         if offset < self.start:
             os.ftruncate(self._fd, 0)
-            self.generation += 1
             self._load(0)
             return
         lsn, cut = 0, 0
@@ -457,7 +429,6 @@ class ReplicaLog:
                 lsn += 1
             cut = pos + len(record)
         os.ftruncate(self._fd, cut)
-        self.generation += 1
         self._reload(cut)
 
     def _reload(self, end: int) -> None:
@@ -531,15 +502,95 @@ class ReplicaLog:
         self._replaced()
 
     def compact(self) -> bool:
-        """Rewrite the file as BASE + live messages (same LSN) when dead records outweigh
-        live ones and every operation is written; True when it did. The caller knows every
-        entry is committed and fsynced. Blocking: it writes and fsyncs the live bytes."""
-        if self.written != self.lsn or not self.needs_compaction():
+        """:meth:`begin_compaction`, its job run here, :meth:`finish_compaction`: True when
+        the file was rewritten (the snapshot point moved to the log's end first: the caller
+        knows every entry is committed and fsynced). Blocking."""
+        if self.written == self.lsn and self.needs_compaction():
+            self.mark(self.lsn)
+        job = self.begin_compaction()
+        if job is None:
             return False
-        self.start_epoch = self.last_epoch
-        self.compact_into(self.path.with_name(self.path.name + ".new"))
-        self._replaced()
+        job.run()
+        return self.finish_compaction(job)
+
+    def begin_compaction(self) -> Compaction | None:
+        """When dead records outweigh live ones, every operation is written and the snapshot
+        point is at the log's end (the caller knows every entry is committed and fsynced):
+        the job that rewrites the file as BASE + the live messages as they are now (same
+        LSN). Its :meth:`~queue_store.replica_log_records.Compaction.run` reads this file
+        through a descriptor of its own and may run in another thread while this log goes
+        on; then :meth:`finish_compaction`. None: nothing to do (or a job under way)."""
+        if self._job is not None or self.written != self.lsn or self.start != self.lsn \
+                or not self.needs_compaction():
+            return None
+        first = self._first
+        self._killed = []
+        self._job = Compaction(
+            os.dup(self._fd), self.path.with_name(self.path.name + ".compact"), self.lsn,
+            self.count, self.next_offset, self.last_epoch, self.size, self.generation,
+            self._offsets[first:], self._pos[first:], self._len[first:], dict(self._returns))
+        return self._job
+
+    def finish_compaction(self, job: Compaction) -> bool:
+        """Put ``job``'s file in place of this log's (on the event loop, after its run): the
+        records written since it began are copied after it (behind an EPOCH record) and
+        fsynced, the file renamed over this one, and the positions moved (the messages
+        that left meanwhile stay gone). False (the file dropped) when the job failed or this
+        log was cut, replaced or closed meanwhile."""
+        if job is not self._job:
+            return False
+        self._job = None
+        killed, self._killed = self._killed, []
+        if job.error is not None or self._fd < 0 or job.generation != self.generation:
+            job.dest.unlink(missing_ok=True)
+            return False
+        marker = make_record(EPOCH, EPOCH_BODY.pack(job.epoch))
+        try:
+            tail = os.pread(self._fd, self.size - job.size, job.size) \
+                if self.size > job.size else b""
+            fd = os.open(job.dest, os.O_WRONLY | os.O_APPEND)
+            try:
+                write_all(fd, marker + tail)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(job.dest, self.path)
+        except OSError:
+            job.dest.unlink(missing_ok=True)
+            raise
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        size = job.section + len(marker) + len(tail)
+        os.lseek(self._fd, size, os.SEEK_SET)
+        self._moved(job, killed, job.section + len(marker) - job.size, size)
         return True
+
+    def _moved(self, job: Compaction, killed: list[int], shift: int, size: int) -> None:
+        """The state after :meth:`finish_compaction`: the frozen slots at their new
+        positions, those added since shifted by ``shift``, the entry index, epochs,
+        snapshot point and write marks of the records after the section."""
+        offsets, pos, lens = job.offsets, job.new_pos, job.lens
+        for offset in killed:
+            i = bisect_left(offsets, offset)
+            if i < len(offsets) and offsets[i] == offset:
+                pos[i] = _DEAD
+        last = offsets[-1] if offsets else 0
+        mine = self._offsets
+        for i in range(bisect_right(mine, last, self._first), len(mine)):
+            p = self._pos[i]
+            offsets.append(mine[i])
+            pos.append(p + shift if p >= 0 else p)
+            lens.append(self._len[i])
+        first = 0
+        while first < len(pos) and pos[first] == _DEAD:
+            first += 1
+        self._offsets, self._pos, self._len, self._first = offsets, pos, lens, first
+        self._index.moved(job.lsn, job.section, job.epoch, shift, self.written > job.lsn)
+        self.disk_start, self.disk_start_epoch = job.lsn, job.epoch
+        self._snap_pos = job.section if self.start == job.lsn else self._snap_pos + shift
+        self._marks = deque((lsn, p + shift, e) for lsn, p, e in self._marks if p >= job.size)
+        self.size = size
+        self.generation += 1
 
     def needs_compaction(self) -> bool:
         """Dead records outweigh live messages (and the file is past :data:`COMPACT_MIN`)."""
@@ -570,7 +621,6 @@ class ReplicaLog:
         """The file at ``path.new`` replaces this log's file; the state is read from it."""
         os.replace(self.path.with_name(self.path.name + ".new"), self.path)
         self.close()
-        self.generation += 1
         self._load()
 
     # ---- state ---------------------------------------------------------------------------

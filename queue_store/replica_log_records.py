@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 ENQ, ACK, RET, BASE, EPOCH, POINT = 1, 2, 3, 4, 5, 6
 ENTRY_KINDS = frozenset((ENQ, ACK, RET))
@@ -125,3 +128,98 @@ def check_entry(payload: bytes) -> None:
     if n != len(payload) - 8 or payload[8] not in ENTRY_KINDS \
             or zlib.crc32(memoryview(payload)[8:]) != crc:
         raise ReplicaLogError("an entry is one whole ENQ, ACK or RET record")
+
+
+def read_runs(fd: int, offsets: Sequence[int], poss: Sequence[int], lens: Sequence[int],
+              first: int = 0) -> Iterator[tuple[int, memoryview]]:
+    """``(offset, ENQ record)`` of each message slot from index ``first`` whose position in
+    the file ``fd`` is known (``poss[i] >= 0``; the slots are in offset order, so in file
+    order), read in runs of up to :data:`READ_CHUNK` bytes (one read per run)."""
+    i, n = first, len(offsets)
+    while i < n:
+        run: list[int] = []
+        lo = hi = -1
+        while i < n:
+            p = poss[i]
+            if p >= 0:
+                if run and (p < hi or p + lens[i] - lo > READ_CHUNK):
+                    break
+                if not run:
+                    lo = p
+                run.append(i)
+                hi = p + lens[i]
+            i += 1
+        if not run:
+            return
+        data = memoryview(os.pread(fd, hi - lo, lo))
+        for j in run:
+            p = poss[j] - lo
+            yield offsets[j], data[p:p + lens[j]]
+
+
+@dataclass
+class Compaction:
+    """A replica log's live messages as they were at one moment, written to a file of their
+    own (BASE, then an ENQ record per message: its record as stored, or made again with its
+    returns count) by :meth:`run`, off the event loop (:meth:`queue_store.replica_log.
+    ReplicaLog.begin_compaction` freezes them, ``finish_compaction`` puts the file in place).
+
+    Attributes (filled by :meth:`run`): ``new_pos`` (each frozen slot's position in the new
+    file, -1 for a dead one), ``section`` (bytes written), ``error`` (an OSError, if any).
+    """
+
+    fd: int  # a duplicate of the log's descriptor (closed by run)
+    dest: Path
+    lsn: int
+    count: int
+    next_offset: int
+    epoch: int
+    size: int  # the log file's size when frozen
+    generation: int
+    offsets: array[int]
+    poss: array[int]
+    lens: array[int]
+    returns: dict[int, int]
+    new_pos: array[int] = field(default_factory=lambda: array("q"))
+    section: int = 0
+    error: OSError | None = None
+
+    def run(self) -> None:
+        """Write and fsync the file (blocking: in a worker thread)."""
+        try:
+            out = os.open(self.dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._write(out)
+                os.fsync(out)
+            finally:
+                os.close(out)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            os.close(self.fd)
+
+    def _write(self, out: int) -> None:
+        base = make_record(BASE, BASE_BODY.pack(self.lsn - self.count, self.next_offset),
+                           EPOCH_BODY.pack(self.epoch))
+        parts, held, at = [base], len(base), len(base)
+        new_pos, returns = self.new_pos, self.returns
+        for offset, record in read_runs(self.fd, self.offsets, self.poss, self.lens):
+            while self.offsets[len(new_pos)] != offset:  # dead slots before it
+                new_pos.append(-1)
+            stored = ENQ_HEAD.unpack_from(record, 9)[1]
+            wanted = returns.get(offset, 0)
+            if stored == wanted:
+                rec: bytes | memoryview = record
+            else:
+                _, _, exrk, props, body = parse_enq(record)
+                rec = make_enq(offset, wanted, exrk, props, body)
+            new_pos.append(at)
+            parts.append(bytes(rec))
+            at += len(rec)
+            held += len(rec)
+            if held >= READ_CHUNK:
+                write_all(out, b"".join(parts))
+                parts, held = [], 0
+        write_all(out, b"".join(parts))
+        new_pos.extend([-1] * (len(self.offsets) - len(new_pos)))
+        self.section = at

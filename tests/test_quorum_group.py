@@ -123,6 +123,7 @@ def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snap
         compacting = True  # the file is rewritten: its entries before offset 4 are gone
         leader.tick()
         compacting = False
+        await asyncio.sleep(0)  # the rewrite ran in the "blocking pool": put in place now
         assert leader.replica.start == leader.log.disk_start == 4
         _publish(leader, b"d")  # after the snapshot point: the tail
         await c.settle()

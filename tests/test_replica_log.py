@@ -181,7 +181,7 @@ def test_a_replica_keeps_no_message_body_in_ram(tmp_path: Path) -> None:
 
 def test_entries_are_read_back_from_the_file_with_their_epochs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("queue_store.replica_log.INDEX_EVERY", 4)
+    monkeypatch.setattr("queue_store.replica_log_index.INDEX_EVERY", 4)
     log = ReplicaLog(tmp_path / "q.log")
     written = []
     for epoch in (1, 1, 2, 3):
@@ -203,3 +203,55 @@ def test_entries_are_read_back_from_the_file_with_their_epochs(
     assert follower.read_entries(9, 5, 100) == [] and follower.epoch_at(9) is None
     follower.write(10, written[10:])
     assert follower.read_entries(10, 99, 99) == written[10:]
+
+
+def test_a_compaction_run_aside_keeps_what_was_written_and_acked_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("queue_store.replica_log.COMPACT_MIN", 1000)
+    monkeypatch.setattr("queue_store.replica_log_index.INDEX_EVERY", 4)
+    log = ReplicaLog(tmp_path / "q.log")
+    _lead(log, 1, [log.enq(EXRK, b"", f"m{i:03}".encode() * 10)[1] for i in range(200)])
+    _lead(log, 1, [log.ack(range(1, 191)), log.ret(195, 2)])
+    assert log.mark(log.lsn) == 202
+    job = log.begin_compaction()
+    assert job is not None and log.begin_compaction() is None  # one at a time
+    # the log goes on while the job runs (in a thread, in production)
+    later = _lead(log, 2, [log.enq(EXRK, b"", b"new1")[1], log.ack([191, 193]),
+                           log.ret(196, 1), log.enq(EXRK, b"", b"new2")[1]])
+    later += _lead(log, 2, [log.ack([201])])
+    assert log.mark(206) == 206
+    job.run()
+    before = log.size
+    assert log.finish_compaction(job) is True and log.size < before // 4
+    want = {192: (b"m191" * 10, 0), 194: (b"m193" * 10, 0), 195: (b"m194" * 10, 2),
+            196: (b"m195" * 10, 1), 197: (b"m196" * 10, 0), 198: (b"m197" * 10, 0),
+            199: (b"m198" * 10, 0), 200: (b"m199" * 10, 0), 202: (b"new2", 0)}
+    assert _bodies(log) == want and log.count == 9
+    assert log.disk_start == 202 and log.start == 206 and log.lsn == 207
+    assert log.read_entries(202, 10, 999) == later and log.epoch_at(203) == 2
+    assert log.read_entries(201, 10, 999) == []  # compacted away
+    snapshot = log.snapshot_bytes()
+    _lead(log, 2, [log.enq(EXRK, b"", b"after")[1]])
+    log.close()
+    again = ReplicaLog(tmp_path / "q.log")
+    assert _bodies(again) == {**want, 203: (b"after", 0)}
+    assert again.lsn == 208 and again.start == 206 and again.disk_start == 202
+    copy = ReplicaLog(tmp_path / "f.log")
+    copy.install(206, 2, snapshot)  # the state at 206: new1 was acked after it
+    assert _bodies(copy) == {**want, 201: (b"new1", 0)}
+
+
+def test_a_compaction_is_dropped_when_the_log_is_cut_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("queue_store.replica_log.COMPACT_MIN", 100)
+    log = ReplicaLog(tmp_path / "q.log")
+    _lead(log, 1, [log.enq(EXRK, b"", b"x" * 50)[1] for _ in range(20)])
+    _lead(log, 1, [log.ack(range(1, 20))])
+    log.mark(log.lsn)
+    job = log.begin_compaction()
+    assert job is not None
+    _lead(log, 1, [log.enq(EXRK, b"", b"y")[1]])
+    log.truncate(21)  # a divergent tail cut
+    job.run()
+    assert log.finish_compaction(job) is False and not job.dest.exists()
+    assert _bodies(log) == {20: (b"x" * 50, 0)}

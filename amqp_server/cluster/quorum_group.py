@@ -541,7 +541,10 @@ class QuorumGroup:
         """Move the snapshot point up behind what is committed and on disk, keeping
         :data:`KEEP_ENTRIES` entries (the replica holds only the entries after the point in
         RAM); rewrite the file when dead records outweigh live ones and nothing is in flight
-        (the point then moves to the log's end)."""
+        (the point then moves to the log's end): the live messages are written to a new
+        file in the blocking pool while the log goes on, then what was appended meanwhile
+        is copied after them and the new file takes the old one's place
+        (:meth:`ReplicaLog.finish_compaction`, on the event loop)."""
         r, log_ = self.replica, self.log
         upto = min(r.committed, r.durable)
         if upto - r.start >= 2 * KEEP_ENTRIES:
@@ -549,9 +552,25 @@ class QuorumGroup:
         if log_.needs_compaction() and r.committed == r.durable == r.log_end == log_.lsn \
                 == log_.written and not self._ops and not self.acks:
             self._move_point(r.log_end)
-            if r.start == r.log_end and log_.compact():
-                log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d bytes",
-                         self.name, self.vhost, log_.size)
+            job = log_.begin_compaction() if r.start == r.log_end else None
+            if job is None:
+                return
+            began = self._now()
+
+            def done(error: Exception | None) -> None:
+                try:
+                    if log_.finish_compaction(job):
+                        log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d "
+                                 "bytes (%.1f s, written off the event loop)", self.name,
+                                 self.vhost, log_.size, self._now() - began)
+                        return
+                except OSError as exc:
+                    error = exc
+                if error is not None or job.error is not None:
+                    log.warning("quorum queue '%s': replica log compaction failed: %s",
+                                self.name, error or job.error)
+
+            self.runtime.broker.env.run_blocking(job.run, done)
 
     def _move_point(self, upto: int) -> None:
         point = self.log.mark(upto)
