@@ -8,7 +8,7 @@ a :class:`~broker.environment.BrokerEnvironment` at construction.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from amqp_common.timers import Timers
 from broker.alarms import Alarms
@@ -90,6 +90,9 @@ class Broker:
         # the node's membership with --cluster-etcd (amqp_server.cluster.membership); None
         # for a single node
         self.cluster: ClusterMembership | None = None
+        # a broker of one process without a cluster: its maintenance mode (drain/revive,
+        # amqp_server.node_maintenance, set by the server); None otherwise
+        self.maintenance: Any = None
         # builds every vhost's queues: locally until a worker or cluster runtime is plugged
         # in (once, before any queue exists: WorkerRuntime's constructor)
         self.queue_factory = BrokerQueues()

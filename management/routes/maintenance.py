@@ -26,7 +26,9 @@
 RabbitMQ runs drain and revive over its CLI's Erlang distribution, not HTTP; amqpq's
 ``amqpqctl`` speaks HTTP only, hence the two ``/api/maintenance`` routes (administrator
 only). Without a cluster the health check answers ok (a single node, as RabbitMQ),
-rebalancing 204, and the maintenance routes 400.
+rebalancing 204, and drain/revive work as on RabbitMQ's single node
+(:mod:`amqp_server.node_maintenance`: listeners and connections closed, nothing to move);
+with ``--workers N`` and no cluster the maintenance routes answer 400.
 
 Source: RabbitMQ 3.13's ``rabbit_mgmt_wm_rebalance_queues``,
 ``rabbit_mgmt_wm_health_check_node_is_quorum_critical``, ``rabbit_maintenance``.
@@ -60,7 +62,8 @@ def _cluster_node(request: web.Request) -> Any:
     require_admin(request)
     node = _node(request)
     if node is None:
-        raise bad_request("maintenance mode and rebalancing need a cluster (--cluster-etcd)")
+        raise bad_request("maintenance mode needs a cluster (--cluster-etcd) or a broker of "
+                          "one process (not --workers N)")
     return node
 
 
@@ -104,8 +107,18 @@ async def quorum_critical(request: web.Request) -> web.Response:
                               "queues": queues, "maintenance": maintenance}, status=503)
 
 
+def _single_node(request: web.Request) -> Any:
+    """A broker of one process without a cluster: its maintenance mode
+    (:class:`~amqp_server.node_maintenance.LocalMaintenance`), else None."""
+    require_admin(request)
+    return state(request).broker.maintenance if _node(request) is None else None
+
+
 @routes.get("/api/maintenance")
 async def maintenance_state(request: web.Request) -> web.Response:
+    local = _single_node(request)
+    if local is not None:
+        return ok(local.status(state(request).node))
     node = _cluster_node(request)
     return ok({"node": node.hub.m.node, "draining": node.maintenance.draining,
                "drained": sorted(node.quorum.drained)})
@@ -114,7 +127,10 @@ async def maintenance_state(request: web.Request) -> web.Response:
 @routes.post("/api/maintenance/drain")
 async def drain(request: web.Request) -> web.Response:
     """Put this node in maintenance (:meth:`~amqp_server.cluster.maintenance.Maintenance.
-    drain`)."""
+    drain`; one node: :meth:`~amqp_server.node_maintenance.LocalMaintenance.drain`)."""
+    local = _single_node(request)
+    if local is not None:
+        return ok(await local.drain())
     node = _cluster_node(request)
     return ok(await node.maintenance.drain())
 
@@ -122,6 +138,10 @@ async def drain(request: web.Request) -> web.Response:
 @routes.post("/api/maintenance/revive")
 async def revive(request: web.Request) -> web.Response:
     """Take this node out of maintenance."""
+    local = _single_node(request)
+    if local is not None:
+        await local.revive()
+        return no_content()
     node = _cluster_node(request)
     await node.maintenance.revive()
     return no_content()

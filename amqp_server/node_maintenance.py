@@ -1,0 +1,106 @@
+"""Maintenance mode of a broker without a cluster: RabbitMQ's ``rabbitmq-upgrade drain`` and
+``revive`` on a single node.
+
+RabbitMQ drains a single node as it drains a cluster member (``rabbit_maintenance:drain/0``):
+it marks the node as being drained, suspends its client listeners, closes its client
+connections with ``320 CONNECTION_FORCED - Node was put into maintenance mode``, and skips
+the quorum queue leader transfer ("no candidate (online, not under maintenance) nodes to
+transfer to"); its management API stays up. ``revive`` listens again and clears the mark.
+The mark lives in RabbitMQ's metadata store, so a node restarted while drained keeps its
+listeners suspended until it is revived.
+
+Here the mark is a file, ``DATA_DIR/maintenance``, read at start (:meth:`LocalMaintenance.
+attach`). A cluster node's maintenance is :mod:`amqp_server.cluster.maintenance` (the mark in
+etcd, leaders moved off). Only a broker of one process has this one: with ``--workers N``
+the supervisor accepts the clients.
+
+Source: https://www.rabbitmq.com/docs/upgrade#maintenance-mode, ``rabbit_maintenance.erl``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amqp_server.cluster.maintenance import DRAIN_REASON, ClientListeners
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("amqpq.server")
+
+MARK_FILE = "maintenance"  # in the data dir while the node is drained
+
+__all__ = ["MARK_FILE", "LocalMaintenance"]
+
+
+class LocalMaintenance:
+    """A single node's maintenance mode (module docstring).
+
+    Args:
+        broker: the node's broker (its client connections and quorum queues).
+        data_dir: where the mark is kept (``MARK_FILE``).
+    """
+
+    def __init__(self, broker: Broker, data_dir: Path) -> None:
+        self.broker = broker
+        self.mark = Path(data_dir) / MARK_FILE
+        self.listeners: ClientListeners | None = None
+        self.suspended = False
+
+    @property
+    def draining(self) -> bool:
+        """The node is marked as in maintenance."""
+        return self.mark.exists()
+
+    def status(self, node: str) -> dict[str, Any]:
+        """``GET /api/maintenance``'s answer for node ``node`` (this one's name):
+        ``{"node", "draining", "drained": [node...]}``, as a cluster node answers it."""
+        draining = self.draining
+        return {"node": node, "draining": draining, "drained": [node] if draining else []}
+
+    async def attach(self, listeners: ClientListeners) -> None:
+        """The server listens: keep its listeners, and close them at once if the node was
+        drained before it stopped."""
+        self.listeners = listeners
+        if self.draining:
+            log.warning("this node is in maintenance mode (drained before it stopped): "
+                        "client listeners stay closed until it is revived")
+            await self._suspend()
+
+    async def _suspend(self) -> None:
+        if self.listeners is not None and not self.suspended:
+            await self.listeners.suspend_listeners()
+        self.suspended = True
+
+    async def drain(self) -> dict[str, int]:
+        """Mark the node, close its client listeners, close its client connections (320);
+        returns ``{"moved", "kept", "closed"}``: no quorum queue leader can move (no other
+        node), so ``kept`` counts the quorum queues, ``closed`` the connections.
+
+        Raises:
+            OSError: the mark cannot be written (the node is left as it was).
+        """
+        log.warning("This node is being put into maintenance (drain) mode")
+        self.mark.write_text("draining\n", encoding="ascii")
+        await self._suspend()
+        connections = list(self.broker.connections)
+        for conn in connections:
+            conn.close(320, DRAIN_REASON)
+        log.warning("Closed %d local client connections", len(connections))
+        kept = sum(1 for vhost in self.broker.vhosts.values()
+                   for q in vhost.queues.values() if q.quorum)
+        if kept:
+            log.warning("Skipping leadership transfer of quorum queues: no candidate (online, "
+                        "not under maintenance) nodes to transfer to!")
+        return {"moved": 0, "kept": kept, "closed": len(connections)}
+
+    async def revive(self) -> None:
+        """Listen to clients again and clear the mark (RabbitMQ's order)."""
+        log.info("This node is being revived from maintenance (drain) mode")
+        if self.listeners is not None and self.suspended:
+            await self.listeners.resume_listeners()
+        self.suspended = False
+        self.mark.unlink(missing_ok=True)
+        log.warning("this node is out of maintenance mode: serving clients again")
