@@ -38,12 +38,15 @@ EPOCH record, a 16-byte BASE) reads as epoch 0.
 *Snapshots*: the replication log drops committed entries below a *snapshot point*
 (:meth:`mark`): the file's bytes up to that point (:meth:`snapshot_bytes`) replay to the
 state there, and are what a follower that fetches below it installs (:meth:`install`). The
-file itself is rewritten as BASE + live messages (:meth:`compact`) only when every entry is
-written, committed and fsynced and dead records outweigh live ones.
+file itself is rewritten as BASE + live messages only when every entry is written,
+committed and fsynced and dead records outweigh live ones: written aside
+(:meth:`ReplicaLog.begin_compaction`, a job that can run in another thread), then put in
+place with what was appended meanwhile (:meth:`ReplicaLog.finish_compaction`).
 
 Memory: a replica keeps no message in RAM. Per live message it keeps its offset, the
 position of its ENQ record in the file and the record's length (20 bytes, in typed arrays,
-no object), and a returns count where it is not 0; a message is read back from the file when
+no object: :mod:`queue_store.replica_slots`), and a returns count where it is not 0; a
+message is read back from the file when
 needed (:meth:`ReplicaLog.messages`, :meth:`ReplicaLog.message`: a new leader's queue, a
 compaction, an install). Opening a file reads it a bounded chunk at a time
 (:func:`~queue_store.replica_log_records.scan_file`), and only the entries after the last
@@ -64,8 +67,6 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from array import array
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -93,20 +94,17 @@ from queue_store.replica_log_records import (
     make_enq,
     make_record,
     parse_enq,
-    read_runs,
     scan_file,
     write_all,
 )
+from queue_store.replica_slots import UNWRITTEN as _UNWRITTEN
+from queue_store.replica_slots import MessageSlots
 
 __all__ = ["LogEntry", "Message", "ReplicaLog", "ReplicaLogError", "check_entry"]
 
 # bytes of log before compaction is considered: a replica's file stays under this or 4x its
 # live bytes, and draining a smaller queue rewrites nothing
 COMPACT_MIN = 64 * 1024 * 1024
-#: a message slot whose ENQ record is not in the file yet (the leader's, until its Write)
-_UNWRITTEN = -2
-#: a message slot whose message left (acked)
-_DEAD = -1
 
 #: a live message read back: (exrk, props, body, returns)
 Message = tuple[bytes, bytes, bytes, int]
@@ -139,23 +137,14 @@ class ReplicaLog:
         self._fd = -1
         self.generation = 0  # the file was read, rewritten or cut this many times
         self._job: Compaction | None = None  # a compaction under way
-        self._killed: list[int] = []  # offsets that left since it began
         self._load()
 
     def _reset(self) -> None:
-        # one slot per message, in offset order: its offset, the position of its ENQ record
-        # in the file (_UNWRITTEN, or _DEAD once it left) and the record's length; slots
-        # before _first are all dead (cut off now and then)
-        self._offsets = array("Q")
-        self._pos = array("q")
-        self._len = array("I")
-        self._first = 0
-        self._returns: dict[int, int] = {}  # offset -> returns, where not 0
-        self.count = 0
+        self._slots = MessageSlots()  # the live messages' places in the file
         self.lsn = self.written = self.start = 0
         self.start_epoch = self.last_epoch = 0
         self.next_offset = 1
-        self.size = self.live_bytes = 0
+        self.size = 0
         self._snap_pos = 0  # file bytes that replay to the snapshot point
         self._tail: list[LogEntry] = []
         # (LSN, file position, epoch) after each write since the snapshot point: where mark()
@@ -228,76 +217,38 @@ class ReplicaLog:
 
     # ---- the live messages -----------------------------------------------------------------
 
+    @property
+    def count(self) -> int:
+        """Live messages."""
+        return self._slots.count
+
+    @property
+    def live_bytes(self) -> int:
+        """Bytes of the live messages' ENQ records."""
+        return self._slots.live_bytes
+
     def offsets(self) -> list[int]:
         """The live messages' offsets, in order."""
-        pos = self._pos
-        return [o for i, o in enumerate(self._offsets) if i >= self._first and pos[i] != _DEAD]
+        return self._slots.offsets()
 
     def message(self, offset: int) -> Message | None:
         """The live message at ``offset`` read back from the file (None: not here, or not
         written yet)."""
-        i = self._find(offset)
-        if i < 0 or self._pos[i] < 0:
+        place = self._slots.place(offset)
+        if place is None:
             return None
-        record = os.pread(self._fd, self._len[i], self._pos[i])
-        return self._message(offset, record)
+        return self._message(offset, os.pread(self._fd, place[1], place[0]))
 
     def messages(self) -> Iterator[tuple[int, Message]]:
         """``(offset, message)`` of every live message, in offset order, read back from the
         file in runs of up to :data:`~queue_store.replica_log_records.READ_CHUNK` bytes (a
         message not written yet, a leader's before its Write, is skipped)."""
-        for offset, record in read_runs(self._fd, self._offsets, self._pos, self._len,
-                                        self._first):
+        for offset, record in self._slots.records(self._fd):
             yield offset, self._message(offset, record)
 
     def _message(self, offset: int, record: bytes | memoryview) -> Message:
         _, _, exrk, props, body = parse_enq(record)
-        return exrk, props, body, self._returns.get(offset, 0)
-
-    def _find(self, offset: int) -> int:
-        """The slot of live message ``offset``, or -1."""
-        offsets = self._offsets
-        i = bisect_left(offsets, offset, self._first)
-        if i < len(offsets) and offsets[i] == offset and self._pos[i] != _DEAD:
-            return i
-        return -1
-
-    def _add(self, offset: int, pos: int, length: int) -> None:
-        offsets = self._offsets
-        if offsets and offsets[-1] >= offset:  # not in order (not expected): keep it sorted
-            i = bisect_left(offsets, offset, self._first)
-            if i < len(offsets) and offsets[i] == offset:
-                if self._pos[i] != _DEAD:
-                    self._kill(i)
-                self._pos[i], self._len[i] = pos, length
-            else:
-                offsets.insert(i, offset)
-                self._pos.insert(i, pos)
-                self._len.insert(i, length)
-        else:
-            offsets.append(offset)
-            self._pos.append(pos)
-            self._len.append(length)
-        self.count += 1
-        self.live_bytes += length
-        if offset >= self.next_offset:
-            self.next_offset = offset + 1
-
-    def _kill(self, i: int) -> None:
-        pos = self._pos
-        pos[i] = _DEAD
-        if self._job is not None:
-            self._killed.append(self._offsets[i])
-        self.count -= 1
-        self.live_bytes -= self._len[i]
-        self._returns.pop(self._offsets[i], None)
-        first, n = self._first, len(pos)
-        while first < n and pos[first] == _DEAD:
-            first += 1
-        if first > 4096 and first * 2 > n:  # cut the dead slots off the front
-            del self._offsets[:first], pos[:first], self._len[:first]
-            first = 0
-        self._first = first
+        return exrk, props, body, self._slots.returns(offset)
 
     # ---- the leader's operations: applied now, written by write() ------------------------
 
@@ -311,7 +262,7 @@ class ReplicaLog:
 
     def ack(self, offsets: Iterable[int]) -> bytes | None:
         """Messages leave for good: the entry's payload (None: none of them is here)."""
-        offsets = [o for o in offsets if self._find(o) >= 0]
+        offsets = [o for o in offsets if o in self._slots]
         if not offsets:
             return None
         record = make_record(ACK, COUNT.pack(len(offsets)), struct.pack(f">{len(offsets)}Q",
@@ -322,7 +273,7 @@ class ReplicaLog:
     def ret(self, offset: int, returns: int) -> bytes | None:
         """A message went back to the queue, ``returns`` times so far: the payload (None:
         the message is not here)."""
-        if self._find(offset) < 0:
+        if offset not in self._slots:
             return None
         record = make_record(RET, RET_BODY.pack(offset, returns))
         self._apply(RET, record, _UNWRITTEN)
@@ -353,7 +304,7 @@ class ReplicaLog:
             if self.written >= self.lsn:  # a follower's (checked on arrival): apply it
                 self._apply(payload[8], payload, pos)
             elif payload[8] == ENQ:  # the leader's message: now its record has a place
-                self._placed(ENQ_HEAD.unpack_from(payload, 9)[0], pos)
+                self._slots.placed(ENQ_HEAD.unpack_from(payload, 9)[0], pos)
             self.written += 1
             parts.append(payload)
             pos += len(payload)
@@ -395,12 +346,6 @@ class ReplicaLog:
                 if lsn >= end or len(out) >= count:
                     break
         return out
-
-    def _placed(self, offset: int, pos: int) -> None:
-        offsets = self._offsets
-        i = bisect_left(offsets, offset, self._first)
-        if i < len(offsets) and offsets[i] == offset and self._pos[i] == _UNWRITTEN:
-            self._pos[i] = pos  # (an acked one stays dead)
 
     def discard_unwritten(self) -> None:
         """Forget operations applied but never written (the leader stepped down before
@@ -523,12 +468,10 @@ class ReplicaLog:
         if self._job is not None or self.written != self.lsn or self.start != self.lsn \
                 or not self.needs_compaction():
             return None
-        first = self._first
-        self._killed = []
         self._job = Compaction(
             os.dup(self._fd), self.path.with_name(self.path.name + ".compact"), self.lsn,
             self.count, self.next_offset, self.last_epoch, self.size, self.generation,
-            self._offsets[first:], self._pos[first:], self._len[first:], dict(self._returns))
+            *self._slots.freeze())
         return self._job
 
     def finish_compaction(self, job: Compaction) -> bool:
@@ -540,8 +483,8 @@ class ReplicaLog:
         if job is not self._job:
             return False
         self._job = None
-        killed, self._killed = self._killed, []
         if job.error is not None or self._fd < 0 or job.generation != self.generation:
+            self._slots.thaw()
             job.dest.unlink(missing_ok=True)
             return False
         marker = make_record(EPOCH, EPOCH_BODY.pack(job.epoch))
@@ -556,35 +499,21 @@ class ReplicaLog:
                 os.close(fd)
             os.replace(job.dest, self.path)
         except OSError:
+            self._slots.thaw()
             job.dest.unlink(missing_ok=True)
             raise
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR)
         size = job.section + len(marker) + len(tail)
         os.lseek(self._fd, size, os.SEEK_SET)
-        self._moved(job, killed, job.section + len(marker) - job.size, size)
+        self._moved(job, job.section + len(marker) - job.size, size)
         return True
 
-    def _moved(self, job: Compaction, killed: list[int], shift: int, size: int) -> None:
+    def _moved(self, job: Compaction, shift: int, size: int) -> None:
         """The state after :meth:`finish_compaction`: the frozen slots at their new
         positions, those added since shifted by ``shift``, the entry index, epochs,
         snapshot point and write marks of the records after the section."""
-        offsets, pos, lens = job.offsets, job.new_pos, job.lens
-        for offset in killed:
-            i = bisect_left(offsets, offset)
-            if i < len(offsets) and offsets[i] == offset:
-                pos[i] = _DEAD
-        last = offsets[-1] if offsets else 0
-        mine = self._offsets
-        for i in range(bisect_right(mine, last, self._first), len(mine)):
-            p = self._pos[i]
-            offsets.append(mine[i])
-            pos.append(p + shift if p >= 0 else p)
-            lens.append(self._len[i])
-        first = 0
-        while first < len(pos) and pos[first] == _DEAD:
-            first += 1
-        self._offsets, self._pos, self._len, self._first = offsets, pos, lens, first
+        self._slots.moved(job.offsets, job.new_pos, job.lens, shift)
         self._index.moved(job.lsn, job.section, job.epoch, shift, self.written > job.lsn)
         self.disk_start, self.disk_start_epoch = job.lsn, job.epoch
         self._snap_pos = job.section if self.start == job.lsn else self._snap_pos + shift
@@ -626,9 +555,7 @@ class ReplicaLog:
     # ---- state ---------------------------------------------------------------------------
 
     def _apply_base(self, record: bytes) -> None:
-        self._offsets, self._pos, self._len = array("Q"), array("q"), array("I")
-        self._first, self.count, self.live_bytes = 0, 0, 0
-        self._returns.clear()
+        self._slots = MessageSlots()
         self.lsn, self.next_offset = BASE_BODY.unpack_from(record, 9)
         body_len = len(record) - 9
         self.start_epoch = (EPOCH_BODY.unpack_from(record, 9 + BASE_BODY.size)[0]
@@ -638,19 +565,16 @@ class ReplicaLog:
         """Apply an entry's ``record``, at ``pos`` in the file (or :data:`_UNWRITTEN`)."""
         if kind == ENQ:
             offset, returns = ENQ_HEAD.unpack_from(record, 9)[:2]
-            self._add(offset, pos, len(record))
-            if returns:
-                self._returns[offset] = returns
+            self._slots.add(offset, pos, len(record), returns)
+            if offset >= self.next_offset:
+                self.next_offset = offset + 1
         elif kind == ACK:
             (count,) = COUNT.unpack_from(record, 9)
             for offset in struct.unpack_from(f">{count}Q", record, 13):
-                i = self._find(offset)
-                if i >= 0:
-                    self._kill(i)
+                self._slots.remove(offset)
         elif kind == RET:
             offset, returns = RET_BODY.unpack_from(record, 9)
-            if self._find(offset) >= 0:
-                self._returns[offset] = returns
+            self._slots.set_returns(offset, returns)
         else:
             return
         self.lsn += 1
