@@ -340,6 +340,7 @@ class Channel(ChannelPublishing):
         self.next_tag = first + len(items)
         parts: list[bytes] = []
         head_for, head = b"", b""  # the method frame's head for this exchange + routing key
+        sizes, header_head, body_head = (-1, -1), b"", b""  # and for these properties + body
         for qm, ex_rk, props, body in items:
             if not no_ack:
                 unacked[tag] = (qm, queue, consumer)
@@ -357,11 +358,14 @@ class Channel(ChannelPublishing):
                 head_for = ex_rk
                 head = _METHOD_HEAD.pack(framing.FRAME_METHOD, number,
                                          13 + len(ctag) + len(ex_rk), 0x003C003C) + ctag
-            parts += (head, _TAG_BIT.pack(tag, redelivered), ex_rk,
-                      _HEADER_HEAD.pack(framing.FRAME_END, framing.FRAME_HEADER, number,
-                                        12 + len(props), 60, 0, size), props,
-                      _BODY_HEAD.pack(framing.FRAME_END, framing.FRAME_BODY, number, size),
-                      body, framing.FRAME_END_BYTE)
+            if size != sizes[1] or len(props) != sizes[0]:  # the frame heads of these sizes
+                sizes = (len(props), size)
+                header_head = _HEADER_HEAD.pack(framing.FRAME_END, framing.FRAME_HEADER,
+                                                number, 12 + sizes[0], 60, 0, size)
+                body_head = _BODY_HEAD.pack(framing.FRAME_END, framing.FRAME_BODY, number,
+                                            size)
+            parts += (head, _TAG_BIT.pack(tag, redelivered), ex_rk, header_head, props,
+                      body_head, body, framing.FRAME_END_BYTE)
             tag += 1
         if no_ack:
             self.counters.deliver_no_ack += len(items)

@@ -25,6 +25,7 @@ https://www.rabbitmq.com/docs/confirms, /docs/validated-user-id, /docs/direct-re
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pamqp import commands
@@ -215,12 +216,7 @@ class ChannelPublishing:
         self._write_round = durability.write_rounds
         confirms = self.confirms
         assert confirms is not None
-
-        def confirm() -> None:
-            for s in group:
-                confirms.confirm(s)
-
-        self._after_sync(confirm, None, NEEDS_WRITE)
+        self._after_sync(partial(confirms.confirm_many, group), None, NEEDS_WRITE)
 
     def _unroutable(self, msg: Message, mandatory: bool) -> None:
         """No queue took ``msg``: returned (mandatory) or dropped, and counted."""

@@ -277,8 +277,10 @@ class StreamQueue(Queue):
         self._more_pending = False  # a zero-delay dispatch is scheduled
         #: the last delivery's exchange + routing key shortstrs and their decoded names
         self._names: tuple[bytes, str, str] = (b"", "", "")
-        #: the last delivery's raw properties, timestamps wanted, and their splice parts
-        self._stamp: tuple[bytes, bool, tuple[bytes, bytes] | None] = (b"", False, None)
+        #: the last delivery's record head (up to its body), timestamps wanted, exchange +
+        #: routing key, raw properties, their splice parts, the head's length
+        self._stamp: tuple[bytes, bool, bytes, bytes, tuple[bytes, bytes] | None, int] = (
+            b"", False, b"", b"", None, 0)
         self._chunk_ms = 0  # wall-clock ms of the chunk being built (its first append)
         #: the last publish's properties, exchange + routing key, and its record's head
         self._head: tuple[bytes, bytes, bytes] = (b"", b"", _record_head(b"", b""))
@@ -474,25 +476,30 @@ class StreamQueue(Queue):
                 if item is None:
                     break
             record = item[2]
-            pos = 2 + (record[0] << 8 | record[1])  # past the filter value
-            n = record[pos] << 8 | record[pos + 1]
-            ex_rk = record[pos + 2:pos + 2 + n]
-            pos += 2 + n
-            (plen,) = _U32.unpack_from(record, pos)
-            pos += 4
-            end = pos + plen
-            raw = record[pos:end]
-            if stamp[0] != raw or stamp[1] != timestamps:  # messages mostly share them
-                stamp = self._stamp = (raw, timestamps, _splice_parts(raw, timestamps))
-            parts = stamp[2]
+            head = stamp[0]
+            if stamp[1] is timestamps and head and record.startswith(head):
+                body = record[stamp[5]:]  # the last record's head: messages mostly share it
+            else:
+                pos = 2 + (record[0] << 8 | record[1])  # past the filter value
+                n = record[pos] << 8 | record[pos + 1]
+                ex_rk = record[pos + 2:pos + 2 + n]
+                pos += 2 + n
+                (plen,) = _U32.unpack_from(record, pos)
+                pos += 4
+                end = pos + plen
+                raw = record[pos:end]
+                stamp = self._stamp = (record[:end], timestamps, ex_rk, raw,
+                                       _splice_parts(raw, timestamps), end)
+                body = record[end:]
+            ex_rk, parts = stamp[2], stamp[4]
             if parts is None:
-                props = stamped_properties(raw, item[0], item[1] if timestamps else None)
+                props = stamped_properties(stamp[3], item[0], item[1] if timestamps else None)
             elif timestamps:
                 props = b"".join((parts[0], pack(item[0]), _TIMESTAMP_KEY, pack(item[1]),
                                   parts[1]))
             else:
                 props = b"".join((parts[0], pack(item[0]), parts[1]))
-            out.append((StreamDelivery(item), ex_rk, props, record[end:]))
+            out.append((StreamDelivery(item), ex_rk, props, body))
         if last is not None and len(buffered) < READ_AHEAD and not reader.reading:
             self._read_ahead(reader, (buffered[-1] if buffered else last)[0] + 1)
         return out
