@@ -77,10 +77,10 @@ OUTPUT_LIMIT = 1 << 20  # bytes of deliveries buffered per connection before dis
 Unacked = Delivery  # (message, queue, consumer or None for Basic.Get)
 _ENTRY, _QUEUE = itemgetter(1), itemgetter(1)  # of a (tag, Unacked) pair, of an Unacked
 
-# deliver_many's packing of Basic.Deliver + content header + one body frame (the layout of
-# framing.deliver_bytes): the method frame's head (type, channel, size, class and method
-# ids), the delivery tag and redelivered bit, then the previous frame's end octet and the
-# header frame's head and fields, then the end octet and the body frame's head
+# deliver's and deliver_many's packing of Basic.Deliver + content header + one body frame
+# (the layout of framing.deliver_bytes): the method frame's head (type, channel, size, class
+# and method ids), the delivery tag and redelivered bit, then the previous frame's end octet
+# and the header frame's head and fields, then the end octet and the body frame's head
 _METHOD_HEAD = struct.Struct(">BHII")
 _TAG_BIT = struct.Struct(">Q?")
 _HEADER_HEAD = struct.Struct(">BBHIHHQ")
@@ -288,9 +288,21 @@ class Channel(ChannelPublishing):
             queue.counters.redelivered += 1
         msg = qm.message
         body = msg.body
-        if len(body) <= SMALL_BODY:
-            data = framing.deliver_bytes(self.number, consumer.tag_raw, tag, redelivered,
-                                         msg.ex_rk_raw, msg.properties_raw, body, 0)
+        size = len(body)
+        if size <= SMALL_BODY:
+            if size:  # Basic.Deliver, content header, one body frame (framing.deliver_bytes)
+                number = self.number
+                ctag = consumer.tag_raw
+                ex_rk = msg.ex_rk_raw
+                props = msg.properties_raw
+                data = b"".join((
+                    _METHOD_HEAD.pack(1, number, 13 + len(ctag) + len(ex_rk), 0x003C003C),
+                    ctag, _TAG_BIT.pack(tag, redelivered), ex_rk,
+                    _HEADER_HEAD.pack(0xCE, 2, number, 12 + len(props), 60, 0, size), props,
+                    _BODY_HEAD.pack(0xCE, 3, number, size), body, b"\xce"))
+            else:
+                data = framing.deliver_bytes(self.number, consumer.tag_raw, tag, redelivered,
+                                             msg.ex_rk_raw, msg.properties_raw, body, 0)
             out = self.connection.output
             if out:  # Connection.send_frame's common case, without the call
                 out += data

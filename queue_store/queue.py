@@ -460,7 +460,15 @@ class Queue(QueueSettlement, QueueRecovery):
         delivery count, no ``_picks``, not on disk: the fast path of :meth:`publish`): to the
         next consumer that can take it, else into ``ready``. What dispatch would do, without
         the round trip through ``ready``."""
-        consumer = self._next_consumer()
+        levels = self._levels
+        if (len(levels) == 1 and len(levels[0][1]) == 1
+                and not self.settings.single_active_consumer):
+            # _next_consumer's one-consumer case, without the call
+            one = levels[0][1][0]
+            consumer = one if ((one.no_ack or not one.prefetch or one.unacked < one.prefetch)
+                               and one.channel.can_deliver()) else None
+        else:
+            consumer = self._next_consumer()
         if consumer is None:
             self.ready.append(qm)
             return
