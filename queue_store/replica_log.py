@@ -483,7 +483,9 @@ class ReplicaLog:
         if job is not self._job:
             return False
         self._job = None
-        if job.error is not None or self._fd < 0 or job.generation != self.generation:
+        if job.error is not None or not job.section or self._fd < 0 \
+                or job.generation != self.generation:  # failed, or the log changed under it
+            job.close()
             self._slots.thaw()
             job.dest.unlink(missing_ok=True)
             return False

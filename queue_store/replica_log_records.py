@@ -168,7 +168,7 @@ class Compaction:
     file, -1 for a dead one), ``section`` (bytes written), ``error`` (an OSError, if any).
     """
 
-    fd: int  # a duplicate of the log's descriptor (closed by run)
+    fd: int  # a duplicate of the log's descriptor (closed by run, or close)
     dest: Path
     lsn: int
     count: int
@@ -196,7 +196,13 @@ class Compaction:
         except OSError as exc:
             self.error = exc
         finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the job's descriptor of the log (run does; a job never run must)."""
+        if self.fd >= 0:
             os.close(self.fd)
+            self.fd = -1
 
     def _write(self, out: int) -> None:
         base = make_record(BASE, BASE_BODY.pack(self.lsn - self.count, self.next_offset),

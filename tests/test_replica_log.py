@@ -255,3 +255,7 @@ def test_a_compaction_is_dropped_when_the_log_is_cut_meanwhile(
     job.run()
     assert log.finish_compaction(job) is False and not job.dest.exists()
     assert _bodies(log) == {20: (b"x" * 50, 0)}
+    log.mark(log.lsn)
+    unfinished = log.begin_compaction()  # its run never finished (it failed): dropped too
+    assert unfinished is not None and log.finish_compaction(unfinished) is False
+    assert log.compact() is True and _bodies(log) == {20: (b"x" * 50, 0)}
