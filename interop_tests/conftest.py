@@ -158,8 +158,9 @@ def running_cluster(base: Path, size: int, *args: str) -> Iterator[BrokerProcess
     if ETCD is None:
         pytest.skip(f"{ENV_CLUSTER}: etcd is not installed (make etcd-deps)")
     with running_etcd(base) as etcd, contextlib.ExitStack() as nodes:
+        workers = int(os.environ.get(ENV_WORKERS) or 1)  # each node of that many processes
         started = [nodes.enter_context(cluster_node(base, f"n{i}", etcd, *args,
-                                                    *worker_args()))
+                                                    workers=workers))
                    for i in range(1, size + 1)]
         yield started[0]
 

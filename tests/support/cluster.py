@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 
-from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.broker_process import START_TIMEOUT, BrokerProcess, free_port
 from tests.support.etcd import running_etcd
 
 if TYPE_CHECKING:
@@ -29,10 +29,13 @@ def cluster_node(base: Path, name: str, etcd: Etcd, *extra: str, workers: int = 
                  ) -> BrokerProcess:
     """Node ``name`` (not started) of the cluster in ``etcd`` (its TLS and auth options):
     data in ``base/name``, management API on a free port; ``workers`` > 1: a node of that
-    many worker processes (``--workers N``; a kill -9 of it kills them all)."""
+    many worker processes (``--workers N``; a kill -9 of it kills them all), given 2 (N + 1)
+    times the usual time to start (the supervisor and each worker are Python processes of
+    their own: 40 s each on this machine under load)."""
     more = ("--workers", str(workers)) if workers > 1 else ()
     return BrokerProcess(base / name, base / f"{name}.log", management=free_port(),
-                         log_level="info",
+                         log_level="info", start_timeout=START_TIMEOUT * (
+                             2 * (workers + 1) if workers > 1 else 1),
                          args=("--node-name", name, *etcd.args, "--cluster-port", "0", *more,
                                *extra))
 
