@@ -633,9 +633,7 @@ NOT_KEPT: dict[str, set[str]] = {
                  "release_series_support_status"},
     "queue": {"garbage_collection", "reductions", "reductions_details", "idle_since",
               "message_bytes_persistent"},
-    "connection": {"garbage_collection", "reductions", "reductions_details", "recv_cnt",
-                   "recv_oct", "recv_oct_details", "send_cnt", "send_oct",
-                   "send_oct_details", "send_pend"},
+    "connection": {"garbage_collection", "reductions", "reductions_details"},
     "vhost": {"recv_oct", "recv_oct_details", "send_oct", "send_oct_details"},
     "channel": {"garbage_collection", "reductions", "reductions_details", "idle_since"},
 }
