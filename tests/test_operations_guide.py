@@ -21,6 +21,7 @@ Printed with ``-s``: each block's output and how long it took (the guide's ``tim
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -160,7 +161,13 @@ class Session:
                 self._cond.wait(min(left, 1.0))
 
     def close(self) -> None:
-        """SIGTERM to the whole group (what the guide left running), SIGKILL after 30 s."""
+        """End of input (the shell exits), then SIGTERM to what is left of the group (what
+        the guide left running), SIGKILL after 30 s."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
         for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -173,6 +180,8 @@ class Session:
                 except ProcessLookupError:
                     return
                 time.sleep(0.2)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(1)  # reaped: a zombie shell still counts in its group
 
 
 @pytest.fixture
