@@ -164,6 +164,11 @@ def test_connections_and_channels_pages_show_other_nodes_clients(
         tab.wait_for_selector("#connections-table")
         headers = tab.locator("#connections-table thead th").all_inner_texts()
         assert headers[1] == "Node"
+        n3_cells = tab.locator("#connections-table tbody tr", has=tab.locator(
+            "td", has_text=re.compile("^n3$"))).locator("td")
+        n3_conn = wait_until(lambda: n3_cells.all_inner_texts(), "n3's connection row")
+        for title in ("From client", "To client"):  # n3's byte rates, as RabbitMQ's UI
+            assert re.fullmatch(r"[\d.]+ [KMG]?i?B/s", n3_conn[headers.index(title)]), n3_conn
         row = tab.locator("#connections-table tbody tr", has=tab.locator(
             "td", has_text=re.compile("^n3$")))
         row.locator("a").click()  # the connection's page, served from n1

@@ -1,6 +1,6 @@
 // Connections (one can be closed with a reason) and channels.
 import { del, enc, get } from "../api.js";
-import { facts, fill, form, h, link, num, rate, section, table } from "../dom.js";
+import { bytes, facts, fill, form, h, link, num, rate, section, table } from "../dom.js";
 
 const REFRESH_MS = 5000;
 
@@ -13,6 +13,10 @@ function inVhost(ctx, path) {
 function nodeColumn(ctx, rows) {
   return ctx.clustered || new Set(rows.map((r) => r.node)).size > 1
     ? [{ title: "Node", value: (r) => r.node }] : [];
+}
+
+function byteRate(details) {
+  return details?.rate === undefined ? "" : `${bytes(details.rate)}/s`;
 }
 
 function clientName(c) {
@@ -36,6 +40,9 @@ export async function list(ctx) {
     { title: "Client", value: clientName },
     { title: "Channels", value: (c) => num(c.channels), cls: "n" },
     { title: "Heartbeat", value: (c) => `${c.timeout}s`, cls: "n" },
+    // RabbitMQ's "Network" columns: bytes per second read from and written to the client
+    { title: "From client", value: (c) => byteRate(c.recv_oct_details), cls: "n" },
+    { title: "To client", value: (c) => byteRate(c.send_oct_details), cls: "n" },
   ], rows, { id: "connections-table" }));
   };
   await refresh();
@@ -54,6 +61,8 @@ export async function detail(ctx, name) {
       ["Heartbeat", `${c.timeout}s`], ["Frame max", `${num(c.frame_max)} bytes`],
       ["Channel limit", num(c.channel_max)],
       ["Connected at", new Date(c.connected_at).toLocaleString("en-GB")],
+      ["From client", `${byteRate(c.recv_oct_details)} (${bytes(c.recv_oct)} in all)`],
+      ["To client", `${byteRate(c.send_oct_details)} (${bytes(c.send_oct)} in all)`],
     ])),
     section("Channels", channelTable(ctx, chans)),
     section("Close this connection",
