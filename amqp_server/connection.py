@@ -607,7 +607,8 @@ class Connection:
         self.confirms_dirty.clear()
         if self in self.broker.connections:
             self.broker.connections.discard(self)
-            self.broker.message_totals.connections_closed += 1
+            self.broker.message_totals.connection_closed(self.vhost_name, self.recv_oct,
+                                                         self.send_oct)
 
     def connection_lost(self) -> None:
         """The socket is gone (whatever the state): release everything."""

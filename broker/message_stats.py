@@ -75,6 +75,8 @@ class MessageTotals:
             so the node's totals stay monotonic).
         connections_opened, connections_closed, channels_opened, channels_closed: churn
             (RabbitMQ's ``connection_churn_metrics``).
+        octets: vhost name -> ``[recv_oct, send_oct]`` of its closed connections (bytes;
+            a vhost's ``recv_oct``/``send_oct`` add its open ones).
     """
 
     def __init__(self) -> None:
@@ -84,6 +86,16 @@ class MessageTotals:
         self.channels_opened = 0
         self.channels_closed = 0
         self.deleted_vhosts: Counter[str] = Counter()  # counts and queue churn of those gone
+        self.octets: dict[str, list[int]] = {}
+
+    def connection_closed(self, vhost: str, recv_oct: int, send_oct: int) -> None:
+        """A connection closed (call once per connection); ``vhost``: the one it had opened
+        ("" before Connection.Open), with the bytes it read and wrote."""
+        self.connections_closed += 1
+        if vhost:
+            total = self.octets.setdefault(vhost, [0, 0])
+            total[0] += recv_oct
+            total[1] += send_oct
 
     def channel_closed(self, vhost: str, counts: Mapping[str, int]) -> None:
         """A channel of ``vhost`` closed with ``counts`` (call once per channel)."""
@@ -98,6 +110,7 @@ class MessageTotals:
         """Vhost ``name`` is gone: its counts stay in the node's totals (a vhost made again
         under that name starts from zero, as in RabbitMQ)."""
         add_counts(self.deleted_vhosts, self.closed.pop(name, {}))
+        self.octets.pop(name, None)
         add_counts(self.deleted_vhosts, {"queues_declared": queues_declared,
                                          "queues_created": queues_created,
                                          "queues_deleted": queues_deleted})

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from queue_store.queue import Queue
 
 __all__ = ["client_totals", "cluster_name", "lives_here", "node_names", "peer_message_counts",
-           "queues_from_homes"]
+           "peer_vhost_octets", "queues_from_homes"]
 
 
 def cluster_name(st: ManagementState) -> str:
@@ -117,6 +117,18 @@ def peer_message_counts(broker: Broker, vhosts: Iterable[str] | None = None) -> 
                 if vhost in names:
                     total.update(counts)
     return total
+
+
+def peer_vhost_octets(broker: Broker, vhost: str) -> tuple[int, int]:
+    """``(recv_oct, send_oct)`` of vhost ``vhost``'s connections on the other workers and
+    nodes, as they last reported them (once a second); ``(0, 0)`` with one worker and no
+    cluster."""
+    recv = send = 0
+    for summary in _up_summaries(broker):
+        got = (summary.get("vhost_octets") or {}).get(vhost) or (0, 0)
+        recv += int(got[0])
+        send += int(got[1])
+    return recv, send
 
 
 def client_totals(broker: Broker) -> dict[str, int]:

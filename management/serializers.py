@@ -23,7 +23,7 @@ from urllib.parse import quote_plus
 
 from broker.message_stats import deliver_get
 from exchanges.binding import Binding
-from management.cluster_view import peer_message_counts
+from management.cluster_view import peer_message_counts, peer_vhost_octets
 from management.group_stats import message_groups_json
 from queue_store.backing_status import memory_fields
 from queue_store.consumer import Consumer
@@ -95,6 +95,17 @@ def vhost_message_counts(broker: Broker, name: str) -> Counter[str]:
                if ch.vhost.name == name and not ch.counters.folded))
 
 
+def vhost_octets(broker: Broker, name: str) -> tuple[int, int]:
+    """``(recv_oct, send_oct)`` of vhost ``name``: bytes read from and written to the
+    clients of its connections, closed ones included."""
+    recv, send = broker.message_totals.octets.get(name, (0, 0))
+    for conn in list(broker.connections):
+        if conn.vhost_name == name:
+            recv += conn.recv_oct
+            send += conn.send_oct
+    return recv, send
+
+
 def node_message_counts(broker: Broker) -> Counter[str]:
     """Counts of the node (every vhost, closed channels included)."""
     return broker.message_totals.node_totals(
@@ -121,12 +132,17 @@ def vhost_json(broker: Broker, name: str, node: str, rates: Rates | None = None
     vhost = broker.vhosts[name]
     ready = sum(q.message_count for q in vhost.queues.values())
     unacked = sum(q.unacked_count for q in vhost.queues.values())
+    recv, send = vhost_octets(broker, name)
+    peer_recv, peer_send = peer_vhost_octets(broker, name)
     return {
         "name": name, "description": meta["description"], "tags": meta["tags"],
         "default_queue_type": "undefined", "metadata": meta, "tracing": False,
         "cluster_state": {node: "running"},
         **details(rates, ("vhost", name), messages=ready + unacked, messages_ready=ready,
                   messages_unacknowledged=unacked),
+        # bytes of its connections on every node and worker, with their rates (bytes/s)
+        **details(rates, ("vhost", name), recv_oct=recv + peer_recv,
+                  send_oct=send + peer_send),
         # every node's and worker's counts of the vhost (RabbitMQ sums the cluster's)
         "message_stats": message_stats(
             vhost_message_counts(broker, name) + peer_message_counts(broker, [name]),

@@ -109,6 +109,7 @@ def test_another_nodes_connection_with_its_byte_counts_and_rates(
     """recv_oct/send_oct (bytes), recv_cnt/send_cnt and their byte rates, as RabbitMQ
     3.10.8 shows a connection, for a connection on n2 read from n1 and n3."""
     n1, n2, n3 = nodes
+    vhost_before = api(n1, "/api/vhosts/%2F")["recv_oct"]
     conn = pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", n2.port, heartbeat=0,
         client_properties={"connection_name": "views-bytes"}))
@@ -140,6 +141,10 @@ def test_another_nodes_connection_with_its_byte_counts_and_rates(
         assert again["node"] == "n2"
     finally:
         conn.close()
+    # the vhost's recv_oct/send_oct sum every node's connections, closed ones too
+    vhost = wait_until(lambda: (v := api(n1, "/api/vhosts/%2F"))["recv_oct"]
+                       >= vhost_before + 50_000 and v, "n2's bytes in n1's vhost")
+    assert vhost["send_oct"] > 0 and "recv_oct_details" in vhost
 
 
 def test_an_exchanges_message_stats_are_summed_over_the_nodes(

@@ -634,7 +634,6 @@ NOT_KEPT: dict[str, set[str]] = {
     "queue": {"garbage_collection", "reductions", "reductions_details", "idle_since",
               "message_bytes_persistent"},
     "connection": {"garbage_collection", "reductions", "reductions_details"},
-    "vhost": {"recv_oct", "recv_oct_details", "send_oct", "send_oct_details"},
     "channel": {"garbage_collection", "reductions", "reductions_details", "idle_since"},
 }
 

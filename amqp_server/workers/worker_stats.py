@@ -33,6 +33,7 @@ from management.serializers import (
     node_message_counts,
     queue_json,
     vhost_message_counts,
+    vhost_octets,
 )
 from management.state import ManagementState, node_name
 
@@ -205,7 +206,10 @@ class PeerStats:
                 # and vhosts on any node or worker: the node's, and per vhost
                 "message_counts": dict(node_message_counts(broker)),
                 "vhost_message_counts": {name: dict(vhost_message_counts(broker, name))
-                                         for name in list(broker.vhosts)}}
+                                         for name in list(broker.vhosts)},
+                # bytes of each vhost's connections here (the vhosts' recv_oct/send_oct)
+                "vhost_octets": {name: list(vhost_octets(broker, name))
+                                 for name in list(broker.vhosts)}}
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker's last summary (this one's now), ``up`` when its link is open; a
