@@ -297,27 +297,43 @@ class BrokerServer:
             if self.config.worker_run_dir is not None:  # a worker of a node of several
                 self._supervisor = await supervisor.report_ready(self.config.worker_run_dir,
                                                                  self.config.worker_index or 0)
+                if isinstance(self.workers, NodeRuntime) and self.workers.maintenance.suspended:
+                    self._ask_supervisor(("listen", False))  # still drained (attach)
         elif self.workers is not None:
             self.workers.ready()
         log.info("amqpq listening on %s port %d (data dir %s)",
                  ", ".join(self.config.listen_hosts), self.port, self.config.data_dir)
 
     async def suspend_listeners(self) -> None:
-        """Maintenance (``amqpqctl drain``): close the AMQP and AMQPS listening sockets;
-        connections already open are the caller's to close."""
+        """Maintenance (``amqpqctl drain``): close the AMQP and AMQPS listening sockets (a
+        worker of a cluster node: ask its supervisor to close them); connections already
+        open are the caller's to close."""
+        self._ask_supervisor(("listen", False))
         servers, self._servers = self._servers, []
         for server in servers:
             server.close()  # not waited for: the open connections are closed after this
         log.warning("client listeners closed (maintenance mode)")
 
     async def resume_listeners(self) -> None:
-        """``amqpqctl revive``: listen again on the AMQP (and AMQPS) ports."""
+        """``amqpqctl revive``: listen again on the AMQP (and AMQPS) ports (a worker of a
+        cluster node: its supervisor does)."""
+        if self._supervisor is not None:
+            self._ask_supervisor(("listen", True))
+            return
         if self._servers:
             return
         await self._listen(self.port)
         if self.tls_port:
             await self._listen(self.tls_port, tls.make_context(self.config.tls))
         log.warning("client listeners open again on port %d", self.port)
+
+    def _ask_supervisor(self, record: tuple[Any, ...]) -> None:
+        """A worker of a cluster node of several: send ``record`` to its supervisor
+        (:mod:`amqp_server.workers.supervisor`); otherwise nothing."""
+        link = self._supervisor
+        if link is not None:
+            link.outbox.control(record)
+            link.schedule()
 
     async def _listen(self, port: int, ssl: Any = None) -> int:
         """One listener per address of the config (same port); returns the port.

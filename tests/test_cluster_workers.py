@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
@@ -67,6 +68,48 @@ def test_a_classic_queue_is_used_from_every_worker_of_every_node(
     finally:
         for c in conns:
             c.close()
+
+
+def _closed(conn: pika.BlockingConnection) -> bool:
+    try:
+        conn.process_data_events(0)
+    except Exception:  # closed by the broker (320 CONNECTION_FORCED)
+        return True
+    return conn.is_closed
+
+
+def _refused(node: BrokerProcess) -> bool:
+    try:
+        connect(node).close()
+    except Exception:  # pika's AMQPConnectionError: nothing listens
+        return True
+    return False
+
+
+def test_drain_moves_every_worker_s_leaders_off_and_closes_the_node_s_port(
+        nodes: dict[str, BrokerProcess]) -> None:
+    """``POST /api/maintenance/drain`` on n2 (its worker 0 answers): both of n2's workers
+    hand their quorum queue leaders over and close their clients, the supervisor stops
+    listening; ``revive`` opens it again."""
+    n2 = nodes["n2"]
+    conns = [connect(n2) for _ in range(4)]  # on both of n2's workers, in turn
+    for i, conn in enumerate(conns):  # client-local: each led by its connection's worker
+        conn.channel().queue_declare(f"cw.drain.{i}", durable=True, arguments=QQ)
+    names = [f"cw.drain.{i}" for i in range(4)]
+    wait_until(lambda: all(len(api(n2, f"/api/queues/%2F/{n}").get("in_sync") or []) == 3
+                           for n in names), "four queues in sync")
+    assert {api(n2, f"/api/queues/%2F/{n}")["leader"] for n in names} == {"n2"}
+    api(n2, "/api/maintenance/drain", "POST", {})
+    wait_until(lambda: all(_closed(conn) for conn in conns), "n2's clients closed (both workers)")
+    wait_until(lambda: all(api(nodes["n1"], f"/api/queues/%2F/{n}")["leader"] != "n2"
+                           for n in names), "every leader moved off n2 (both workers)")
+    wait_until(lambda: _refused(n2), "n2's AMQP port closed")
+    api(n2, "/api/maintenance/revive", "POST", {})
+    wait_until(lambda: not _refused(n2), "n2 listening again")
+    conn = connect(nodes["n1"])
+    for n in names:
+        conn.channel().queue_delete(n)
+    conn.close()
 
 
 def test_quorum_replicas_are_on_distinct_nodes_and_a_node_kill_fails_over(

@@ -11,6 +11,14 @@ node in maintenance, in RabbitMQ's order (``rabbit_maintenance:drain/0``):
 4. hand every quorum queue it leads to an in-sync member
    (:meth:`~amqp_server.cluster.quorum.QuorumManager.move_leaders_off`).
 
+On a node of several workers (``--workers N``: each worker is a cluster member,
+:mod:`amqp_server.cluster.node`) the mark is the node's: the worker that got the request
+drains itself as above, and every other worker of the node, seeing its node's mark come
+through etcd's watch (:attr:`QuorumManager.on_node_mark`), does steps 2 to 4 for itself; a
+worker's "listeners" are the supervisor's, which closes its listening sockets when a worker
+asks (and opens them again at ``revive``). ``revive`` clears the mark: every worker listens
+again.
+
 The node stays a cluster member: its replicas keep following, its node links and management
 API stay up. ``revive`` clears the mark and listens again. The mark is kept in etcd, so a
 node restarted while in maintenance starts with its client listeners closed until it is
@@ -23,6 +31,7 @@ Source: https://www.rabbitmq.com/docs/upgrade#maintenance-mode, RabbitMQ's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -58,6 +67,9 @@ class Maintenance:
         self.broker = broker
         self.listeners: ClientListeners | None = None
         self.suspended = False
+        self._draining_here = False  # this process's own drain is under way or done
+        self._tasks: set[Any] = set()
+        quorum.on_node_mark = self._node_marked
 
     @property
     def draining(self) -> bool:
@@ -74,16 +86,25 @@ class Maintenance:
             await self._suspend()
 
     async def _suspend(self) -> None:
-        if self.listeners is not None and not self.suspended:
+        """Close the listeners once (the flag is set before the await: a drain asked over
+        HTTP and the same node's mark seen on the watch may both get here)."""
+        was, self.suspended = self.suspended, True
+        if self.listeners is not None and not was:
             await self.listeners.suspend_listeners()
-        self.suspended = True
 
     async def drain(self) -> dict[str, int]:
         """Put the node in maintenance (module docstring); returns ``{"moved", "kept",
         "closed"}``: quorum queue leaders handed over, leaders kept (no in-sync member to
-        take them), client connections closed."""
+        take them), client connections closed (this process's: the node's other workers
+        drain themselves when they see the mark)."""
         log.warning("this node is being put into maintenance mode")
+        self._draining_here = True
         await self.quorum.set_maintenance(True)
+        return await self._drain_here()
+
+    async def _drain_here(self) -> dict[str, int]:
+        """Steps 2 to 4 of the module docstring, for this process."""
+        self._draining_here = True
         await self._suspend()
         connections = list(self.broker.connections)
         for conn in connections:
@@ -96,7 +117,26 @@ class Maintenance:
     async def revive(self) -> None:
         """Take the node out of maintenance: clear the mark, listen to clients again."""
         await self.quorum.set_maintenance(False)
-        if self.listeners is not None and self.suspended:
+        await self._resume()
+
+    async def _resume(self) -> None:
+        """Listen again once (as :meth:`_suspend`: the flag first)."""
+        self._draining_here = False
+        was, self.suspended = self.suspended, False
+        if self.listeners is not None and was:
             await self.listeners.resume_listeners()
-        self.suspended = False
-        log.warning("this node is out of maintenance mode: serving clients again")
+            log.warning("this node is out of maintenance mode: serving clients again")
+
+    def _node_marked(self, on: bool) -> None:
+        """etcd's watch brought this node's maintenance mark (``on``) or its removal: a
+        worker of the node that did not ask drains itself (or serves again)."""
+        if self.listeners is None:  # still starting: attach() looks at the mark
+            return
+        if on and not self._draining_here:
+            task = asyncio.ensure_future(self._drain_here())
+        elif not on and (self.suspended or self._draining_here):
+            task = asyncio.ensure_future(self._resume())
+        else:
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -106,6 +106,9 @@ class QuorumManager:
         self._run = new_run()  # without an etcd lease id (not expected)
         #: nodes in maintenance (``amqpqctl drain``): etcd's ``maintenance/<node>`` keys
         self.drained: dict[str, int] = {}
+        #: called with True/False when this node's own maintenance mark comes or goes
+        #: (etcd's watch): :class:`~amqp_server.cluster.maintenance.Maintenance`
+        self.on_node_mark: Callable[[bool], None] | None = None
         #: ``queue_leader_locator`` of the configuration (None: client-local)
         self.leader_locator: str | None = None
         #: grow queues with fewer members up to this many (0: off); RabbitMQ 4's
@@ -409,11 +412,13 @@ class QuorumManager:
         name = unquote(key[len(self.maintenance_prefix):].decode())
         if kind != "PUT" or value is None:
             self.drained.pop(name, None)
-            return
-        try:
-            self.drained[name] = int(json.loads(value)["index"])
-        except (ValueError, KeyError, TypeError):
-            return
+        else:
+            try:
+                self.drained[name] = int(json.loads(value)["index"])
+            except (ValueError, KeyError, TypeError):
+                return
+        if name == self.hub.m.node and self.on_node_mark is not None:
+            self.on_node_mark(name in self.drained)  # every worker of a drained node
 
     def drained_indexes(self) -> set[int]:
         """Member indexes of the nodes in maintenance (``amqpqctl drain``): every worker

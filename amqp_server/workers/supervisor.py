@@ -22,8 +22,10 @@ all on SIGTERM/SIGINT (each closes its connections as a single broker does).
 **On a cluster node** (``--workers N`` with ``--cluster-etcd``: :mod:`amqp_server.cluster.
 node`) it accepts, hands over and restarts only: each worker is a cluster member of its own,
 ordered by etcd and linked to the others by node links, and tells the supervisor only that it
-is ready (:func:`report_ready`); the records, ``peer_up`` and ``synced`` it is sent are
-ignored there, and its workers die with it (``PR_SET_PDEATHSIG``: :func:`die_with_parent`),
+is ready (:func:`report_ready`), or to stop or start listening (``("listen", False)`` when
+the node is drained for maintenance, ``("listen", True)`` at revive:
+:mod:`amqp_server.cluster.maintenance`); the records, ``peer_up`` and ``synced`` it is sent
+are ignored there, and its workers die with it (``PR_SET_PDEATHSIG``: :func:`die_with_parent`),
 as the processes of one node do.
 
 The record list grows with every topology change since start (a few hundred bytes each);
@@ -164,6 +166,20 @@ class Supervisor:
                 loop.add_reader(sock.fileno(), self._accept, sock, tls)
             self._listeners.extend(socks)
 
+    def set_listening(self, on: bool) -> None:
+        """Open the client listeners again on the same ports (``on``), or close them
+        (maintenance: clients connect to other nodes meanwhile); idempotent."""
+        if on and not self._listeners:
+            self._listen()
+            log.warning("client listeners open again on port %d", self.port)
+        elif not on and self._listeners:
+            loop = asyncio.get_running_loop()
+            for sock in self._listeners:
+                loop.remove_reader(sock.fileno())
+                sock.close()
+            self._listeners = []
+            log.warning("client listeners closed (maintenance mode)")
+
     def _accept(self, sock: socket.socket, tls: bool) -> None:
         while True:
             try:
@@ -270,6 +286,8 @@ class Supervisor:
             self.conns[conn.index] = conn
         elif kind == "submit":
             self._append(conn.index, rec[1], rec[2])
+        elif kind == "listen":  # a cluster node drained (False) or revived (True)
+            self.set_listening(bool(rec[1]))
         elif kind == "ready":
             self.ready.add(conn.index)
             for other, other_conn in self.conns.items():
