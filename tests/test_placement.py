@@ -131,3 +131,31 @@ def test_locator_and_target_size_from_options_and_rabbitmq_conf(tmp_path: Path) 
     conf.write_text("queue_leader_locator = far\n")
     with pytest.raises(SystemExit):
         parse_args(["--config", str(conf)])
+
+
+#: members 0-5 of three nodes of two workers each (``--workers 2 --node-name``)
+NODES_OF_TWO = {0: "n1", 1: "n1", 2: "n2", 3: "n2", 4: "n3", 5: "n3"}
+
+
+def test_members_of_nodes_of_several_workers_are_on_distinct_nodes() -> None:
+    """A node's workers are not independent replicas: one member per node, the nodes with
+    the fewest replicas first (then the worker with fewest), at most the nodes running."""
+    every = set(NODES_OF_TWO)
+    assert choose_members(1, every, set(), [], 3, NODES_OF_TWO) == [1, 2, 4]
+    # n2 holds two replicas (on both workers), n3 one: n3 before n2, its emptier worker
+    states = [st(2, [2, 0]), st(3, [3, 1]), st(4, [4, 0])]
+    assert choose_members(0, every, set(), states, 2, NODES_OF_TWO) == [0, 5]
+    assert choose_members(0, every, set(), states, 5, NODES_OF_TWO) == [0, 5, 2]
+    assert choose_members(0, {0, 1}, set(), [], 3, NODES_OF_TWO) == [0]  # n1 alone runs
+
+
+def test_growing_and_quorum_critical_count_nodes_not_workers() -> None:
+    every = set(NODES_OF_TWO)
+    states = {"q": st(0, [0, 2])}  # on n1 and n2: grows onto n3 only, never n1's worker 1
+    assert short_of_target(states, every, set(), 3, NODES_OF_TWO) == [("q", 4)]
+    assert short_of_target(states, every - {4, 5}, set(), 3, NODES_OF_TWO) == []
+    # n2 stopping stops both its workers: "q" (member 2) and "r" (member 3) are critical
+    states = {"q": st(0, [0, 2, 4]), "r": st(3, [1, 3, 5], [3, 5]), "s": st(0, [0, 4])}
+    n2 = {i for i, n in NODES_OF_TWO.items() if n == "n2"}
+    assert quorum_critical(states, n2, every) == ["r"]
+    assert quorum_critical(states, n2, every - {4}) == ["q", "r"]
