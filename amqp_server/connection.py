@@ -328,7 +328,8 @@ class Connection:
         client (spec 2.2.4: nothing after Channel.Close but its CloseOk) and the channel is
         released again: a message fetched for it goes back to its queue (redelivered), a
         consumer subscribed for it is cancelled at the queue, as RabbitMQ's queue does for a
-        channel process that is gone."""
+        channel process that is gone; an exclusive queue declared for a connection that
+        closed meanwhile is deleted, as its other exclusive queues were."""
         held, self._held = self._held, None
         everything = self.state is not _OPEN  # the connection closed: nothing more to send
         gone = everything or ch.closing
@@ -344,6 +345,8 @@ class Connection:
         if gone:
             self._unsend(mark, None if everything else ch.number)
             ch.release()
+            if everything:  # an exclusive queue declared for it goes with the connection
+                self._release()
         if self.state is State.CLOSED:
             return
         self._update_reading()

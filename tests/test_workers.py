@@ -28,7 +28,7 @@ from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, NackError
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.wire import Client
+from tests.support.wire import AmqpError, Client
 from tests.support.workers import (
     PIN,
     WAIT,
@@ -665,3 +665,34 @@ def test_a_get_answered_after_its_connection_closed_goes_back_to_the_queue(
     assert body == b"late" and method is not None and method.redelivered
     raw.sock.close()
     cb.queue_delete(q)
+
+
+def test_an_exclusive_queue_declared_as_its_connection_dies_goes_with_it(
+        broker: BrokerProcess, pair: tuple) -> None:
+    """A Queue.Declare (exclusive) waits for the supervisor to order it (stopped); the
+    connection dies meanwhile (missed heartbeats). Once the declare is applied, the queue
+    goes, as every exclusive queue of a closed connection (it stayed, owned by nobody, and
+    locked its name for ever: 405 for anyone else)."""
+    _, b = pair
+    name = qname()
+    raw = Client(broker.port, heartbeat=1)
+    raw.channel()
+    os.kill(broker.pid, signal.SIGSTOP)
+    try:
+        raw.send(1, commands.Queue.Declare(queue=name, exclusive=True))
+        with pytest.raises(AmqpError, match="closed by broker"):
+            raw.expect(1, commands.Queue.DeclareOk, timeout=WAIT)  # 2 heartbeats missed
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+    raw.sock.close()
+    cb = b.channel()
+    deadline = time.monotonic() + WAIT
+    while True:  # the name is free: another connection declares it exclusive
+        try:
+            cb.queue_declare(name, exclusive=True)
+            break
+        except ChannelClosedByBroker as exc:
+            assert exc.reply_code == 405 and time.monotonic() < deadline, exc
+            cb = b.channel()
+            time.sleep(0.1)
+    cb.queue_delete(name)
