@@ -20,7 +20,10 @@ filter may let extra messages through; amqpq lets none through and skips none th
 Readers at the head of the log are served from a tail cache of recent messages (no disk
 read); readers behind read whole chunks from the segment files, ``READ_BYTES`` at a time, in
 a worker thread (the event loop never waits for the disk), the next read starting while
-``READ_AHEAD`` messages are still buffered.
+``READ_AHEAD`` messages are still buffered. A consumer on an AMQP channel gets up to
+``DISPATCH_BATCH`` deliveries at a time in one call (``Channel.deliver_many``), built from
+the stored record bytes (no Message per delivery; the ``x-stream-offset`` header spliced
+into parts cached per properties shape) and written to its socket at once.
 Retention (``x-max-length-bytes``, ``x-max-age``, policy keys ``max-length-bytes``,
 ``max-age``) drops whole oldest segments, checked when a segment is full and every tick.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from queue_store.stream_log import StreamLog
+from queue_store.stream_log import CHUNK_HEAD, StreamLog
 
 
 def filled(tmp_path: Path, chunks: int = 10, per: int = 5, segment: int = 200) -> StreamLog:
@@ -80,3 +80,21 @@ def test_damaged_chunk_is_skipped_on_read(tmp_path: Path) -> None:
         fh.seek(seg.positions[0] + 40)
         fh.write(b"\xff")
     assert records(log) == [b"r%d" % i for i in range(5, 15)]
+
+
+def test_a_chunk_failing_its_crc_is_skipped(tmp_path: Path) -> None:
+    log = StreamLog(tmp_path / "s")
+    for t in range(3):  # three chunks of two records
+        for i in range(2):
+            log.append(b"r%d" % (t * 2 + i), 1000 + t)
+        log.flush()
+    second = log.segments[0].positions[1]
+    with open(log.segments[0].path, "r+b") as fh:  # a byte of the second chunk's data
+        fh.seek(second + CHUNK_HEAD.size + 5)
+        byte = fh.read(1)
+        fh.seek(second + CHUNK_HEAD.size + 5)
+        fh.write(bytes((byte[0] ^ 0xFF,)))
+    assert [(o, r) for o, _, r in log.read(0, 1 << 20)] == [
+        (0, b"r0"), (1, b"r1"), (4, b"r4"), (5, b"r5")]
+    assert [(o, ts) for o, ts, _ in log.read(5, 1)] == [(5, 1002)]
+    log.close()
