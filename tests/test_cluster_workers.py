@@ -44,6 +44,16 @@ def test_each_node_is_listed_once_with_its_two_workers(nodes: dict[str, BrokerPr
     for node in nodes.values():
         wait_until(lambda node=node: _two_workers_each(node), f"{node} lists 3 x 2 workers")
 
+    def figures_per_worker() -> bool:  # each worker's pid and clients, the node's sums
+        listed = api(nodes["n1"], "/api/nodes")
+        return all(len({w.get("pid") for w in n["workers"]} - {None}) == 2
+                   and n.get("mem_used", 0) > 0
+                   and n.get("connections") == sum(w.get("connections", 0)
+                                                   for w in n["workers"])
+                   for n in listed)
+
+    wait_until(figures_per_worker, "every node's two workers with their own pid and figures")
+
 
 def test_a_classic_queue_is_used_from_every_worker_of_every_node(
         nodes: dict[str, BrokerProcess]) -> None:

@@ -63,14 +63,48 @@ async def list_nodes(request: web.Request) -> web.Response:
     false for one gone; 401 unless monitoring or administrator)."""
     require_monitor(request)
     st = state(request)
-    return ok([_with_workers(node_json(st), n) if n["name"] == st.node else n
+    return ok([_with_workers(st, node_json(st), n) if n["name"] == st.node else n
                for n in _cluster(st)])
 
 
-def _with_workers(item: dict[str, Any], seen: dict[str, Any]) -> dict[str, Any]:
-    """This node's own entry, with its ``workers`` as the membership lists them (a cluster
-    node of several worker processes: ``[{"index", "worker", "running"}]``)."""
-    return item | {"workers": seen["workers"]} if "workers" in seen else item
+#: what each worker of a node shows in its ``workers`` entry, from its summary
+_WORKER_KEYS = ("pid", "up", "connections", "channels", "consumers", "queues",
+                "messages_ready", "messages_unacknowledged", "mem_alarm", "disk_free_alarm")
+#: node figures that are the sum over the node's workers (each is a process of its own)
+_SUMMED = ("mem_used", "fd_used", "sockets_used", "proc_used")
+
+
+def _with_workers(st: ManagementState, item: dict[str, Any], seen: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """Node entry ``item`` with its ``workers`` (a cluster node of several worker processes:
+    the membership's ``[{"index", "worker", "running"}]``, each with its pid, clients,
+    queues and alarms from its last summary, as ``/api/workers`` shows them), and its
+    memory, descriptors, sockets, connections and queues summed over them; ``item`` as it
+    is for a node of one worker."""
+    listed = seen.get("workers") or []
+    runtime = st.broker.workers
+    if len(listed) < 2 or runtime is None:
+        return item | ({"workers": listed} if listed else {})
+    summaries = {int(w["index"]): w for w in runtime.workers()}
+    workers, figures = [], []
+    for w in listed:
+        summary = summaries.get(w["index"]) if w.get("index") is not None else None
+        entry = dict(w)
+        if summary is not None and w.get("running"):
+            entry.update({k: summary[k] for k in _WORKER_KEYS if k in summary})
+            figures.append(summary)
+        workers.append(entry)
+    out = item | {"workers": workers}
+    for key in _SUMMED:
+        values = [int((f.get("node") or {}).get(key) or 0) for f in figures]
+        if values:
+            out[key] = sum(values)
+    for key in ("connections", "queues"):
+        if figures:
+            out[key] = sum(int(f.get(key) or 0) for f in figures)
+    for key in ("mem_alarm", "disk_free_alarm"):
+        out[key] = bool(out.get(key)) or any(bool(f.get(key)) for f in figures)
+    return out
 
 
 def _cluster(st: ManagementState) -> list[dict[str, Any]]:
@@ -91,7 +125,7 @@ def _cluster(st: ManagementState) -> list[dict[str, Any]]:
                         disk_free_alarm=bool(summary.get("disk_free_alarm")),
                         connections=int(summary.get("connections", 0)),
                         queues=int(summary.get("queues", 0)))
-        out.append(item)
+        out.append(_with_workers(st, item, n))
     return out
 
 
@@ -120,7 +154,7 @@ async def get_node(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     for n in _cluster(st):
         if n["name"] == name == st.node:
-            return ok(_with_workers(node_json(st), n))
+            return ok(_with_workers(st, node_json(st), n))
         if n["name"] == name:
             return ok(n)
     if name == st.node:
