@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from management.state import ManagementState
     from queue_store.queue import Queue
 
-__all__ = ["client_totals", "cluster_name", "lives_here", "node_names", "peer_message_counts",
-           "peer_vhost_octets", "queues_from_homes"]
+__all__ = ["client_totals", "cluster_name", "lives_here", "node_names", "own_workers",
+           "peer_message_counts", "peer_vhost_octets", "queues_from_homes"]
 
 
 def cluster_name(st: ManagementState) -> str:
@@ -43,16 +43,33 @@ def cluster_name(st: ManagementState) -> str:
     return min(names) if names else st.node
 
 
-def lives_here(st: ManagementState, q: Queue) -> bool:
+def lives_here(st: ManagementState, q: Queue, own: Collection[int] = ()) -> bool:
     """Whether queue ``q`` lives on this node (any of its workers): always without a
-    cluster; in one, a classic queue declared here, a quorum queue led from here. A node's
-    Prometheus endpoint reports these only, as each RabbitMQ node reports its own."""
+    cluster; in one, a classic queue declared here (``own``: the indexes of this node's
+    other workers, :func:`own_workers`), a quorum queue led from here. A node's Prometheus
+    endpoint reports these only, as each RabbitMQ node reports its own."""
     workers = st.broker.workers
     if st.broker.cluster is None or workers is None:
         return True
     if q.quorum and workers.quorum is not None:
         return workers.quorum.fields(q).get("leader") == st.node
-    return workers.home_of(q) == workers.index
+    home = workers.home_of(q)
+    return home == workers.index or home in own
+
+
+def own_workers(broker: Broker) -> set[int]:
+    """A cluster node of several workers (``--workers N``, each worker a cluster member):
+    the member indexes of this node's other workers, which its one Prometheus endpoint
+    reports with its own; empty without a cluster or with one worker."""
+    cluster, workers = broker.cluster, broker.workers
+    if cluster is None or workers is None:
+        return set()
+    name = broker.config.node_name
+    for node in cluster.nodes():
+        if node.get("name") == name:
+            return {int(w["index"]) for w in node.get("workers") or ()
+                    if w.get("index") is not None} - {workers.index}
+    return set()
 
 
 #: index -> name of every node each broker has seen running (a stopped node's registration
@@ -92,24 +109,28 @@ def node_of(st: ManagementState, index: int) -> str:
 FRESH = 5.0
 
 
-def _up_summaries(broker: Broker) -> Iterable[dict[str, Any]]:
+def _up_summaries(broker: Broker, only: Collection[int] | None = None
+                  ) -> Iterable[dict[str, Any]]:
     """The last summary of every other worker or node heard from in the last
-    :data:`FRESH` seconds (they send one a second)."""
+    :data:`FRESH` seconds (they send one a second); ``only``: of these indexes only."""
     workers = broker.workers
     if workers is None:
         return []
     now = asyncio.get_running_loop().time()
     return [summary for index, (summary, at) in list(workers.peer_summaries.items())
-            if index != workers.index and now - at < FRESH]
+            if index != workers.index and now - at < FRESH
+            and (only is None or index in only)]
 
 
-def peer_message_counts(broker: Broker, vhosts: Iterable[str] | None = None) -> Counter[str]:
+def peer_message_counts(broker: Broker, vhosts: Iterable[str] | None = None,
+                        only: Collection[int] | None = None) -> Counter[str]:
     """The other workers' and nodes' message counters (``publish``, ``deliver``... as
     :data:`management.serializers.MESSAGE_STATS_KEYS`): their node totals with ``vhosts``
-    None, else summed over those vhosts; empty with one worker and no cluster."""
+    None, else summed over those vhosts; ``only``: of these worker (member) indexes only;
+    empty with one worker and no cluster."""
     total: Counter[str] = Counter()
     names = None if vhosts is None else set(vhosts)
-    for summary in _up_summaries(broker):
+    for summary in _up_summaries(broker, only):
         if names is None:
             total.update(summary.get("message_counts") or {})
         else:
@@ -131,14 +152,14 @@ def peer_vhost_octets(broker: Broker, vhost: str) -> tuple[int, int]:
     return recv, send
 
 
-def client_totals(broker: Broker) -> dict[str, int]:
+def client_totals(broker: Broker, only: Collection[int] | None = None) -> dict[str, int]:
     """Connections, channels and consumers of this process plus those every other worker
     and node last reported (once a second): the overview's ``object_totals``, cluster-wide
-    as RabbitMQ's."""
+    as RabbitMQ's; ``only``: of these other worker (member) indexes only."""
     channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
     totals = {"connections": len(broker.connections), "channels": len(channels),
               "consumers": sum(len(ch.consumers) for ch in channels)}
-    for summary in _up_summaries(broker):
+    for summary in _up_summaries(broker, only):
         for key in totals:
             totals[key] += int(summary.get(key, 0))
     return totals

@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 
 from broker.alarms import process_rss
 from broker.message_stats import deliver_get
-from management.cluster_view import client_totals, cluster_name, lives_here
+from management.cluster_view import client_totals, cluster_name, lives_here, own_workers
 from management.prometheus.elsewhere import (
     CHANNEL_JSON,
     CONNECTION_JSON,
@@ -384,9 +384,10 @@ class BrokerCollector(Collector):
             yield from self._node(prefix)
         # a cluster node reports the queues that live on it (a quorum queue: on its leader),
         # as each RabbitMQ node does; the other nodes report theirs on their own endpoints
+        own = own_workers(broker)  # a node of several workers: its other workers' queues
         queues = [q for name, v in sorted(broker.vhosts.items())
                   if scope.vhosts is None or name in scope.vhosts
-                  for _, q in sorted(v.queues.items()) if lives_here(self.st, q)]
+                  for _, q in sorted(v.queues.items()) if lives_here(self.st, q, own)]
         q_objects = [([q.vhost_name, q.name], q) for q in queues]
         q_labels = ["vhost", "queue"]
         if scope.wants("queue_coarse_metrics"):
@@ -495,7 +496,8 @@ class BrokerCollector(Collector):
                   "consumers": sum(len(ch.consumers) for ch in channels)}
         if broker.workers is not None and broker.cluster is None:
             totals = client_totals(broker)  # --workers N: the node's, every worker's
-        # a cluster node: its own clients (each node has its own endpoint)
+        elif broker.workers is not None:  # a cluster node: its own workers' clients (each
+            totals = client_totals(broker, own_workers(broker))  # node has its endpoint)
         yield _single("rabbitmq_connections", "gauge", "Connections currently open",
                       totals["connections"])
         yield _single("rabbitmq_channels", "gauge", "Channels currently open",

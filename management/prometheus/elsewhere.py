@@ -8,7 +8,9 @@ the node-wide message counters (``rabbitmq_global_messages_*``, the channel coun
 ``/metrics``) add the other workers' counters from their once-a-second summaries. The
 queues need nothing here: every worker holds every queue (a stand-in for one on another
 worker, with its counts), so they are already all on worker 0. A cluster node's peers are
-other nodes, which serve their own endpoints: nothing is added for them.
+other nodes, which serve their own endpoints: nothing is added for them, except on a node
+of several workers (each a cluster member): its endpoint (worker 0's) asks every member
+and keeps its own workers' channels and connections, and adds their counters.
 
 Source: https://www.rabbitmq.com/docs/prometheus (one endpoint per node).
 """
@@ -20,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from management.cluster_view import peer_message_counts
+from management.cluster_view import own_workers, peer_message_counts
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -64,10 +66,22 @@ class Elsewhere:
 
 
 async def gather(broker: Broker) -> Elsewhere:
-    """What the other workers of this node hold; empty with one worker or in a cluster."""
+    """What the other workers of this node hold; empty with one worker. A cluster node's
+    peers are other nodes (their own endpoints), except the other workers of a node of
+    several (:func:`~management.cluster_view.own_workers`): their channels, connections and
+    counters are this node's."""
     workers = broker.workers
-    if workers is None or broker.cluster is not None:
+    if workers is None:
         return Elsewhere()
-    return Elsewhere(channels=await workers.gather_json("channels"),
-                     connections=await workers.gather_json("connections"),
-                     counts=peer_message_counts(broker))
+    if broker.cluster is None:
+        return Elsewhere(channels=await workers.gather_json("channels"),
+                         connections=await workers.gather_json("connections"),
+                         counts=peer_message_counts(broker))
+    mine = own_workers(broker)
+    if not mine:
+        return Elsewhere()
+    return Elsewhere(
+        channels=[c for c in await workers.gather_json("channels") if c.get("worker") in mine],
+        connections=[c for c in await workers.gather_json("connections")
+                     if c.get("worker") in mine],
+        counts=peer_message_counts(broker, only=mine))
