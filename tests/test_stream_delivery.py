@@ -16,6 +16,7 @@ import queue_store.stream_queue as stream_queue
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment
+from management.serializers import UnackedTotals
 from tests.conftest import Client
 
 STREAM = {"x-queue-type": "stream"}
@@ -90,5 +91,9 @@ def test_deliveries_stop_at_the_channel_prefetch_and_go_on_after_acks(client: Cl
     got = _deliveries(reader, reader.consume(1, "s", arguments={"x-stream-offset": "first"})
                       + _drain(reader))
     assert [t for t, _, _ in got] == list(range(1, 8))
+    # what the HTTP API counts as unacknowledged (the bodies of the 7 deliveries)
+    stream = client.broker.vhosts["/"].queues["s"]
+    assert UnackedTotals.collect(client.broker).bytes_of(stream) == sum(
+        len(b"m%d" % i) for i in range(7))
     got = _deliveries(reader, reader.ack(1, 5, multiple=True) + _drain(reader))
     assert [(t, b) for t, _, b in got] == [(t, b"m%d" % (t - 1)) for t in range(8, 13)]
