@@ -122,6 +122,19 @@ def test_a_follower_rejoins_only_past_the_leaders_epoch_start() -> None:
     assert cas.new.isr == ALL
 
 
+def test_a_follower_that_restarted_with_its_log_lost_does_not_rejoin_on_what_it_had() -> None:
+    c = Cluster({0: [(1, "a"), (1, "b"), (1, "c")], 2: [(1, "a"), (1, "b"), (1, "c")]})
+    c.state(state(epoch=2, isr=(0, 1), version=3))
+    leader = c.r[0]
+    leader.receive(2, Fetch(2, 3, 1, 3), 0.0)  # node 2 had all three on disk...
+    leader.receive(2, Fetch(2, 0, 0, 0), 0.1)  # ...then came back with none (disk lost)
+    assert leader.lead is not None and leader.lead.progress[2] == 0
+    assert not [a for a in leader.tick(0.2) if isinstance(a, Cas)]  # not in sync: no rejoin
+    leader.receive(2, Fetch(2, 3, 1, 3), 0.3)  # fetched and fsynced them again
+    (cas,) = [a for a in leader.tick(0.4) if isinstance(a, Cas)]
+    assert cas.new.isr == ALL
+
+
 def test_a_leader_steps_down_when_a_fetch_names_a_newer_epoch() -> None:
     r = Replica(0, 10)
     r.on_state(state(), 0.0)

@@ -272,6 +272,9 @@ class Replica:
         lead = self.lead
         lead.last_fetch[peer] = now
         if f.offset < self.start:  # below what this log still holds: nothing to check
+            # a member that restarted with less than it had (its log lost) is not in sync
+            lead.ready.discard(peer)
+            lead.progress[peer] = min(f.durable, f.offset)
             self._answer(peer, f, out)
             return
         if f.offset > 0:
@@ -282,7 +285,10 @@ class Replica:
                 return
         # its log up to f.offset is ours: what it has on disk there counts
         lead.ready.add(peer)
-        lead.progress[peer] = max(lead.progress.get(peer, 0), min(f.durable, f.offset))
+        # what it has now (not the most it ever had: a member that restarted with less,
+        # its log lost, must not count what it lost; an older fetch arriving late only
+        # holds commits back until the next one)
+        lead.progress[peer] = min(f.durable, f.offset)
         self._answer(peer, f, out)
         self._advance(out)
 
