@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from amqp_common.errors import PreconditionFailed
@@ -315,10 +315,13 @@ class QueueSettings:
     delivery_limit: int | None = None  # quorum queues: deliveries before a message is dropped
     policy: str | None = None
     operator_policy: str | None = None
+    #: a length limit is set (max_length or max_length_bytes): computed once, read by every
+    #: publish of a queue that is not plain (a property cost a call each time)
+    limited: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def limited(self) -> bool:
-        return self.max_length is not None or self.max_length_bytes is not None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limited",
+                           self.max_length is not None or self.max_length_bytes is not None)
 
 
 def _min(a: int | None, b: int | None) -> int | None:
