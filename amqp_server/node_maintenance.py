@@ -11,8 +11,11 @@ listeners suspended until it is revived.
 
 Here the mark is a file, ``DATA_DIR/maintenance``, read at start (:meth:`LocalMaintenance.
 attach`). A cluster node's maintenance is :mod:`amqp_server.cluster.maintenance` (the mark in
-etcd, leaders moved off). Only a broker of one process has this one: with ``--workers N``
-the supervisor accepts the clients.
+etcd, leaders moved off). With ``--workers N`` worker 0 (which serves the API) drains the
+broker: the supervisor, which accepts the clients, closes its listening sockets when asked
+(:class:`SupervisorListeners`), and every other worker's clients are closed through the
+workers' ``close`` request (:meth:`~amqp_server.workers.worker_stats.PeerStats.
+close_elsewhere`).
 
 Source: https://www.rabbitmq.com/docs/upgrade#maintenance-mode, ``rabbit_maintenance.erl``.
 """
@@ -20,6 +23,7 @@ Source: https://www.rabbitmq.com/docs/upgrade#maintenance-mode, ``rabbit_mainten
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +36,28 @@ log = logging.getLogger("amqpq.server")
 
 MARK_FILE = "maintenance"  # in the data dir while the node is drained
 
-__all__ = ["MARK_FILE", "LocalMaintenance"]
+__all__ = ["MARK_FILE", "LocalMaintenance", "SupervisorListeners"]
+
+
+class SupervisorListeners:
+    """The client listeners of a ``--workers N`` broker: the supervisor's, closed and opened
+    again by a ``("listen", on)`` record on the worker's link to it.
+
+    Args:
+        send_hub: sends a control record to the supervisor
+            (:meth:`~amqp_server.workers.links.Links.send_hub`).
+    """
+
+    def __init__(self, send_hub: Callable[[tuple[Any, ...]], None]) -> None:
+        self.send_hub = send_hub
+
+    async def suspend_listeners(self) -> None:
+        """Ask the supervisor to close its listening sockets."""
+        self.send_hub(("listen", False))
+
+    async def resume_listeners(self) -> None:
+        """Ask the supervisor to listen again on the same ports."""
+        self.send_hub(("listen", True))
 
 
 class LocalMaintenance:
@@ -88,13 +113,25 @@ class LocalMaintenance:
         connections = list(self.broker.connections)
         for conn in connections:
             conn.close(320, DRAIN_REASON)
-        log.warning("Closed %d local client connections", len(connections))
+        closed = len(connections) + await self._close_elsewhere()
+        log.warning("Closed %d local client connections", closed)
         kept = sum(1 for vhost in self.broker.vhosts.values()
                    for q in vhost.queues.values() if q.quorum)
         if kept:
             log.warning("Skipping leadership transfer of quorum queues: no candidate (online, "
                         "not under maintenance) nodes to transfer to!")
-        return {"moved": 0, "kept": kept, "closed": len(connections)}
+        return {"moved": 0, "kept": kept, "closed": closed}
+
+    async def _close_elsewhere(self) -> int:
+        """``--workers N``: close the other workers' client connections (320); how many."""
+        workers = self.broker.workers
+        if workers is None:
+            return 0
+        closed = 0
+        for conn in await workers.gather_json("connections"):
+            if await workers.close_elsewhere(str(conn["name"]), DRAIN_REASON):
+                closed += 1
+        return closed
 
     async def revive(self) -> None:
         """Listen to clients again and clear the mark (RabbitMQ's order)."""

@@ -44,7 +44,7 @@ from amqp_server.cluster import options as cluster_options
 from amqp_server.cluster.membership import ClusterError
 from amqp_server.cluster.node import NodeRuntime, start_node
 from amqp_server.connection import Connection
-from amqp_server.node_maintenance import LocalMaintenance
+from amqp_server.node_maintenance import LocalMaintenance, SupervisorListeners
 from amqp_server.workers import supervisor
 from amqp_server.workers.runtime import WorkerRuntime
 from broker import log_setup
@@ -285,9 +285,12 @@ class BrokerServer:
         gc.set_threshold(700, 10, FULL_GC_EVERY)
         if isinstance(self.workers, NodeRuntime):  # drain closes the client listeners
             await self.workers.maintenance.attach(self)
-        elif self.workers is None:  # one process, no cluster: drain/revive of this node
+        elif self.broker.cluster is None and not self.config.worker_index:
+            # no cluster: drain/revive of this broker, by its one process or its worker 0
+            # (with --workers N the supervisor's listeners, node_maintenance)
             self.broker.maintenance = LocalMaintenance(self.broker, Path(self.config.data_dir))
-            await self.broker.maintenance.attach(self)
+            await self.broker.maintenance.attach(
+                self if self.workers is None else SupervisorListeners(self.workers.links.send_hub))
         if self.broker.cluster is not None:  # registered: the other nodes link to this one
             self.broker.cluster.info["amqp_port"] = self.port
             await self.broker.cluster.register()

@@ -6,16 +6,20 @@ channel's and connection's per-object samples and the global counters."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
+from pika.exceptions import AMQPConnectionError, ConnectionClosedByBroker
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.broker_process import BrokerProcess, free_port
+from tests.support.cluster import api as call
 from tests.support.workers import PIN, api, connect_on, running_workers
 
 WAIT = 10.0
@@ -146,3 +150,40 @@ def test_an_exchanges_publishes_on_both_workers_are_summed(broker: BrokerProcess
         assert received[seen["name"]] >= seen["recv_oct"]
     finally:
         conn.close()
+
+
+def test_drain_closes_every_workers_clients_and_the_listener_until_revive(
+        broker: BrokerProcess) -> None:
+    """Last in the module (it revives the broker after): ``POST /api/maintenance/drain`` on
+    a ``--workers 2`` broker (worker 0 answers) closes the clients of both workers with
+    320 and the supervisor's listener, as RabbitMQ's drain on a single node; revive."""
+    conns = [connect_on(broker, 0), connect_on(broker, 1)]
+    drained = call(broker, "/api/maintenance/drain", "POST", {})
+    assert drained["moved"] == 0 and drained["closed"] >= 2
+    for conn in conns:
+        with pytest.raises(ConnectionClosedByBroker) as closed:
+            for _ in range(100):
+                conn.process_data_events(0.1)
+        assert (closed.value.reply_code, closed.value.reply_text) == (
+            320, "CONNECTION_FORCED - Node was put into maintenance mode")
+
+    def refused() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", broker.port), timeout=2).close()
+        except ConnectionRefusedError:
+            return True
+        return False
+
+    assert wait_until(refused, "the supervisor's listener closed")
+    assert call(broker, "/api/maintenance")["draining"] is True
+    call(broker, "/api/maintenance/revive", "POST", {})
+    assert call(broker, "/api/maintenance")["draining"] is False
+
+    def served() -> bool:
+        try:
+            pika.BlockingConnection(pika.URLParameters(broker.url)).close()
+        except AMQPConnectionError:
+            return False
+        return True
+
+    assert wait_until(served, "a client served again")

@@ -27,8 +27,8 @@ RabbitMQ runs drain and revive over its CLI's Erlang distribution, not HTTP; amq
 ``amqpqctl`` speaks HTTP only, hence the two ``/api/maintenance`` routes (administrator
 only). Without a cluster the health check answers ok (a single node, as RabbitMQ),
 rebalancing 204, and drain/revive work as on RabbitMQ's single node
-(:mod:`amqp_server.node_maintenance`: listeners and connections closed, nothing to move);
-with ``--workers N`` and no cluster the maintenance routes answer 400.
+(:mod:`amqp_server.node_maintenance`: listeners and connections closed, nothing to move;
+with ``--workers N``, every worker's clients and the supervisor's listeners).
 
 Source: RabbitMQ 3.13's ``rabbit_mgmt_wm_rebalance_queues``,
 ``rabbit_mgmt_wm_health_check_node_is_quorum_critical``, ``rabbit_maintenance``.
@@ -62,8 +62,7 @@ def _cluster_node(request: web.Request) -> Any:
     require_admin(request)
     node = _node(request)
     if node is None:
-        raise bad_request("maintenance mode needs a cluster (--cluster-etcd) or a broker of "
-                          "one process (not --workers N)")
+        raise bad_request("maintenance mode is not available on this process")
     return node
 
 
