@@ -42,6 +42,9 @@ from queue_store.sender_selected import without_bcc
 
 __all__ = ["ChannelPublishing"]
 
+# the properties a publish checks (_checked_properties), as one mask
+_CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+
 
 class ChannelPublishing:
     """The publishing, confirm and transaction methods of
@@ -101,7 +104,7 @@ class ChannelPublishing:
         else:
             x = None
         msg = Message(exchange, rk, ex_rk_raw, properties_raw, body, flags)
-        if flags & (FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO):
+        if flags & _CHECKED_FLAGS:
             msg = self._checked_properties(msg)
         if self.tx is not None:
             self.tx.append(("publish", (x, msg, bits & 1 == 1)))

@@ -215,7 +215,31 @@ class Queue(QueueSettlement, QueueRecovery):
             if self._levels and not self._dispatching:
                 if (self._picks is None and not self._has_ttl and not self.quorum
                         and not len(self.ready) and not self.deleted):
-                    self._hand_out_new(qm)
+                    # dispatch for a new message that finds nothing ready (no TTL, no
+                    # quorum delivery count, no _picks, not on disk): to the next consumer
+                    # that can take it, else into ready; without the round trip through
+                    # ready, nor a call
+                    levels = self._levels
+                    if (len(levels) == 1 and len(levels[0][1]) == 1
+                            and not self.settings.single_active_consumer):
+                        one = levels[0][1][0]  # _next_consumer's one-consumer case
+                        consumer = one if (
+                            (one.no_ack or not one.prefetch or one.unacked < one.prefetch)
+                            and one.channel.can_deliver()) else None
+                    else:
+                        consumer = self._next_consumer()
+                    if consumer is None:
+                        self.ready.append(qm)
+                        return ACCEPTED
+                    self.delivered += 1
+                    if not consumer.no_ack:
+                        consumer.unacked += 1
+                        self.unacked_count += 1
+                    self._dispatching = True  # what the delivery causes dispatches later
+                    try:
+                        consumer.channel.deliver(consumer, qm, self)
+                    finally:
+                        self._dispatching = False
                     return ACCEPTED
                 # messages wait: a dispatch all the same (a consumer on another worker may
                 # take one again once its link drained, which dispatches nothing itself),
@@ -454,33 +478,6 @@ class Queue(QueueSettlement, QueueRecovery):
             self._dispatching = False
         if self._has_ttl:
             self._arm_ttl_timer()
-
-    def _hand_out_new(self, qm: QueuedMessage) -> None:
-        """:meth:`dispatch` for a new message that finds nothing ready (no TTL, no quorum
-        delivery count, no ``_picks``, not on disk: the fast path of :meth:`publish`): to the
-        next consumer that can take it, else into ``ready``. What dispatch would do, without
-        the round trip through ``ready``."""
-        levels = self._levels
-        if (len(levels) == 1 and len(levels[0][1]) == 1
-                and not self.settings.single_active_consumer):
-            # _next_consumer's one-consumer case, without the call
-            one = levels[0][1][0]
-            consumer = one if ((one.no_ack or not one.prefetch or one.unacked < one.prefetch)
-                               and one.channel.can_deliver()) else None
-        else:
-            consumer = self._next_consumer()
-        if consumer is None:
-            self.ready.append(qm)
-            return
-        self.delivered += 1
-        if not consumer.no_ack:
-            consumer.unacked += 1
-            self.unacked_count += 1
-        self._dispatching = True  # what the delivery causes comes back to dispatch later
-        try:
-            consumer.channel.deliver(consumer, qm, self)
-        finally:
-            self._dispatching = False
 
     #: Basic.Get is counted in ``counters`` (got, got_no_ack, get_empty); False: as
     #: deliveries only (message groups, as they always were)
