@@ -53,6 +53,11 @@ def test_each_node_is_listed_once_with_its_two_workers(nodes: dict[str, BrokerPr
                    for n in listed)
 
     wait_until(figures_per_worker, "every node's two workers with their own pid and figures")
+    # /api/workers lists every member of the cluster, each under its node
+    wait_until(lambda: sorted((w.get("node_name"), w.get("worker"))
+                              for w in api(nodes["n1"], "/api/workers") if w["up"])
+               == [(n, i) for n in ("n1", "n2", "n3") for i in (0, 1)],
+               "/api/workers: two workers under each node")
 
 
 def test_a_classic_queue_is_used_from_every_worker_of_every_node(

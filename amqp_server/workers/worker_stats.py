@@ -175,7 +175,8 @@ class PeerStats:
             future.set_result(rec[2])
 
     def summary(self) -> dict[str, Any]:
-        """This worker's figures for ``/api/workers`` and the broker-wide totals."""
+        """This worker's figures for ``/api/workers`` and the broker-wide totals (a cluster
+        member's with its ``node_name`` and ``worker``: :meth:`_cluster_place`)."""
         broker = self.broker
         channels = [ch for conn in list(broker.connections) for ch in conn.channels.values()]
         home = [q for v in broker.vhosts.values() for q in v.queues.values()
@@ -209,7 +210,18 @@ class PeerStats:
                                          for name in list(broker.vhosts)},
                 # bytes of each vhost's connections here (the vhosts' recv_oct/send_oct)
                 "vhost_octets": {name: list(vhost_octets(broker, name))
-                                 for name in list(broker.vhosts)}}
+                                 for name in list(broker.vhosts)},
+                **self._cluster_place()}
+
+    def _cluster_place(self) -> dict[str, Any]:
+        """A cluster member's node name and worker index on it (``node_name``, ``worker``:
+        a node of several workers lists each worker under its node); {} without a cluster."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return {}
+        info = cluster.info
+        return {"node_name": str(info.get("node") or info.get("name") or ""),
+                "worker": int(info.get("worker") or 0)}
 
     def workers(self) -> list[dict[str, Any]]:
         """Every worker's last summary (this one's now), ``up`` when its link is open; a
