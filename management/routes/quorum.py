@@ -120,8 +120,8 @@ async def shrink(request: web.Request) -> web.Response:
         raise bad_request(f"node {node} is not a member of the cluster")
     deleted, errors = [], []
     for vhost, name, members in manager.quorum_queues():
-        if index not in members:
-            continue
+        if manager.member_on({"members": members}, node) is None:
+            continue  # (a node of several workers: its member may be on any of them)
         answer = await manager.change_members(vhost, name, node, False)
         item = {"vhost": vhost, "name": name}
         if answer == "ok":
