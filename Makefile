@@ -165,6 +165,7 @@ rolling-restart: install
 # in one bash at the top of this checkout, on free ports and in a temporary directory: an etcd
 # and four nodes started, a node added, a rolling restart, a node lost, etcd lost, definitions
 # and a data directory backed up and restored. A few minutes; prints each block's output.
+# WORKERS=2: every node of two worker processes (the runbook's --workers $WORKERS).
 .PHONY: runbook
 runbook: install etcd-deps
 	$(PY) -m pytest -q -s -m slow tests/test_operations_guide.py

@@ -6,7 +6,8 @@ curl.
 
 The guide's Settings take the ports and the directory from environment variables, with the
 guide's defaults; this test sets them to free ports and a temporary directory, so the run
-does not clash with a broker (or a reference RabbitMQ) on the default ports. Each block is
+does not clash with a broker (or a reference RabbitMQ) on the default ports; ``WORKERS``
+(``make runbook WORKERS=2``) passes through to the guide's ``--workers $WORKERS``. Each block is
 claimed by the HTML comment right before it: ``<!-- test: run -->`` (the shell runs it
 under ``set -e``: a command that fails ends the session and the test), with optional
 ``expect="TEXT"`` (or ``'TEXT'``) words that the block's output must contain and ``absent="TEXT"`` words it
