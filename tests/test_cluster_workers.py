@@ -1,17 +1,21 @@
 """A cluster of nodes of several worker processes (``--workers 2 --node-name ...``), with
 real processes and etcd (issue #31 item 1; design: :mod:`amqp_server.cluster.node`).
 
-Three nodes of two workers each: every node is listed once with its two workers, a classic
-queue declared through one node is published to and consumed from the others (connections
-land on either worker), a quorum queue's replicas are on three distinct nodes (never two
-workers of one node), and a kill -9 of its leader's node (the supervisor: its workers die
-with it) hands the queue to another node with every confirmed message. Six broker processes
-start for it (about 30 s on the shared 2-core machine), so it is ``slow``:
+Three nodes of two workers each: every node is listed once with its two workers (their own
+pids and figures; ``/api/workers`` each under its node), a worker killed alone comes back
+under its node, a classic queue declared through one node is published to and consumed from
+the others (connections land on either worker), a drain reaches both workers of the node,
+a quorum queue's replicas are on three distinct nodes (never two workers of one node), and
+a kill -9 of its leader's node (the supervisor: its workers die with it) hands the queue to
+another node with every confirmed message. Six broker processes start for it (30 s to a
+few minutes on the shared 2-core machine, as loaded), so it is ``slow``:
 ``make cluster-workers`` runs it. Skipped without etcd (``make etcd-deps``).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pika
@@ -58,6 +62,23 @@ def test_each_node_is_listed_once_with_its_two_workers(nodes: dict[str, BrokerPr
                               for w in api(nodes["n1"], "/api/workers") if w["up"])
                == [(n, i) for n in ("n1", "n2", "n3") for i in (0, 1)],
                "/api/workers: two workers under each node")
+
+
+def test_a_worker_killed_is_restarted_and_rejoins_under_its_node(
+        nodes: dict[str, BrokerProcess]) -> None:
+    """kill -9 of worker 1 of n3 (not the node): its supervisor starts it again, it waits for
+    its old registration's lease to expire, records its own death and registers again, and
+    n3 is listed with two running workers, the new one with a new pid."""
+    def n3_workers() -> list[dict[str, object]]:
+        return next(n for n in api(nodes["n1"], "/api/nodes") if n["name"] == "n3")["workers"]
+
+    old = wait_until(lambda: next((w.get("pid") for w in n3_workers() if w["worker"] == 1),
+                                  None), "n3's worker 1 and its pid")
+    os.kill(int(old), signal.SIGKILL)
+    wait_until(lambda: [w["running"] for w in n3_workers()] == [True, True]
+               and next(w.get("pid") for w in n3_workers() if w["worker"] == 1)
+               not in (None, old), "n3's worker 1 back with a new pid", timeout=90)
+    wait_until(lambda: _two_workers_each(nodes["n3"]), "n3 lists 3 x 2 workers again")
 
 
 def test_a_classic_queue_is_used_from_every_worker_of_every_node(
