@@ -14,7 +14,9 @@ from amqp_server.workers.link_codec import (
     SETTLE,
     LinkError,
     Outbox,
+    PublishReader,
     RecordReader,
+    message_from,
     queue_key,
     read_control,
     read_credit,
@@ -60,6 +62,28 @@ def test_every_record_comes_back_whatever_the_cuts() -> None:
         assert record[:2] == ("consume", 3)
         # the AMQP type a number was sent as survives (equivalence checks on other workers)
         assert getattr(record[2]["x-priority"], "amqp_type", None) == "signedint"
+
+
+def test_a_publish_reader_reads_what_read_publish_does_in_any_order_of_repeats() -> None:
+    """PublishReader takes the last exchange/routing key and properties again when they
+    repeat: every message is still the one read_publish + message_from make."""
+    shapes = [(b"\x00\x01q", b"\x00\x00"), (b"\x00\x01q", b"\x10\x00\x02"),
+              (b"\x02ex\x03k\xffy", b"\x10\x00\x02"), (b"\x00\x01r", b"\x00\x00"),
+              (b"\x00\x01q", b""), (b"\x00\x00", b"\x00\x00")]
+    box = Outbox()
+    order = [0, 0, 1, 1, 0, 2, 2, 3, 0, 4, 4, 5, 0]
+    for i, s in enumerate(order):
+        exrk, props = shapes[s]
+        box.publish(i, i % 2 == 1, queue_key("/", f"q{s}"), exrk, props, b"b%d" % i)
+    reader = PublishReader()
+    for _, body in RecordReader().feed(box.take()):
+        pub_id, want, qkey, exrk, props, payload = read_publish(body)
+        expected = message_from(exrk, props, payload)
+        got_id, got_want, got_qkey, got = reader.read(body)
+        assert (got_id, got_want, got_qkey) == (pub_id, want, qkey)
+        assert (got.exchange, got.routing_key, got.ex_rk_raw, got.properties_raw, got.body,
+                got.flags) == (expected.exchange, expected.routing_key, expected.ex_rk_raw,
+                               expected.properties_raw, expected.body, expected.flags)
 
 
 def test_an_empty_outbox_gives_nothing_and_a_taken_one_is_empty() -> None:

@@ -41,6 +41,7 @@ Source: RabbitMQ's inter-node distribution carries messages as opaque binaries b
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any
 
@@ -51,6 +52,7 @@ PUBLISH, DELIVER, SETTLE, CREDIT, RESULTS, REPL, CONTROL = 1, 2, 3, 4, 5, 6, 9
 
 _HEAD = struct.Struct(">IB")
 _PUBLISH = struct.Struct(">IBHHII")
+_unpack_publish = _PUBLISH.unpack_from
 _DELIVER = struct.Struct(">IIBHII")
 _SETTLE = struct.Struct(">BI")
 _CREDIT = struct.Struct(">II")
@@ -136,7 +138,11 @@ def queue_key(vhost: str, name: str) -> bytes:
     return f"{vhost}\x00{name}".encode()
 
 
+@functools.lru_cache(maxsize=4096)
 def split_queue_key(qkey: bytes) -> tuple[str, str]:
+    """``(vhost, name)`` of a queue key (:func:`queue_key`); remembered for the 4,096 keys
+    used last (every PUBLISH record names its queue). Raises UnicodeDecodeError for bytes
+    that are not UTF-8."""
     vhost, _, name = qkey.decode().partition("\x00")
     return vhost, name
 
@@ -214,6 +220,47 @@ def read_publish(body: bytes) -> tuple[int, bool, bytes, bytes, bytes, bytes]:
     pub_id, want, *lengths = _PUBLISH.unpack_from(body)
     qkey, exrk, props, payload = _cut(body, _PUBLISH.size, tuple(lengths))
     return pub_id, bool(want), qkey, exrk, props, payload
+
+
+class PublishReader:
+    """Reads PUBLISH records into messages (:func:`read_publish` + :func:`message_from` in
+    one pass). A publisher mostly repeats one exchange, routing key and set of properties:
+    when a record's exchange + routing key bytes, or its property bytes, are those of the
+    record before, the strings and bytes objects decoded then are taken again (one
+    comparison instead of slicing and decoding them; the same values either way)."""
+
+    __slots__ = ("_exrk", "_names", "_props", "_flags")
+
+    def __init__(self) -> None:
+        self._exrk = b"\x00\x00"  # the last exchange + routing key bytes, their strings
+        self._names = ("", "")
+        self._props = b""  # the last property bytes, and their flags word
+        self._flags = 0
+
+    def read(self, body: bytes) -> tuple[int, bool, bytes, Message]:
+        """PUBLISH body -> (pub_id, want_result, qkey, message)."""
+        pub_id, want, qlen, elen, plen, blen = _unpack_publish(body)
+        pos = 17 + qlen  # 17: _PUBLISH.size
+        qkey = body[17:pos]
+        exrk = self._exrk
+        if elen == len(exrk) and body.startswith(exrk, pos):
+            exchange, rk = self._names
+        else:
+            exrk = self._exrk = body[pos:pos + elen]
+            n = exrk[0]
+            exchange = exrk[1:1 + n].decode("utf-8", "surrogateescape")
+            rk = exrk[2 + n:].decode("utf-8", "surrogateescape")
+            self._names = (exchange, rk)
+        pos += elen
+        props = self._props
+        if plen == len(props) and body.startswith(props, pos):
+            flags = self._flags
+        else:
+            props = self._props = body[pos:pos + plen]
+            flags = self._flags = (props[0] << 8 | props[1]) if plen > 1 else 0
+        pos += plen
+        return pub_id, want != 0, qkey, Message(exchange, rk, exrk, props,
+                                                body[pos:pos + blen], flags)
 
 
 def read_deliver(body: bytes) -> tuple[int, int, bool, bytes, bytes, bytes]:

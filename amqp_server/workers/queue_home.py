@@ -36,8 +36,8 @@ from amqp_common.errors import AMQPError, InternalError, rs
 from amqp_server.workers.link_codec import (
     CONTROL,
     PUBLISH,
+    PublishReader,
     control_body,
-    message_from,
     read_control,
     read_credit,
     read_publish,
@@ -97,16 +97,16 @@ class QueueHome:
         self._context = PublishContext(None, True)  # a publish from a peer that waits
         self._orphans: dict[bytes, list[tuple[int, int, bytes, float]]] = {}
         self._flush_scheduled = False
+        self._reader = PublishReader()
 
     # ---- publishes -----------------------------------------------------------------------
 
     def on_publish(self, peer: int, body: bytes) -> None:
         """A PUBLISH record from ``peer``: into its queue, answered when asked."""
-        pub_id, want, qkey, exrk, props, data = read_publish(body)
+        pub_id, want, qkey, message = self._reader.read(body)
         q = self.home_queue(peer, PUBLISH, body, qkey)
         if q is None:
             return
-        message = message_from(exrk, props, data)
         if not want:
             q.publish(message)
             return
