@@ -148,6 +148,32 @@ def test_an_unused_queue_answers_as_empty_and_is_deleted_like_any(
     assert err.value.reply_code == 404
 
 
+def test_a_queue_declared_over_http_is_placed_by_its_first_consumer(
+        broker: BrokerProcess, pair: tuple) -> None:
+    a, b = pair
+    q = qname()
+    base = f"http://127.0.0.1:{broker.management_port}"
+    assert http(base, "PUT", f"/api/queues/%2F/{q}", {"durable": False})[0] == 201
+    assert queue_info(broker, q)["worker"] == 0  # served by worker 0, not used yet
+    got: list[bytes] = []
+    b.channel().basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    assert wait_for_worker(broker, q, 1)["worker"] == 1  # the consumer's
+    ca = a.channel()
+    ca.confirm_delivery()
+    for i in range(100):
+        ca.basic_publish("", q, b"h%d" % i)  # confirmed: raises on a nack
+    deadline = time.monotonic() + WAIT
+    while len(got) < 100 and time.monotonic() < deadline:
+        b.process_data_events(time_limit=0.1)
+    assert got == [b"h%d" % i for i in range(100)]
+    durable = qname()  # a durable one stays where it was declared (worker 0)
+    assert http(base, "PUT", f"/api/queues/%2F/{durable}", {"durable": True})[0] == 201
+    b.channel().basic_consume(durable, lambda *args: None, auto_ack=True)
+    assert queue_info(broker, durable)["worker"] == 0
+    a.channel().queue_delete(q)
+    a.channel().queue_delete(durable)
+
+
 def test_a_pinned_queue_stays_with_its_declarer(broker: BrokerProcess, pair: tuple) -> None:
     a, b = pair
     q = qname()

@@ -1,8 +1,9 @@
 """Where a queue lives with ``--workers N``: placed by its first use, not by its declare.
 
-A non-durable, non-exclusive classic queue declared by an AMQP client (Queue.Declare; a
-declare over the HTTP API keeps its home) without a leader locator (the queues of a load
-generator's control connection, of a benchmark, of most applications' set-up code) is
+A non-durable, non-exclusive classic queue declared by an AMQP client (Queue.Declare) or
+over the HTTP API (``PUT /api/queues/{vhost}/{name}``, served by worker 0) without a leader
+locator (the queues of a load generator's control connection, of a benchmark, of most
+applications' set-up code) is
 *unplaced* when declared: every worker holds an :class:`UnplacedQueue` stand-in,
 and the queue's home is chosen by the first worker that uses it:
 

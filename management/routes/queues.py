@@ -112,21 +112,27 @@ async def put_queue(request: web.Request) -> web.Response:
     body = await read_json(request)
     check_permission(request, vhost.name, "configure", "queue", name)
     was_new = name not in vhost.queues
+    durable, arguments = flag(body, "durable"), dict(table(body, "arguments"))
     try:
         await change_topology(state(request).broker, tr.QueueDeclare(
-            vhost.name, name, flag(body, "durable"), False, flag(body, "auto_delete"),
-            dict(table(body, "arguments")), None, False,
-            _home(request, vhost, name, dict(table(body, "arguments")))))
+            vhost.name, name, durable, False, flag(body, "auto_delete"), arguments, None,
+            False, _home(request, vhost, name, durable, arguments, was_new)))
     except AMQPError as exc:
         raise from_amqp(exc) from None
     return created(was_new)
 
 
-def _home(request: web.Request, vhost: Any, name: str, arguments: dict[str, Any]) -> int:
-    """Where a queue declared over HTTP lives: this node (a cluster: where its leader
-    locator places a quorum queue) or worker 0."""
+def _home(request: web.Request, vhost: Any, name: str, durable: bool,
+          arguments: dict[str, Any], is_new: bool) -> int:
+    """The declare record's ``home`` of a queue declared over HTTP: this node (a cluster:
+    where its leader locator places a quorum queue) or worker 0; with ``--workers N`` a new
+    transient classic queue is placed by its first use, as one declared over AMQP
+    (:mod:`amqp_server.workers.placement`)."""
     workers = state(request).broker.workers
-    return int(workers.declare_home(vhost, name, arguments)) if workers is not None else 0
+    if workers is None:
+        return 0
+    home = int(workers.declare_home(vhost, name, arguments))
+    return int(workers.first_use_home(home, durable, False, arguments)) if is_new else home
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
