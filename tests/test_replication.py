@@ -135,6 +135,20 @@ def test_a_follower_that_restarted_with_its_log_lost_does_not_rejoin_on_what_it_
     assert cas.new.isr == ALL
 
 
+def test_a_follower_whose_node_left_etcd_counts_only_once_it_fetches_again() -> None:
+    c = Cluster({0: [(1, "a"), (1, "b"), (1, "c")], 2: [(1, "a"), (1, "b"), (1, "c")]})
+    c.state(state(epoch=2, isr=(0, 1), version=3))
+    leader = c.r[0]
+    leader.on_alive(ALL)
+    leader.receive(2, Fetch(2, 3, 1, 3), 0.0)  # node 2 had all three on disk
+    leader.on_alive((0, 1))  # then its node left etcd (stopped; its log may be lost)
+    leader.on_alive(ALL)  # and came back: not in sync on what it had before
+    assert not [a for a in leader.tick(0.1) if isinstance(a, Cas)]
+    leader.receive(2, Fetch(2, 3, 1, 3), 0.2)  # its fetch says what it has now
+    (cas,) = [a for a in leader.tick(0.3) if isinstance(a, Cas)]
+    assert cas.new.isr == ALL
+
+
 def test_a_leader_steps_down_when_a_fetch_names_a_newer_epoch() -> None:
     r = Replica(0, 10)
     r.on_state(state(), 0.0)

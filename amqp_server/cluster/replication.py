@@ -421,8 +421,15 @@ class Replica:
         """etcd's live nodes (sessions whose lease has not expired). A leader asks for a
         follower whose node is not among them to leave the ISR at its next :meth:`tick`,
         without waiting ``lag_timeout`` (a cleanly stopped node deletes its registration at
-        once, a killed one's expires with its lease)."""
+        once, a killed one's expires with its lease). The leader forgets what such a
+        follower had on disk: it may come back with less (its log lost), and must fetch
+        again to count."""
         self.alive = frozenset(alive)
+        lead = self.lead
+        if lead is not None:
+            for member in [m for m in lead.progress if not self._registered(m)]:
+                del lead.progress[member]
+                lead.ready.discard(member)
 
     def _registered(self, member: int) -> bool:
         """Is ``member``'s node registered in etcd, as far as this node knows? Yes while
