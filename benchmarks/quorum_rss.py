@@ -23,11 +23,9 @@ classic node's.
 With ``--catch-up N``, then: n3 stops, N more messages are published, n3 starts again and
 fetches the tail it lacks from its own offset (the leader's log says from which offset and
 how long the entries read from its log file took); seconds from n3's start until it is in
-sync again. No full copy is measured by deleting n3's replica log: the leader keeps the
-progress a follower had before it restarted (``replication.Replica`` counts the highest
-durable offset a member ever reported), so a member that lost its log rejoins the in-sync
-replicas at once (found by this benchmark's first version; a node losing its disk is not in
-the replication's fault model yet).
+sync again. Then the same restart with n3's replica log deleted (a full copy: it fetches
+every entry from offset 0), for comparison. (That step found the leader counting what a
+member had before it restarted: fixed in ``replication.Replica``, 993c8b7.)
 """
 
 from __future__ import annotations
@@ -112,15 +110,18 @@ def quorum(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def restart_follower(nodes: list[BrokerProcess], path: str, publish_first: int,
-                     args: argparse.Namespace) -> dict[str, Any]:
-    """Stop n3, publish ``publish_first`` messages, start it; seconds until the leader sees
-    it in sync, the leader's caught-up line."""
+def restart_follower(nodes: list[BrokerProcess], path: str, fresh: bool,
+                     publish_first: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Stop n3, publish ``publish_first`` messages, (``fresh``: delete its replica logs),
+    start it; seconds until the leader sees it in sync, the leader's caught-up line."""
     leader, n3 = nodes[0], nodes[2]
     n3.stop()
     wait_until(lambda: len(api(leader, path).get("in_sync", [])) == 2, "n3 out of sync", 60)
     if publish_first:
         publish(leader.port, "rss.quorum", publish_first, args.window)
+    if fresh:
+        for log in (n3.data_dir / "quorum").glob("*.log"):
+            log.unlink()
     seen = len(CAUGHT_UP.findall(leader.log_text()))
     t0 = time.monotonic()
     n3.start_timeout = 600  # it reads its replica log before it listens
@@ -135,9 +136,11 @@ def restart_follower(nodes: list[BrokerProcess], path: str, publish_first: int,
 
 def catch_up(nodes: list[BrokerProcess], path: str, args: argparse.Namespace
              ) -> dict[str, Any]:
-    tail = restart_follower(nodes, path, args.catch_up, args)
+    tail = restart_follower(nodes, path, False, args.catch_up, args)
     print(f"  tail: {tail}", flush=True)
-    return {"tail": tail}
+    full = restart_follower(nodes, path, True, 0, args)
+    print(f"  full copy: {full}", flush=True)
+    return {"tail": tail, "full_copy": full}
 
 
 def main() -> None:
