@@ -40,6 +40,11 @@ CONGESTED = 8 * 1024 * 1024  # bytes buffered towards one peer before deliveries
 #: turn: one loop turn may read megabytes from a publisher (32 reads of 256 KiB), and the
 #: peer should start on the first of them while this worker parses the rest
 WRITE_AT = 256 * 1024
+#: a read at least this long may leave more waiting: the link is read again on the next loop
+#: turn, after what this one's records caused was written (a consumer's deliveries), not in
+#: the same turn (uvloop reads up to 32 times 256 KiB at once, and a consumer's output
+#: past 1 MiB sends its queue's messages the long way, through the ready list)
+READ_TURN = 64 * 1024
 #: SO_SNDBUF asked for a Unix-socket link (the kernel doubles it, capped by
 #: net.core.wmem_max): what the peer can read while this worker waits for a core
 LINK_SNDBUF = 2 * 1024 * 1024
@@ -106,6 +111,13 @@ class LinkStream(asyncio.Protocol):
             return
         if records:
             self.on_records(self, records)
+        if len(data) >= READ_TURN and self.transport is not None:
+            self.transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._read_again)
+
+    def _read_again(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
