@@ -37,6 +37,7 @@ test: install lint
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory interop-workers
 	$(MAKE) --no-print-directory interop-cluster
+	$(MAKE) --no-print-directory rolling-restart
 
 # The interop suite (and its differential run, when the reference RabbitMQ is up) against a
 # broker of two worker processes (--workers 2): connections land on both.
@@ -157,7 +158,7 @@ failover: install
 
 # A rolling restart of a 3-node cluster under a confirming publisher and a consumer (drain,
 # SIGTERM, start, await_online_quorum_plus_one, revive, node after node; about a minute;
-# needs etcd): prints the longest confirm gap.
+# needs etcd): prints the longest confirm gap. make test runs it last.
 rolling-restart: install
 	$(PY) -m pytest -q -s -m slow tests/test_cluster_rolling_restart.py
 
