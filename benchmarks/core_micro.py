@@ -155,17 +155,24 @@ def _persistent_confirms(n: int, out: dict[str, float]) -> None:
         out["persistent publish + confirms (us/msg)"] = (time.process_time() - t) / n * 1e6
 
 
-if __name__ == "__main__":
+def main(run_scenarios: Callable[[int, set[int] | None], dict[str, float]], top: int) -> None:
+    """The command line shared by the micro-benchmarks: ``[COUNT] [--only 1,2] [--profile]``
+    (COUNT messages, 200,000 by default); prints ``name: value`` per result, and with
+    ``--profile`` the ``top`` functions by own time first (cProfile)."""
     count = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 200_000
     chosen = {int(a) for a in sys.argv[sys.argv.index("--only") + 1].split(",")} \
         if "--only" in sys.argv else None
     if "--profile" in sys.argv:
         prof = cProfile.Profile()
         prof.enable()
-        res = run(count, chosen)
+        res = run_scenarios(count, chosen)
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(top)
     else:
-        res = run(count, chosen)
+        res = run_scenarios(count, chosen)
     for k, v in res.items():
         print(f"{k}: {v:.2f}")
+
+
+if __name__ == "__main__":
+    main(run, 18)

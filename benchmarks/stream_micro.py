@@ -11,11 +11,8 @@ directory; the worker-thread jobs (fsync rounds, chunk reads) run between reads.
 
 from __future__ import annotations
 
-import cProfile
 import gc
-import pstats
 import struct
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,7 +21,7 @@ from pathlib import Path
 from pamqp import commands, frame, header
 from pamqp.body import ContentBody
 
-from benchmarks.core_micro import _client
+from benchmarks.core_micro import _client, main
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.environment import BrokerEnvironment
@@ -99,16 +96,4 @@ def run(n: int, only: set[int] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 200_000
-    chosen = {int(a) for a in sys.argv[sys.argv.index("--only") + 1].split(",")} \
-        if "--only" in sys.argv else None
-    if "--profile" in sys.argv:
-        prof = cProfile.Profile()
-        prof.enable()
-        res = run(count, chosen)
-        prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-    else:
-        res = run(count, chosen)
-    for k, v in res.items():
-        print(f"{k}: {v:.2f}")
+    main(run, 30)
