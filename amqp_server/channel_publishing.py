@@ -193,16 +193,8 @@ class ChannelPublishing:
         self._sync_round = durability.rounds
         confirms = self.confirms
         assert confirms is not None
-
-        def confirm() -> None:
-            for s in group:
-                confirms.confirm(s)
-
-        def reject() -> None:
-            for s in group:
-                confirms.reject(s)
-
-        self._after_sync(confirm, reject)
+        self._after_sync(partial(confirms.confirm_many, group),
+                         partial(confirms.reject_many, group))
         if durability.rounds != self._sync_round:  # a round started at once and took it
             self._sync_group = None
 

@@ -56,6 +56,12 @@ class Confirms:
         if self._unconfirmed.pop(seq, 0) is None:
             self._nacked.append(seq)
 
+    def reject_many(self, seqs: list[int]) -> None:
+        """:meth:`reject` of each of ``seqs`` (a group nacked together, e.g. a failed fsync):
+        the pending ones leave the unconfirmed set and join the nacked list."""
+        popped = map(self._unconfirmed.pop, seqs, repeat(0))  # None: it was pending
+        self._nacked.extend(compress(seqs, map(is_, popped, repeat(None))))
+
     @property
     def unconfirmed_count(self) -> int:
         """Sequence numbers not yet settled (published, awaiting their confirm)."""

@@ -110,6 +110,24 @@ def test_many_nacks_and_acks_settle_each_tag_once() -> None:
     assert result == {s: not (s in pending[::3] and s % 2) for s in range(1, 13)}
 
 
+
+def test_a_group_settles_as_each_of_its_tags_would() -> None:
+    """confirm_many / reject_many (one fsync or write round's group) leave the same drain as
+    confirm / reject of each tag, a tag settled already or not pending included."""
+    one, many = Confirms(), Confirms()
+    for c in (one, many):
+        for i in range(10):
+            c.next_seq(pending=i != 4)  # tag 5 was never pending
+        c.confirm(2)  # settled before its group
+    for seq in (1, 2, 3, 5):
+        one.confirm(seq)
+    for seq in (6, 7, 8):
+        one.reject(seq)
+    many.confirm_many([1, 2, 3, 5])
+    many.reject_many([6, 7, 8])
+    assert many.drain() == one.drain()
+    assert many.unconfirmed_count == one.unconfirmed_count == 3
+
 # ---- Confirm.Select on a channel -----------------------------------------------------------
 
 
