@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amqp_server.cluster.maintenance import DRAIN_REASON, ClientListeners
+from amqp_server.cluster.maintenance import DRAIN_REASON, ListenerSwitch
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -60,19 +60,20 @@ class SupervisorListeners:
         self.send_hub(("listen", True))
 
 
-class LocalMaintenance:
-    """A single node's maintenance mode (module docstring).
+class LocalMaintenance(ListenerSwitch):
+    """A single node's maintenance mode (module docstring); the mark is ``MARK_FILE``.
 
     Args:
         broker: the node's broker (its client connections and quorum queues).
         data_dir: where the mark is kept (``MARK_FILE``).
     """
 
+    _log = log
+
     def __init__(self, broker: Broker, data_dir: Path) -> None:
+        super().__init__()
         self.broker = broker
         self.mark = Path(data_dir) / MARK_FILE
-        self.listeners: ClientListeners | None = None
-        self.suspended = False
 
     @property
     def draining(self) -> bool:
@@ -84,20 +85,6 @@ class LocalMaintenance:
         ``{"node", "draining", "drained": [node...]}``, as a cluster node answers it."""
         draining = self.draining
         return {"node": node, "draining": draining, "drained": [node] if draining else []}
-
-    async def attach(self, listeners: ClientListeners) -> None:
-        """The server listens: keep its listeners, and close them at once if the node was
-        drained before it stopped."""
-        self.listeners = listeners
-        if self.draining:
-            log.warning("this node is in maintenance mode (drained before it stopped): "
-                        "client listeners stay closed until it is revived")
-            await self._suspend()
-
-    async def _suspend(self) -> None:
-        if self.listeners is not None and not self.suspended:
-            await self.listeners.suspend_listeners()
-        self.suspended = True
 
     async def drain(self) -> dict[str, int]:
         """Mark the node, close its client listeners, close its client connections (320);
@@ -136,8 +123,6 @@ class LocalMaintenance:
     async def revive(self) -> None:
         """Listen to clients again and clear the mark (RabbitMQ's order)."""
         log.info("This node is being revived from maintenance (drain) mode")
-        if self.listeners is not None and self.suspended:
-            await self.listeners.resume_listeners()
-        self.suspended = False
+        await self._resume_listeners()
         self.mark.unlink(missing_ok=True)
         log.warning("this node is out of maintenance mode: serving clients again")

@@ -54,7 +54,51 @@ class ClientListeners(Protocol):
         """Accept client connections again, on the same ports."""
 
 
-class Maintenance:
+class ListenerSwitch:
+    """A node's client listeners under maintenance mode, shared by a cluster node's
+    :class:`Maintenance` and a single node's
+    :class:`~amqp_server.node_maintenance.LocalMaintenance`: closed once and opened again
+    once (each flag set before its await: a drain asked over HTTP and the same node's mark
+    seen on etcd's watch may both get there), and kept closed from the start while the node
+    is marked (:attr:`draining`, the subclass's mark)."""
+
+    #: where :meth:`attach` says the node starts drained
+    _log = log
+
+    def __init__(self) -> None:
+        self.listeners: ClientListeners | None = None
+        self.suspended = False
+
+    @property
+    def draining(self) -> bool:
+        """The node is marked as in maintenance."""
+        raise NotImplementedError
+
+    async def attach(self, listeners: ClientListeners) -> None:
+        """The server listens: keep its listeners, and close them at once if the node is
+        still in maintenance from before a restart."""
+        self.listeners = listeners
+        if self.draining:
+            self._log.warning("this node is in maintenance mode (drained before it stopped): "
+                              "client listeners stay closed until it is revived")
+            await self._suspend()
+
+    async def _suspend(self) -> None:
+        """Close the listeners once."""
+        was, self.suspended = self.suspended, True
+        if self.listeners is not None and not was:
+            await self.listeners.suspend_listeners()
+
+    async def _resume_listeners(self) -> bool:
+        """Listen again once; whether the listeners were reopened."""
+        was, self.suspended = self.suspended, False
+        if self.listeners is not None and was:
+            await self.listeners.resume_listeners()
+            return True
+        return False
+
+
+class Maintenance(ListenerSwitch):
     """A node's maintenance mode (module docstring).
 
     Args:
@@ -63,10 +107,9 @@ class Maintenance:
     """
 
     def __init__(self, quorum: QuorumManager, broker: Any) -> None:
+        super().__init__()
         self.quorum = quorum
         self.broker = broker
-        self.listeners: ClientListeners | None = None
-        self.suspended = False
         self._draining_here = False  # this process's own drain is under way or done
         self._tasks: set[Any] = set()
         quorum.on_node_mark = self._node_marked
@@ -75,22 +118,6 @@ class Maintenance:
     def draining(self) -> bool:
         """This node is marked as in maintenance (etcd's view)."""
         return self.quorum.hub.m.node in self.quorum.drained
-
-    async def attach(self, listeners: ClientListeners) -> None:
-        """The server listens: keep its listeners, and close them at once if the node is
-        still in maintenance from before a restart."""
-        self.listeners = listeners
-        if self.draining:
-            log.warning("this node is in maintenance mode (drained before it stopped): "
-                        "client listeners stay closed until it is revived")
-            await self._suspend()
-
-    async def _suspend(self) -> None:
-        """Close the listeners once (the flag is set before the await: a drain asked over
-        HTTP and the same node's mark seen on the watch may both get here)."""
-        was, self.suspended = self.suspended, True
-        if self.listeners is not None and not was:
-            await self.listeners.suspend_listeners()
 
     async def drain(self) -> dict[str, int]:
         """Put the node in maintenance (module docstring); returns ``{"moved", "kept",
@@ -120,11 +147,9 @@ class Maintenance:
         await self._resume()
 
     async def _resume(self) -> None:
-        """Listen again once (as :meth:`_suspend`: the flag first)."""
+        """Listen again once (the flag first, :class:`ListenerSwitch`)."""
         self._draining_here = False
-        was, self.suspended = self.suspended, False
-        if self.listeners is not None and was:
-            await self.listeners.resume_listeners()
+        if await self._resume_listeners():
             log.warning("this node is out of maintenance mode: serving clients again")
 
     def _node_marked(self, on: bool) -> None:
