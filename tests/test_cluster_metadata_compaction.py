@@ -214,7 +214,7 @@ def test_a_node_whose_watch_fell_behind_a_compaction_reads_the_snapshot_again(
     etcd's history compacted, and etcd restarts (every watch breaks): n3's watch from its old
     revision is refused as compacted; it reads the snapshot and the tail again, removing an
     exchange deleted meanwhile and adding what was declared."""
-    n1, _, n3 = nodes
+    n1, n2, n3 = nodes
     conn = connect(n1)
     try:
         conn.channel().exchange_declare("resync-gone", "fanout")
@@ -225,8 +225,13 @@ def test_a_node_whose_watch_fell_behind_a_compaction_reads_the_snapshot_again(
     try:
         revision, _ = asyncio.run(_write(etcd, 3_000, "resync"))
         asyncio.run(_delete_exchange(etcd, "resync-gone"))
+        compactions = _compactions(n1, n2)
         wait_until(lambda: asyncio.run(_log_state(etcd))[0].get("revision", 0) > revision,
                    "a snapshot after the records", timeout=20)
+        # the pointer is written before etcd's history is compacted: wait for that too, or
+        # n3's watch may go on from its revision (no 'was compacted')
+        wait_until(lambda: _compactions(n1, n2) > compactions, "etcd history compacted",
+                   timeout=20)
         etcd.restart()
     finally:
         os.kill(n3.pid, signal.SIGCONT)
@@ -235,6 +240,12 @@ def test_a_node_whose_watch_fell_behind_a_compaction_reads_the_snapshot_again(
                and _names(n3, "exchanges", "resync") == exchanges, "n3 in step again",
                timeout=60)
     assert "was compacted" in n3.log_path.read_text()
+
+
+def _compactions(*nodes: BrokerProcess) -> int:
+    """Snapshots written with etcd's history compacted after them, by the log lines of
+    ``nodes`` (amqp_server.cluster.metadata logs one per snapshot)."""
+    return sum(n.log_path.read_text().count("etcd history compacted") for n in nodes)
 
 
 async def _delete_exchange(etcd: Etcd, name: str) -> None:
