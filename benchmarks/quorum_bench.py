@@ -29,6 +29,14 @@ Settings:
 * ``single``: one amqpq node without cluster options (1 replica).
 * ``rabbitmq``: RabbitMQ 3.10.8, single node (skipped with ``--no-rabbitmq`` or when down).
 
+*CPU*: for the amqpq settings, each node process's CPU time (user + system, from
+``/proc/<pid>/stat``, every thread: the fsync pool too) over the publish phase, as CPU
+seconds per 100,000 messages (``cpu_s_per_100k``: per node and their ``total``). The nodes and
+the load generator share the machine's cores, so the total over the three nodes is what
+bounds a 3-replica publish on one machine; unlike msg/s it hardly moves with other load.
+``--cpu-only``: the cluster-leader setting, publish phase only, CPU figures (no consume:
+the queue is purged).
+
 Results: a table on stdout and ``benchmarks/results/quorum.json``, with the ERROR/WARNING/
 Traceback lines of the amqpq node logs (up to the nodes' stop). The nodes' directories are
 removed unless ``--keep`` or the setting failed.
@@ -39,9 +47,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -90,6 +101,12 @@ def probe(port: int, queue: str, timeout: float = 3.0) -> bool:
         return False
     finally:
         client.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def publish(port: int, queue: str, n: int, window: int) -> dict[str, Any]:
@@ -154,12 +171,47 @@ def consume(port: int, queue: str, n: int) -> dict[str, Any]:
     return {"consume_rate": round(rate), "count_before_consume": before}
 
 
+@contextlib.contextmanager
+def profiled(out: str, pids: dict[str, int], label: str) -> Iterator[None]:
+    """With ``out`` (a directory), py-spy samples each process of ``pids`` meanwhile:
+    collapsed stacks in ``out/<label>-<node>.txt`` (flamegraph.pl's input)."""
+    if not out:
+        yield
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    procs = [subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw",
+                               "--rate", "200", "--nonblocking", "-o",
+                               f"{out}/{label}-{node}.txt"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for node, pid in pids.items()]
+    time.sleep(1.0)  # py-spy attached
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(2)  # SIGINT: py-spy writes its file and exits
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def purge(port: int, queue: str) -> int:
+    """Purge ``queue`` through ``port``: the messages it held."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port, heartbeat=0))
+    try:
+        return conn.channel().queue_purge(queue).method.message_count
+    finally:
+        conn.close()
+
+
 def rounds(name: str, pub: int, cons: int, lead: int, args: argparse.Namespace,
            ready: Callable[[str, bool], dict[str, Any]] | None = None,
-           delete_first: bool = False) -> dict[str, Any]:
+           delete_first: bool = False, pids: dict[str, int] | None = None) -> dict[str, Any]:
     """``args.reps`` rounds (declare through port ``lead``, publish through ``pub``, consume
     through ``cons``, delete); medians and each round. ``ready(queue, wait)``: waits for the
-    queue's replicas (its leader, epoch), or (``wait`` False, after a failure) its state."""
+    queue's replicas (its leader, epoch), or (``wait`` False, after a failure) its state.
+    ``pids``: node name -> process, whose CPU seconds per 100,000 messages published are
+    reported (``cpu_s_per_100k``)."""
     done: list[dict[str, Any]] = []
     for r in range(args.reps):
         for attempt in range(5):
@@ -175,8 +227,18 @@ def rounds(name: str, pub: int, cons: int, lead: int, args: argparse.Namespace,
             raise RuntimeError(f"round {r + 1}: 5 queues confirmed no probe message")
         res["probe_failures"] = attempt
         try:
-            res.update(publish(pub, queue, args.messages, args.window))
-            res.update(consume(cons, queue, args.messages))
+            before = {k: cpu_seconds(pid) for k, pid in (pids or {}).items()}
+            with profiled(args.py_spy, pids or {}, f"{name}-{r + 1}"):
+                res.update(publish(pub, queue, args.messages, args.window))
+            if pids:
+                per = {k: (cpu_seconds(pid) - before[k]) * 100_000 / args.messages
+                       for k, pid in pids.items()}
+                res["cpu_s_per_100k"] = {**{k: round(v, 2) for k, v in per.items()},
+                                         "total": round(sum(per.values()), 2)}
+            if args.cpu_only:
+                res["count_before_consume"] = purge(cons, queue)
+            else:
+                res.update(consume(cons, queue, args.messages))
         except RuntimeError as exc:
             state: Any = "?"
             with contextlib.suppress(Exception):
@@ -186,8 +248,12 @@ def rounds(name: str, pub: int, cons: int, lead: int, args: argparse.Namespace,
         odd = "" if res["count_before_consume"] == args.messages else " (COUNT MISMATCH)"
         print(f"  {name} round {r + 1}: {res}{odd}", flush=True)
         done.append(res)
-    med = {k: round(statistics.median(d[k] for d in done)) for k in ("publish_rate",
-                                                                        "consume_rate")}
+    med = {k: round(statistics.median(d.get(k, 0) for d in done))
+           for k in ("publish_rate", "consume_rate")}
+    if pids:
+        med["cpu_s_per_100k"] = {k: round(statistics.median(d["cpu_s_per_100k"][k]
+                                                            for d in done), 2)
+                                 for k in (*pids, "total")}
     return {**med, "nacks": sum(d["nacks"] for d in done),
             "probe_failures": sum(d["probe_failures"] for d in done), "rounds": done}
 
@@ -241,7 +307,7 @@ def cluster_setting(name: str, pub: int, cons: int, args: argparse.Namespace) ->
                 node.start()
             res.clear()
             res.update(rounds(name, nodes[pub].port, nodes[cons].port, nodes[0].port, args,
-                              ready))
+                              ready, pids={nd.log_path.stem: nd.pid for nd in nodes}))
         finally:
             res["log_problems"] = log_problems(nodes)
             for node in nodes:
@@ -255,7 +321,7 @@ def single_setting(args: argparse.Namespace) -> dict[str, Any]:
         try:
             port = node.start().port
             res.clear()
-            res.update(rounds("single", port, port, port, args))
+            res.update(rounds("single", port, port, port, args, pids={"single": node.pid}))
         finally:
             res["log_problems"] = log_problems([node])
             node.close()
@@ -270,7 +336,14 @@ def main() -> None:
     p.add_argument("--no-rabbitmq", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the nodes' data dirs and logs")
     p.add_argument("--only", default="", help="comma-separated settings (default: all)")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="cluster-leader only, publish phase only: CPU per message")
+    p.add_argument("--py-spy", default="", metavar="DIR",
+                   help="sample every amqpq node with py-spy during each publish phase: "
+                        "collapsed stacks in DIR")
     args = p.parse_args()
+    if args.cpu_only:
+        args.only, args.no_rabbitmq = "cluster-leader", True
     settings: dict[str, Callable[[], dict[str, Any]]] = {
         "cluster-leader": lambda: cluster_setting("cluster-leader", 0, 0, args),
         "cluster-follower": lambda: cluster_setting("cluster-follower", 1, 2, args),
@@ -303,11 +376,14 @@ def main() -> None:
                   f"{r['probe_failures']:>13}")
         else:
             print(f"{name:<18}  {r if isinstance(r, str) else r['error'][:200]}")
+        if isinstance(r, dict) and r.get("cpu_s_per_100k"):
+            print(f"{'':<18}  CPU s per 100,000 published: {r['cpu_s_per_100k']}")
         if isinstance(r, dict) and r.get("log_problems"):
             print(f"{'':<18}  log problems: {json.dumps(r['log_problems'])[:300]}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"written to {RESULTS}")
+    results = RESULTS.with_name("quorum_cpu.json") if args.cpu_only else RESULTS
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {results}")
 
 
 if __name__ == "__main__":
