@@ -172,7 +172,7 @@ runbook: install etcd-deps
 	$(PY) -m pytest -q -s -m slow tests/test_operations_guide.py
 
 # The deterministic simulation of quorum queue replication (tests/sim): SEEDS seeds of three
-# or five nodes under crashes, kills, pauses, cut links, a flaky network, slow fsyncs and
+# or five nodes under crashes, kills, lost disks, pauses, cut links, a flaky network, slow fsyncs and
 # etcd faults, on JOBS processes; prints seeds run, failures (each replays: python -m
 # tests.sim --seed N --quick --trace) and faults by kind. Short runs (8 s simulated, ~13 ms
 # of CPU each: 100,000 in ~11 min on two idle cores); SIM_ARGS= for the 20 s runs (5x the

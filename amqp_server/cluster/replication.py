@@ -70,7 +70,7 @@ from amqp_server.cluster.replication_types import (
     Write,
 )
 
-__all__ = ["Replica", "Rules", "Timing", "kafka_isr_change"]
+__all__ = ["Replica", "Rules", "Timing", "kafka_isr_change", "latest_fetch_progress"]
 
 Action = Any  # one of replication_types' action classes
 _MAX = float("inf")
@@ -84,6 +84,16 @@ def kafka_isr_change(r: Replicas, linked: Collection[int], ready: Collection[int
     leader's durable offset at the previous tick) is what the rule before #30 used, and is
     ignored here."""
     return isr_change(r, linked, ready, silent_for)
+
+
+def latest_fetch_progress(counted: int | None, fetched: int | None) -> int | None:
+    """What a leader counts as on a follower's disk (entries), given what it counted before
+    (None: nothing) and the news: the on-disk offset the follower's latest fetch says
+    (``min(durable, offset)``), or None when its node left etcd's live nodes. The latest
+    fetch is what counts, and a node that left is forgotten (None) until it fetches again:
+    a follower that restarted with its replica log lost has less than it had (993c8b7,
+    9fd7502; the rule before counted the most it ever said, and kept it)."""
+    return fetched
 
 
 @dataclass(frozen=True)
@@ -103,10 +113,18 @@ class Timing:
 
 @dataclass(frozen=True)
 class Rules:
-    """The replication rules (swappable so tests can plug in a broken one)."""
+    """The replication rules (swappable so tests can plug in a broken one:
+    ``tests/sim/broken.py``).
+
+    Attributes:
+        isr_change: the ISR change to ask etcd for (:func:`kafka_isr_change`).
+        high_watermark: what is committed (:func:`amqp_server.cluster.isr.high_watermark`).
+        progress: what the leader counts on a follower's disk (:func:`latest_fetch_progress`).
+    """
 
     isr_change: IsrRule = kafka_isr_change
     high_watermark: Callable[[Replicas], int | None] = high_watermark
+    progress: Callable[[int | None, int | None], int | None] = latest_fetch_progress
 
 
 @dataclass
@@ -274,7 +292,7 @@ class Replica:
         if f.offset < self.start:  # below what this log still holds: nothing to check
             # a member that restarted with less than it had (its log lost) is not in sync
             lead.ready.discard(peer)
-            lead.progress[peer] = min(f.durable, f.offset)
+            self._count(peer, min(f.durable, f.offset))
             self._answer(peer, f, out)
             return
         if f.offset > 0:
@@ -288,9 +306,21 @@ class Replica:
         # what it has now (not the most it ever had: a member that restarted with less,
         # its log lost, must not count what it lost; an older fetch arriving late only
         # holds commits back until the next one)
-        lead.progress[peer] = min(f.durable, f.offset)
+        self._count(peer, min(f.durable, f.offset))
         self._answer(peer, f, out)
         self._advance(out)
+
+    def _count(self, peer: int, fetched: int | None) -> None:
+        """Leader: what ``peer`` has on disk as of the news ``fetched`` (:attr:`Rules.progress`;
+        None: its node left etcd's live nodes); forgotten, and not ready, when the rule
+        says None."""
+        assert self.lead is not None
+        counted = self.rules.progress(self.lead.progress.get(peer), fetched)
+        if counted is None:
+            self.lead.progress.pop(peer, None)
+            self.lead.ready.discard(peer)
+        else:
+            self.lead.progress[peer] = counted
 
     def _advance(self, out: list[Action]) -> None:
         """Commit what the maximal ISR has on disk."""
@@ -428,8 +458,7 @@ class Replica:
         lead = self.lead
         if lead is not None:
             for member in [m for m in lead.progress if not self._registered(m)]:
-                del lead.progress[member]
-                lead.ready.discard(member)
+                self._count(member, None)
 
     def _registered(self, member: int) -> bool:
         """Is ``member``'s node registered in etcd, as far as this node knows? Yes while

@@ -18,6 +18,15 @@ def _hw_without_the_proposed_isr(r: Replicas) -> int | None:
     return high_watermark(dataclasses.replace(r, proposed=None))
 
 
+def _the_most_it_ever_said(counted: int | None, fetched: int | None) -> int | None:
+    """What a follower has on disk as the most any of its fetches said, kept when its node
+    leaves etcd's live nodes (the code before 993c8b7 and 9fd7502): a node back with its
+    replica log lost counts what it had, and rejoins the ISR on it."""
+    if fetched is None:
+        return counted
+    return max(counted or 0, fetched)
+
+
 def _expand_at_the_high_watermark_only(r: Replicas, linked: Collection[int],
                                        ready: Collection[int], silent_for: Mapping[int, float],
                                        mark: int) -> tuple[tuple[int, ...], str] | None:
@@ -30,4 +39,5 @@ BROKEN: dict[str, Rules] = {
     "old rejoin rule": old_rejoin_rules(),
     "high watermark without the proposed ISR": Rules(high_watermark=_hw_without_the_proposed_isr),
     "rejoin without the epoch start": Rules(isr_change=_expand_at_the_high_watermark_only),
+    "progress kept across a lost disk": Rules(progress=_the_most_it_ever_said),
 }

@@ -9,7 +9,7 @@ confirmed messages and the highest delivery count seen per message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 
@@ -79,11 +79,25 @@ class Checker:
         if end > len(c):
             c.extend(log[len(c):end])
 
-    def isr_holds_committed(self, isr: Iterable[int], disks: Sequence[list[Any]]) -> None:
-        """Every in-sync replica has the committed prefix on disk (fsynced)."""
+    def isr_holds_committed(self, isr: Collection[int], disks: Sequence[list[Any]],
+                            lost: set[int] = frozenset(), running: Collection[int] = ()
+                            ) -> None:
+        """Every in-sync replica has the committed prefix on disk (fsynced).
+
+        ``lost``: nodes whose disk was wiped (the world restarts one only once etcd's ISR
+        no longer lists it). No rule keeps one in sync at the moment its disk goes (nor
+        when an acknowledgement it sent before arrives after, or a change adding it that
+        was asked before), so each is let off until it is ``running`` again (then taken
+        out of ``lost``): from then on it is checked like any other (a leader that puts it
+        back without the prefix fails the run)."""
         c = self.committed
         n = len(c)
+        for m in sorted(lost):
+            if m in running:
+                lost.discard(m)
         for m in isr:
+            if m in lost:
+                continue
             d = disks[m]
             if len(d) < n or d[:n] != c:
                 have = next((i for i in range(min(n, len(d))) if d[i] != c[i]), min(n, len(d)))

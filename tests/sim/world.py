@@ -16,9 +16,16 @@ exactly (``python -m tests.sim --seed N --trace``). The world holds:
   and a cleanly stopped one at once (its registration deleted: :meth:`Replica.on_alive`);
   a watch per node delivering every new state after a delay;
 * **nodes** that crash, are killed or stop cleanly and restart (a new run, the log read
-  back from ``synced``), pause and resume (their events wait);
+  back from ``synced``), pause and resume (their events wait), or lose their disk (``wipe``:
+  crashed or stopped, back with an empty replica log). A node loses its disk only while the
+  rest of the ISR is a majority, and is started again once etcd's ISR no longer lists it
+  (an operator replacing a disk waits for the cluster to notice the node gone: a node back
+  while still listed could win an election with its empty log, and nothing in the
+  protocol tells it that its log is not what it acknowledged);
 * **traffic**: publishes to the leader (confirmed on commit), deliveries from its committed
-  queue, then an ack or a requeue.
+  queue, then an ack or a requeue; quiet spells of 0.5-3 s without any (a follower back
+  from a lost disk while nothing was committed meanwhile is where a leader counting its
+  progress from before shows: 993c8b7).
 
 Invariants (:class:`tests.sim.checks.Checker`) are checked after every event: no two leaders
 commit in one epoch, committed prefixes never diverge, every ISR member has the committed
@@ -35,7 +42,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from amqp_server.cluster.isr import Replicas, isr_change
+from amqp_server.cluster.isr import Replicas, isr_change, majority
 from amqp_server.cluster.replication import Replica, Rules, Timing
 from amqp_server.cluster.replication_types import (
     Become,
@@ -53,7 +60,9 @@ from tests.sim.checks import Checker, QueueView, SimFailure
 
 CLOCK_DRIFT = 0.02  # a node's clock runs up to 2% fast or slow
 LEASE_MARGIN = 0.1  # a leader counts its etcd session valid for 90% of the lease
-FAULTS = ("crash", "kill", "stop", "pause", "cut", "isolate", "slow_fsync", "cas_conflict", "flaky_net")
+FAULTS = ("crash", "kill", "stop", "wipe", "pause", "cut", "isolate", "slow_fsync",
+          "cas_conflict", "flaky_net")
+QUIET_CHANCE = 0.02  # a publish starts a quiet spell (0.5-3 s without traffic)
 # what run() counts besides: faults the above bring on a record, and what happened
 INJECTED = frozenset(FAULTS) | {"etcd_cut", "drop", "duplicate", "reorder"}
 
@@ -127,8 +136,10 @@ class World:
         self.cut: set[tuple[int, int]] = set()
         self.isolated: dict[int, float] = {}
         self.etcd_cut: set[int] = set()  # nodes that cannot reach etcd
+        self.lost: set[int] = set()  # wiped nodes not yet out of the ISR nor caught up
         self.net = {"drop": 0.0, "dup": 0.0, "reorder": 0.0}
         self.flaky_until = 0.0
+        self.quiet_until = 0.0  # no traffic until then
         self.next_id = 0
         self.faulting = True
         self.dirty = False
@@ -171,7 +182,9 @@ class World:
             if self.dirty:  # a disk synced, a commit or an ISR change: check the ISR
                 self.dirty = False
                 self.check.isr_holds_committed(self.state.isr,
-                                               [n.disk.synced for n in self.nodes])
+                                               [n.disk.synced for n in self.nodes], self.lost,
+                                               [n.index for n in self.nodes
+                                                if n.replica is not None])
         self._final()
         self.faults["elections"] += self.state.epoch - 1
         self.faults["confirmed"] += len(self.check.confirmed)
@@ -384,6 +397,12 @@ class World:
     def _ev_publish(self) -> None:
         if not self.faulting:
             return
+        if self.quiet_until > self.now:  # a quiet spell: no publish, no consume
+            self.at(self.quiet_until - self.now, "publish")
+            return
+        if self.rng.random() < QUIET_CHANCE:
+            self.quiet_until = self.now + self.rng.uniform(0.5, 3.0)
+            self.faults["quiet"] += 1
         node = self._leader()
         if node is not None and node.replica is not None:
             self.next_id += 1
@@ -395,6 +414,9 @@ class World:
 
     def _ev_consume(self) -> None:
         if not self.faulting:
+            return
+        if self.quiet_until > self.now:
+            self.at(self.quiet_until - self.now, "consume")
             return
         node = self._leader()
         if node is not None and node.queue is not None and node.replica is not None \
@@ -418,15 +440,26 @@ class World:
         kind = rng.choice(FAULTS)
         node = rng.choice(self.nodes)
         i = node.index
-        if kind in ("crash", "kill", "stop") and node.replica is not None:
+        if kind == "wipe" and len(set(self.state.isr) - self.lost - {i}) \
+                < majority(self.state.members):
+            kind = ""  # only while the rest of the ISR can take over (see _ev_restart)
+        elif kind in ("crash", "kill", "stop", "wipe") and node.replica is not None:
             # crash: the machine fails, what was not fsynced is lost; kill: the process
             # dies (kill -9), what it wrote survives in the page cache, and the restarted
-            # process fsyncs its file before reading it
+            # process fsyncs its file before reading it; wipe: a crash whose disk is lost
+            # (replaced, or the replica log deleted): it comes back with an empty log
             node.compacted = node.replica.start
             node.replica = None
             node.queue = None
             node.pending.clear()
-            if kind == "crash":
+            if kind == "wipe":  # crashed, or stopped cleanly half the time (SIGTERM)
+                if rng.random() < 0.5:
+                    self.expiry[i] = min(self.expiry[i], self.now)
+                node.disk = Disk()
+                node.compacted = 0
+                self.lost.add(i)
+                self.dirty = True
+            elif kind == "crash":
                 node.disk.current = list(node.disk.synced)
             else:  # a clean stop (SIGTERM) also deletes its etcd registration at once
                 if kind == "stop":
@@ -458,11 +491,21 @@ class World:
             kind = ""
         if kind:
             self.faults[kind] += 1
+            if self.trace:
+                print(f"{'':9} ^ {kind} of node {i}")
         self.at(rng.expovariate(1 / self.cfg.fault_every), "fault")
 
     def _ev_restart(self, i: int) -> None:
         node = self.nodes[i]
         if node.replica is not None:
+            return
+        if i in self.lost and i in self.state.isr:
+            # a node whose disk was lost comes back once etcd's ISR no longer lists it (the
+            # others noticed it gone: its silence, or its lease): back while still listed,
+            # nothing but itself tells that its empty log is not what it acknowledged, and
+            # a node restarting as the leader would take a new epoch with it
+            self.faults["wipe_waits"] += 1
+            self.at(self.cfg.tick, "restart", i)
             return
         self._start(node)
         self._watch(node, 0.001)  # it reads the state at start
@@ -485,7 +528,7 @@ class World:
         for node in self.nodes:
             node.paused_until = min(node.paused_until, self.now)
             node.slow_fsync_until = 0.0
-            if node.replica is None:
+            if node.replica is None and node.index not in self.lost:  # (its restart waits)
                 self._ev_restart(node.index)
 
     def _final(self) -> None:
