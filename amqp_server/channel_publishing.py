@@ -44,6 +44,8 @@ __all__ = ["ChannelPublishing"]
 
 # the properties a publish checks (_checked_properties), as one mask
 _CHECKED_FLAGS = FLAG_USER_ID | FLAG_EXPIRATION | FLAG_REPLY_TO
+# a result that waits for answers only (REMOTE without a local fsync, write or refusal)
+_WAITS_ONLY = REMOTE | NEEDS_SYNC | NEEDS_WRITE | REJECTED
 
 
 class ChannelPublishing:
@@ -156,6 +158,13 @@ class ChannelPublishing:
             result = self.vhost.publish(x, msg, mandatory=mandatory, context=context)
             waits = context.waits  # (home, pub_id) of each answer (REMOTE in result)
             if waits:
+                if result & _WAITS_ONLY == REMOTE and self.confirms is not None:
+                    # only answers to wait for (a replicated queue's commit, a home's
+                    # RESULTS): one ConfirmWait, no closures; the list is read at once
+                    self._workers.await_confirm(waits, self, self.confirms.next_seq(True))
+                    waits.clear()
+                    self.connection.confirms_dirty.add(self)
+                    return  # routed (REMOTE): no return to make
                 context.waits = []
         if not result:
             self._unroutable(msg, mandatory)
@@ -212,6 +221,20 @@ class ChannelPublishing:
         confirms = self.confirms
         assert confirms is not None
         self._after_sync(partial(confirms.confirm_many, group), None, NEEDS_WRITE)
+
+    def settle_confirm(self, seq: int, ok: bool) -> None:
+        """The answers publish ``seq`` waited for are in (:meth:`RemoteClient.await_confirm
+        <amqp_server.workers.remote_client.RemoteClient.await_confirm>`): confirmed
+        (``ok``) or nacked, sent with the batch's confirms."""
+        confirms = self.confirms
+        assert confirms is not None
+        if ok:
+            confirms.confirm(seq)
+        else:
+            confirms.reject(seq)
+        if not self.closing:
+            self.connection.confirms_dirty.add(self)
+            self._workers.dirty_connections.add(self.connection)
 
     def _unroutable(self, msg: Message, mandatory: bool) -> None:
         """No queue took ``msg``: returned (mandatory) or dropped, and counted."""

@@ -105,6 +105,26 @@ class Join:
                 self.not_leader()
 
 
+class ConfirmWait:
+    """Settles one publisher confirm, ``channel.settle_confirm(seq, ok)``, when every
+    awaited answer is in (``ok``: none was a refusal): what :class:`Join` with the
+    channel's closures does, as one object (a publish in confirm mode that waits only for
+    answers, the common case of a quorum queue's publisher: no closure per message)."""
+
+    __slots__ = ("left", "failed", "channel", "seq")
+
+    def __init__(self, left: int, channel: Any, seq: int) -> None:
+        self.left, self.channel, self.seq = left, channel, seq
+        self.failed = False
+
+    def done(self, result: int) -> None:
+        if result & REJECTED:
+            self.failed = True
+        self.left -= 1
+        if self.left == 0:
+            self.channel.settle_confirm(self.seq, not self.failed)
+
+
 class RemoteClient:
     """This process's side of every queue whose home is elsewhere (see the module docstring).
 
@@ -119,7 +139,7 @@ class RemoteClient:
         self.index = index
         self.links = links
         self._pub = itertools.count(1)
-        self._waits: dict[tuple[int, int], Join] = {}
+        self._waits: dict[tuple[int, int], Join | ConfirmWait] = {}
         self._early: dict[tuple[int, int], int] = {}  # results that came before their wait
         self._cids = itertools.count(1)
         self._consumers: dict[int, tuple[Consumer, RemoteQueue]] = {}
@@ -187,7 +207,15 @@ class RemoteClient:
         ``not_leader()`` when given and every refusal was a quorum queue's node that does
         not lead it (REJECTED|NOT_LEADER: the publisher may wait for the next leader).
         ``waits`` is read now, not kept."""
-        join = Join(len(waits), ok, err, not_leader)
+        self._await(waits, Join(len(waits), ok, err, not_leader))
+
+    def await_confirm(self, waits: list[tuple[int, int]], channel: Any, seq: int) -> None:
+        """``channel.settle_confirm(seq, ok)`` once every answer of ``waits`` is in (``ok``:
+        none was a refusal); :meth:`after_results` without closures. ``waits`` is read now,
+        not kept."""
+        self._await(waits, ConfirmWait(len(waits), channel, seq))
+
+    def _await(self, waits: list[tuple[int, int]], join: Join | ConfirmWait) -> None:
         early = self._early
         moved = self._moved
         for key in waits:

@@ -186,6 +186,10 @@ class WorkerRuntime:
         """:meth:`RemoteClient.after_results`."""
         self.client.after_results(waits, ok, err)
 
+    def await_confirm(self, waits: list[tuple[int, int]], channel: Any, seq: int) -> None:
+        """:meth:`RemoteClient.await_confirm`."""
+        self.client.await_confirm(waits, channel, seq)
+
     def forward_reply(self, worker: int, message: Message) -> None:
         """:meth:`RemoteClient.forward_reply`."""
         self.client.forward_reply(worker, message)
