@@ -84,16 +84,16 @@ class Checker:
                             ) -> None:
         """Every in-sync replica has the committed prefix on disk (fsynced).
 
-        ``lost``: nodes whose disk was wiped (the world restarts one only once etcd's ISR
-        no longer lists it). No rule keeps one in sync at the moment its disk goes (nor
-        when an acknowledgement it sent before arrives after, or a change adding it that
-        was asked before), so each is let off until it is ``running`` again (then taken
-        out of ``lost``): from then on it is checked like any other (a leader that puts it
-        back without the prefix fails the run)."""
+        ``lost``: nodes whose disk was wiped, not back yet. No rule keeps one in sync at
+        the moment its disk goes (nor when an acknowledgement it sent before arrives after,
+        or a change adding it that was asked before), so each is let off until it is
+        ``running`` again and out of the ISR (then taken out of ``lost``; the world takes
+        out one it restarts once out of the ISR): from then on it is checked like any
+        other (a leader that puts it back without the prefix fails the run)."""
         c = self.committed
         n = len(c)
         for m in sorted(lost):
-            if m in running:
+            if m in running and m not in isr:
                 lost.discard(m)
         for m in isr:
             if m in lost:
