@@ -51,8 +51,10 @@ def lives_here(st: ManagementState, q: Queue, own: Collection[int] = ()) -> bool
     workers = st.broker.workers
     if st.broker.cluster is None or workers is None:
         return True
-    if q.quorum and workers.quorum is not None:
-        return workers.quorum.fields(q).get("leader") == st.node
+    if (q.quorum or q.kind == "stream") and workers.quorum is not None:
+        leader = workers.quorum.fields(q).get("leader")
+        if leader is not None or q.quorum:  # a replicated stream: its leader's
+            return leader == st.node
     home = workers.home_of(q)
     return home == workers.index or home in own
 

@@ -407,8 +407,9 @@ def queue_json(q: Queue, st: ManagementState, unacked: UnackedTotals,
     stream_fields = getattr(q, "stream_fields", None)
     if stream_fields is not None:  # amqpq's: first/last offset, segments
         out.update(stream_fields())
-    if q.quorum and workers is not None and workers.quorum is not None:
-        out.update(workers.quorum.fields(q))  # a cluster: leader, members, online, in_sync
+    if (q.quorum or q.kind == "stream") and workers is not None \
+            and workers.quorum is not None:  # a cluster: leader, members, online, in_sync
+        out.update(workers.quorum.fields(q))
     elif q.quorum:  # one node: it leads and is the only member
         out.update(leader=st.node, members=[st.node], online=[st.node])
     groups = message_groups_json(q, lambda c: consumer_json(c, st)["channel_details"])

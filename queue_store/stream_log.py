@@ -11,8 +11,12 @@ reached ``max_segment_bytes`` is closed and a new one started. Chunk layout::
     u8 'C' | u8 version | u32 epoch | u64 first offset | u32 count | u64 timestamp ms
     | u32 data length | u32 crc of the data | data = count x (u32 length | record)
 
-The **epoch** is Kafka's leader epoch (always 0: streams are not replicated yet; a
-replicated stream would use it to cut a follower's divergent tail). **Index**: per segment, the first offset, file position and
+The **epoch** is Kafka's leader epoch (0 on a single node; a replicated stream's chunks
+carry the epoch of the leader that appended them, :mod:`amqp_server.cluster.stream_group`).
+The **epoch checkpoint** (Kafka's leader-epoch-checkpoint) lists ``(epoch, first offset)``
+of every epoch seen, rebuilt from the chunk headers at start and kept in the file
+``epochs`` beside the segments once there is more than epoch 0, so the epoch of an offset
+retention removed is still known (a follower's fetch names it). **Index**: per segment, the first offset, file position and
 timestamp of each chunk, in RAM (24 bytes a chunk), rebuilt at start from the chunk headers
 (one read per chunk, no record read); lookups by offset or timestamp are binary searches.
 **Retention** removes whole segments, oldest first, never the current one: while the log is
@@ -24,8 +28,9 @@ segment's tail from the first header that is not a whole chunk (a crash can only
 end; the cut is logged); earlier chunks are trusted until read (a read that fails its CRC is
 logged and the chunk skipped).
 
-:meth:`truncate` drops every record at or after an offset; only the tests call it (recovery
-cuts a torn tail itself, and streams are not replicated). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
+:meth:`truncate` drops every record at or after an offset (a replica's divergent tail);
+:meth:`start_at` empties the log to begin at an offset (a replica that fell behind the
+leader's retention). Source: Kafka's log design (https://kafka.apache.org/documentation/#log);
 RabbitMQ streams (https://www.rabbitmq.com/docs/streams).
 """
 
@@ -38,7 +43,9 @@ import threading
 import zlib
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 from queue_store.disk_writes import SegmentSync, write_buffer
@@ -49,6 +56,9 @@ CHUNK_HEAD = struct.Struct(">BBIQIQII")  # magic, version, epoch, first, count, 
 MAGIC, VERSION = 0x43, 1
 _LEN = struct.Struct(">I")
 MAX_SEGMENT_BYTES = 500_000_000  # RabbitMQ's x-stream-max-segment-size-bytes default
+EPOCHS_FILE = "epochs"  # the epoch checkpoint beside the segments
+_MAX = float("inf")
+_FIRST = itemgetter(1)
 
 
 @dataclass(slots=True)
@@ -79,7 +89,9 @@ class StreamLog(SegmentSync):
         self.written_next = 0  # records below this offset are in the files (readable)
         self._pending: list[bytes] = []
         self._pending_ts = 0
-        self.epoch = 0
+        self.epoch = 0  # of the chunks written from now on
+        #: the epoch checkpoint: (epoch, first offset), in order (module docstring)
+        self.epochs: list[tuple[int, int]] = []
         self._buffer = bytearray()
         self._read_fds: dict[int, int] = {}  # segment first offset -> fd
         # reads run in worker threads: a segment's read fd is not closed under one
@@ -92,6 +104,7 @@ class StreamLog(SegmentSync):
 
     def _recover(self) -> None:
         paths = sorted(self.directory.glob("*.segment"))
+        self._header_epochs: list[tuple[int, int]] = []
         for path in paths:
             try:
                 first = int(path.stem)
@@ -106,6 +119,25 @@ class StreamLog(SegmentSync):
         end = last.offsets[-1] + self._chunk_count(last, len(last.offsets) - 1) if len(
             last.offsets) else last.first
         self.next_offset = self.written_next = end
+        self._load_epochs()
+
+    def _load_epochs(self) -> None:
+        """The checkpoint file's epochs, then those of the chunk headers read (the file may
+        lag them: it is written without an fsync), cut at the log's end."""
+        epochs: list[tuple[int, int]] = []
+        try:
+            for line in (self.directory / EPOCHS_FILE).read_text().split():
+                epoch, _, first = line.partition(":")
+                epochs.append((int(epoch), int(first)))
+        except (OSError, ValueError):
+            epochs = []
+        for epoch, first in self._header_epochs:
+            if not epochs or (epoch != epochs[-1][0] and first >= epochs[-1][1]):
+                epochs.append((epoch, first))
+        self._header_epochs = []
+        self.epochs = [(e, f) for e, f in epochs if f < self.next_offset or f == 0]
+        if self.epochs:
+            self.epoch = self.epochs[-1][0]
 
     def _index_segment(self, seg: Segment, last: bool) -> None:
         """Read the chunk headers of ``seg``; cut anything unreadable after the last good
@@ -116,7 +148,7 @@ class StreamLog(SegmentSync):
             pos = 0
             while pos + CHUNK_HEAD.size <= size:
                 head = os.pread(fd, CHUNK_HEAD.size, pos)
-                magic, version, _epoch, first, _count, ts, length, crc = CHUNK_HEAD.unpack(head)
+                magic, version, epoch, first, _count, ts, length, crc = CHUNK_HEAD.unpack(head)
                 end = pos + CHUNK_HEAD.size + length
                 if magic != MAGIC or version != VERSION or end > size:
                     break
@@ -126,6 +158,8 @@ class StreamLog(SegmentSync):
                 seg.offsets.append(first)
                 seg.positions.append(pos)
                 seg.timestamps.append(ts)
+                if not self._header_epochs or self._header_epochs[-1][0] != epoch:
+                    self._header_epochs.append((epoch, first))
                 pos = end
             if pos != size:
                 log.error("stream %s: torn or damaged tail at offset %d of %s (%d bytes) "
@@ -173,6 +207,8 @@ class StreamLog(SegmentSync):
             if seg.size >= self.max_segment_bytes and seg.offsets:
                 self._roll(first)
                 seg = self.segments[-1]
+            if not self.epochs or self.epochs[-1][0] != self.epoch:
+                self._note_epoch(self.epoch, first)
             head = CHUNK_HEAD.pack(MAGIC, VERSION, self.epoch, first, len(records),
                                    self._pending_ts, len(data), zlib.crc32(data))
             seg.offsets.append(first)
@@ -237,8 +273,22 @@ class StreamLog(SegmentSync):
 
     def _read(self, offset: int, max_bytes: int) -> list[tuple[int, int, bytes]]:
         out: list[tuple[int, int, bytes]] = []
+        for _epoch, first, count, ts, data in self._chunks(offset, max_bytes):
+            p = 0
+            for n in range(count):
+                (rlen,) = _LEN.unpack_from(data, p)
+                if first + n >= offset:
+                    out.append((first + n, ts, data[p + 4:p + 4 + rlen]))
+                p += 4 + rlen
+        return out
+
+    def _chunks(self, offset: int, max_bytes: int
+                ) -> Iterator[tuple[int, int, int, int, bytes]]:
+        """Written chunks from the one holding ``offset`` on, about ``max_bytes`` of them:
+        ``(epoch, first offset, count, timestamp ms, data)``; one failing its CRC is
+        logged and skipped."""
         if offset >= self.written_next:
-            return out
+            return
         offset = max(offset, self.first_offset)
         si = bisect_right([s.first for s in self.segments], offset) - 1
         got = 0
@@ -249,30 +299,108 @@ class StreamLog(SegmentSync):
             while ci < len(seg.offsets) and got < max_bytes:
                 pos = seg.positions[ci]
                 if pos >= seg.size:
-                    return out  # still in the write buffer
+                    return  # still in the write buffer
                 head = os.pread(fd, CHUNK_HEAD.size, pos)
-                _m, _v, _e, first, count, ts, length, crc = CHUNK_HEAD.unpack(head)
+                _m, _v, epoch, first, count, ts, length, crc = CHUNK_HEAD.unpack(head)
                 data = os.pread(fd, length, pos + CHUNK_HEAD.size)
                 ci += 1
                 if zlib.crc32(data) != crc:
                     log.error("stream %s: chunk at offset %d fails its CRC: skipped",
                               self.directory.name, first)
                     continue
-                p = 0
-                for n in range(count):
-                    (rlen,) = _LEN.unpack_from(data, p)
-                    if first + n >= offset:
-                        out.append((first + n, ts, data[p + 4:p + 4 + rlen]))
-                    p += 4 + rlen
                 got += length
+                yield epoch, first, count, ts, data
             si += 1
-        return out
 
     def _read_fd(self, seg: Segment) -> int:
         fd = self._read_fds.get(seg.first)
         if fd is None:
             fd = self._read_fds[seg.first] = os.open(seg.path, os.O_RDONLY)
         return fd
+
+    # ---- epochs (replication) ------------------------------------------------------------
+
+    def _note_epoch(self, epoch: int, first: int) -> None:
+        self.epochs.append((epoch, first))
+        self._save_epochs()
+
+    def _save_epochs(self) -> None:
+        """Write the checkpoint file (only once there is more than epoch 0: a stream of
+        one node has none)."""
+        if len(self.epochs) < 2 and not any(e for e, _ in self.epochs):
+            return
+        tmp = self.directory / (EPOCHS_FILE + ".tmp")
+        tmp.write_text(" ".join(f"{e}:{f}" for e, f in self.epochs))
+        os.replace(tmp, self.directory / EPOCHS_FILE)
+
+    def epoch_of(self, offset: int) -> int | None:
+        """The epoch of the record at ``offset`` (written or not, retained or not); None
+        before the first epoch known."""
+        i = bisect_right(self.epochs, offset, key=_FIRST) - 1
+        return self.epochs[i][0] if i >= 0 else None
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: the largest epoch <= ``epoch`` and the offset where
+        it ends (the next epoch's first offset, or the log's end); (0, 0) if none."""
+        i = bisect_right(self.epochs, (epoch, _MAX)) - 1
+        if i < 0:
+            return 0, 0
+        end = self.epochs[i + 1][1] if i + 1 < len(self.epochs) else self.next_offset
+        return self.epochs[i][0], end
+
+    def read_entries(self, offset: int, count: int, end: int
+                     ) -> list[tuple[int, int, bool, bytes]]:
+        """Records ``[offset, min(end, offset + count))`` with what a replica needs to write
+        them as this log did: ``(epoch, timestamp ms, first of its chunk, record)``; fewer
+        when the log does not hold them (retention, not written yet)."""
+        out: list[tuple[int, int, bool, bytes]] = []
+        stop = min(end, offset + count, self.written_next)
+        if offset < self.first_offset or offset >= stop:
+            return out
+        with self._read_lock:
+            for epoch, first, n, ts, data in self._chunks(offset, 1 << 62):
+                p = 0
+                for k in range(n):
+                    (rlen,) = _LEN.unpack_from(data, p)
+                    if first + k >= stop:
+                        return out
+                    if first + k >= offset:
+                        out.append((epoch, ts, k == 0, data[p + 4:p + 4 + rlen]))
+                    p += 4 + rlen
+        return out
+
+    def roll(self) -> None:
+        """Close the current segment now (when it holds anything) and start the next one at
+        the next offset: a replica rolls where its leader did."""
+        self.flush()
+        if len(self.segments[-1].offsets):
+            self._roll(self.next_offset)
+
+    def drop_before(self, offset: int) -> int:
+        """Delete the oldest segments wholly below ``offset`` (never the current one): a
+        replica applies its leader's retention. Returns how many records went."""
+        removed = 0
+        while len(self.segments) > 1 and self.segments[1].first <= offset:
+            removed += self.segments[1].first - self.segments[0].first
+            self._drop_segment(self.segments[0])
+        return removed
+
+    def start_at(self, offset: int, last_epoch: int) -> None:
+        """Empty the log so that it begins at ``offset``, the record before it of epoch
+        ``last_epoch`` (a replica installing its leader's log start)."""
+        self.flush()
+        self._buffer.clear()
+        self._pending = []
+        os.close(self._fd)
+        for seg in list(self.segments):
+            self._drop_segment(seg)
+        self.segments.append(self._new_segment(offset))
+        self._fd = os.open(self.segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        self.next_offset = self.written_next = offset
+        self.epochs = [(last_epoch, offset - 1)] if offset else []
+        self.epoch = last_epoch
+        self._save_epochs()
+        self.unsynced = True
 
     # ---- retention and truncation --------------------------------------------------------
 
@@ -311,6 +439,9 @@ class StreamLog(SegmentSync):
         self.flush()
         if offset >= self.next_offset:
             return
+        if offset <= self.segments[0].first:  # nothing kept: the log begins there
+            self.start_at(offset, self.epoch_of(offset - 1) or 0)
+            return
         while len(self.segments) > 1 and self.segments[-1].first >= offset:
             os.close(self._fd)
             self._drop_segment(self.segments[-1])
@@ -329,9 +460,17 @@ class StreamLog(SegmentSync):
         os.ftruncate(self._fd, cut)
         seg.size = cut
         self.next_offset = self.written_next = start if kept else min(start, offset)
+        if any(f >= offset for _, f in self.epochs[1:]):  # epochs wholly cut
+            self.epochs = [(e, f) for i, (e, f) in enumerate(self.epochs)
+                           if i == 0 or f < offset]
+            self._save_epochs()
+        epoch = self.epoch
+        if self.epochs:  # a straddling chunk's records keep their epoch
+            self.epoch = self.epochs[-1][0]
         for record in kept:
             self.append(record, ts)
         self.flush()
+        self.epoch = epoch
         self.unsynced = True
 
     def close(self, delete: bool = False) -> None:

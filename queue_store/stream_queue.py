@@ -64,7 +64,7 @@ from queue_store.storage import name_id
 from queue_store.stream_log import MAX_SEGMENT_BYTES, StreamLog
 
 __all__ = ["StreamDelivery", "StreamQueue", "check_stream_consume", "parse_max_age",
-           "stamped_properties"]
+           "record_head", "segment_bytes", "stamped_properties"]
 
 log = logging.getLogger("amqpq.stream")
 
@@ -87,6 +87,11 @@ def parse_max_age(value: Any) -> int | None:
     text = value.decode() if isinstance(value, bytes) else value
     m = _AGE.match(text) if isinstance(text, str) else None
     return int(m.group(1)) * _AGE_MS[m.group(2)] if m else None
+
+
+def segment_bytes(value: Any) -> int:
+    """``x-stream-max-segment-size-bytes`` (bytes; the default when absent or not > 0)."""
+    return value if isinstance(value, int) and value > 0 else MAX_SEGMENT_BYTES
 
 
 class _Reader:
@@ -166,7 +171,7 @@ def _filters(arguments: dict[str, Any], what: str) -> set[bytes] | None:
     return out
 
 
-def _record_head(raw: bytes, ex_rk: bytes) -> bytes:
+def record_head(raw: bytes, ex_rk: bytes) -> bytes:
     """A stream record without its body, for properties ``raw`` and exchange + routing key
     shortstrs ``ex_rk``: u16 filter value length + filter value + the message payload's
     head (:func:`~queue_store.msg_store.encode_payload`'s layout: u16 + exchange and routing
@@ -265,16 +270,19 @@ class StreamQueue(Queue):
 
     uses_index = False
 
-    def __init__(self, name: str, vhost_name: str, **kwargs: Any) -> None:
+    def __init__(self, name: str, vhost_name: str, *, stream_log: StreamLog | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(name, vhost_name, **kwargs)
         segment = self.arguments.get("x-stream-max-segment-size-bytes")
-        if self.storage is not None:
-            directory = self.storage.directory / "streams" / name_id(name)
-            self._owned: Path | None = None
+        self._owned: Path | None = None
+        if stream_log is not None:  # a replica's (amqp_server.cluster.stream_group)
+            self.log = stream_log
+        elif self.storage is not None:
+            self.log = StreamLog(self.storage.directory / "streams" / name_id(name),
+                                 segment_bytes(segment))
         else:
-            self._owned = directory = Path(tempfile.mkdtemp(prefix="amqpq-stream-"))
-        self.log = StreamLog(directory, segment if isinstance(segment, int) and segment > 0
-                             else MAX_SEGMENT_BYTES)
+            self._owned = Path(tempfile.mkdtemp(prefix="amqpq-stream-"))
+            self.log = StreamLog(self._owned, segment_bytes(segment))
         self._readers: dict[Consumer, _Reader] = {}
         self._tail: deque[tuple[int, int, bytes]] = deque(maxlen=TAIL_CACHE)
         self._more_pending = False  # a zero-delay dispatch is scheduled
@@ -286,7 +294,7 @@ class StreamQueue(Queue):
             b"", False, b"", b"", None, 0)
         self._chunk_ms = 0  # wall-clock ms of the chunk being built (its first append)
         #: the last publish's properties, exchange + routing key, and its record's head
-        self._head: tuple[bytes, bytes, bytes] = (b"", b"", _record_head(b"", b""))
+        self._head: tuple[bytes, bytes, bytes] = (b"", b"", record_head(b"", b""))
         #: wall-clock ms now: the vhost's timers (a queue outside any vhost: the machine's)
         self._wall_ms: Callable[[], int] = (
             self.vhost.timers.wall_ms if self.vhost is not None else _machine_wall_ms)
@@ -307,11 +315,7 @@ class StreamQueue(Queue):
             if self.storage is not None:
                 self.storage.durability.index_dirty(log)  # type: ignore[arg-type]
         now_ms = self._chunk_ms
-        head = self._head
-        raw, ex_rk = message.properties_raw, message.ex_rk_raw
-        if head[0] != raw or head[1] != ex_rk:  # a stream's messages mostly share them
-            head = self._head = (raw, ex_rk, _record_head(raw, ex_rk))
-        record = head[2] + message.body
+        record = self.record_of(message)
         offset = log.append(record, now_ms)
         self._tail.append((offset, now_ms, record))
         self.published += 1
@@ -322,6 +326,26 @@ class StreamQueue(Queue):
     def publish_for(self, message: Message, context: PublishContext) -> int:
         """:meth:`publish` (a stream answers every publisher once the chunk is written)."""
         return self.publish(message)
+
+    def record_of(self, message: Message) -> bytes:
+        """The log record of ``message`` (:func:`record_head` + body)."""
+        head = self._head
+        raw, ex_rk = message.properties_raw, message.ex_rk_raw
+        if head[0] != raw or head[1] != ex_rk:  # a stream's messages mostly share them
+            head = self._head = (raw, ex_rk, record_head(raw, ex_rk))
+        return head[2] + message.body
+
+    def cache_tail(self, offset: int, timestamp_ms: int, record: bytes) -> None:
+        """``record`` was written at ``offset`` (the next one): readers at the head take it
+        from RAM (a replicated stream's log is written by its replica)."""
+        tail = self._tail
+        if tail and tail[-1][0] + 1 != offset:
+            tail.clear()
+        tail.append((offset, timestamp_ms, record))
+
+    def forget_tail(self) -> None:
+        """The log was cut or started over (a replica): the RAM tail no longer holds."""
+        self._tail.clear()
 
     # ---- consumers -----------------------------------------------------------------------
 
@@ -403,7 +427,7 @@ class StreamQueue(Queue):
                     self._read_ahead(reader, after[0] + 1)
             else:
                 tail = self._tail
-                if reader.offset >= self.log.next_offset:
+                if reader.offset >= self.readable_end():
                     return None
                 if tail and reader.offset >= tail[0][0]:
                     item = tail[reader.offset - tail[0][0]]
@@ -420,17 +444,23 @@ class StreamQueue(Queue):
             if reader.filters is None or self._matches(reader, item[2]):
                 return item
 
+    def readable_end(self) -> int:
+        """Consumers read offsets below this (every record appended here; a replicated
+        stream: its committed ones)."""
+        return self.log.next_offset
+
     def _read_ahead(self, reader: _Reader, offset: int) -> None:
         """Read the chunks from ``offset`` on in a worker thread (the event loop never waits
         for the disk); ``reader``'s consumer gets them when they are in."""
         tail = self._tail
-        if offset >= self.log.written_next or (tail and offset >= tail[0][0]):
+        end = min(self.log.written_next, self.readable_end())
+        if offset >= end or (tail and offset >= tail[0][0]):
             return  # nothing old left to read: the tail cache serves the rest
         reader.reading = True
         got: list[tuple[int, int, bytes]] = []
 
         def work() -> None:
-            got.extend(self.log.read(offset, READ_BYTES))
+            got.extend(item for item in self.log.read(offset, READ_BYTES) if item[0] < end)
 
         def done(error: OSError | None) -> None:
             reader.reading = False

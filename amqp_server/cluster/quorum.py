@@ -70,12 +70,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from amqp_server.cluster import placement, replica_records
+from amqp_server.cluster import placement, replica_records, stream_group
 from amqp_server.cluster.quorum_group import QuorumGroup, new_run
 from amqp_server.cluster.quorum_queue import ReplicatedQueue, replicated_class
+from amqp_server.cluster.stream_group import StreamGroup
 from amqp_server.workers.link_codec import queue_key, split_queue_key
 from amqp_server.workers.remote_queue import RemoteQueue
 from queue_store.queue import Queue
+from queue_store.queue_args import queue_type_of
 
 if TYPE_CHECKING:
     from amqp_server.cluster.metadata import EtcdHub
@@ -104,6 +106,8 @@ class QuorumManager:
         self.groups: dict[bytes, QuorumGroup] = {}
         self.states: dict[bytes, tuple[dict[str, Any], bytes]] = {}
         self._run = new_run()  # without an etcd lease id (not expected)
+        #: streams being declared here: their arguments, until their group is made
+        self.declaring: dict[bytes, dict[str, Any]] = {}
         #: nodes in maintenance (``amqpqctl drain``): etcd's ``maintenance/<node>`` keys
         self.drained: dict[str, int] = {}
         #: called with True/False when this node's own maintenance mark comes or goes
@@ -179,13 +183,36 @@ class QuorumManager:
         group = self.groups.get(qkey)
         if group is None:
             vhost, name = split_queue_key(qkey)
-            group = self.groups[qkey] = QuorumGroup(self, vhost, name)
+            if self.is_stream(qkey):
+                group = self.groups[qkey] = StreamGroup(self, vhost, name)
+                stream_group.adopt(self, group)
+            else:
+                group = self.groups[qkey] = QuorumGroup(self, vhost, name)
         return group
+
+    def is_stream(self, qkey: bytes) -> bool:
+        """Is ``qkey`` a replicated stream (etcd's state says so, or the queue here is)?"""
+        known = self.states.get(qkey)
+        if known is not None:
+            return known[0].get("type") == "stream"
+        if qkey in self.declaring:
+            return True
+        q = self.runtime.queue_by_key(qkey)
+        return q is not None and q.kind == "stream"
+
+    def arguments_of(self, qkey: bytes) -> dict[str, Any]:
+        """The Queue.Declare arguments of queue ``qkey`` (being declared here, or known)."""
+        if qkey in self.declaring:
+            return self.declaring[qkey]
+        q = self.runtime.queue_by_key(qkey)
+        return dict(q.arguments) if q is not None else {}
 
     def make_queue(self, name: str, vhost_name: str, home: int, kwargs: dict[str, Any]
                    ) -> Queue:
         """The queue object of quorum queue ``name`` on this node: its replicated queue
         where this node leads it, a stand-in for the leader elsewhere."""
+        if queue_type_of(kwargs["arguments"]) == "stream":
+            return stream_group.make_stream(self, name, vhost_name, home, kwargs)
         qkey = queue_key(vhost_name, name)
         known = self.states.get(qkey)
         leader = int(known[0]["leader"]) if known else home
@@ -201,19 +228,32 @@ class QuorumManager:
         if known:
             group.on_state(*known)
         else:
-            self.runtime.keep_task(asyncio.ensure_future(self._create(group, kwargs)))
+            self.runtime.keep_task(asyncio.ensure_future(self.create(group, kwargs)))
         return queue
 
-    async def _create(self, group: QuorumGroup, kwargs: dict[str, Any]) -> None:
-        """A new quorum queue: its members and epoch 1 in etcd."""
+    async def create(self, group: QuorumGroup, kwargs: dict[str, Any]) -> None:
+        """A new quorum queue or stream: its members and epoch 1 in etcd (a stream's
+        size: :func:`stream_group.initial_cluster_size`)."""
         arguments = kwargs.get("arguments") or {}
-        size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
+        stream = isinstance(group, StreamGroup)
+        if stream:
+            settings = kwargs.get("settings")
+            vhost = self.runtime.broker.vhosts.get(group.vhost)
+            policy = vhost.policies.get(settings.policy or "") if vhost is not None \
+                and settings is not None else None
+            size = stream_group.initial_cluster_size(
+                arguments, policy.definition.get("initial-cluster-size") if policy else None,
+                len(set(self.hub.nodes.values())))
+        else:
+            size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
         members = placement.choose_members(
             self.runtime.index, self.hub.running, self.drained_indexes(),
             [s for s, _ in self.states.values()], size, self.hub.nodes)
-        await self.replace_state(group.qkey, None, {
-            "leader": self.runtime.index, "run": group.replica.run, "epoch": 1,
-            "members": members, "isr": members})
+        state: dict[str, Any] = {"leader": self.runtime.index, "run": group.replica.run,
+                                 "epoch": 1, "members": members, "isr": members}
+        if stream:
+            state["type"] = "stream"
+        await self.replace_state(group.qkey, None, state)
 
     async def replace_state(self, qkey: bytes, raw: bytes | None, new: dict[str, Any]) -> bool:
         """Write queue ``qkey``'s state ``new`` if etcd still holds ``raw`` (None: if it

@@ -122,14 +122,15 @@ def group_state(state: dict[str, Any], version: int) -> GroupState:
 class QuorumGroup:
     """One quorum queue's replica on this node, leader or follower (module docstring)."""
 
+    timing = TIMING  # the replica's (a stream's group: the high watermark pushed)
+
     def __init__(self, manager: QuorumManager, vhost: str, name: str) -> None:
         self.manager = manager
         self.runtime = manager.runtime
         self.me = manager.runtime.index
         self.vhost, self.name = vhost, name
         self.qkey = queue_key(vhost, name)
-        digest = hashlib.sha1(self.qkey).hexdigest()[:16]
-        self.log = ReplicaLog(manager.data_dir / f"{digest}.log")
+        self.log = self._open_log()
         self.replica = self._replica(manager.run)
         self.state: dict[str, Any] | None = None
         self.raw = b""  # the etcd value the state was read from (for transactions)
@@ -148,9 +149,19 @@ class QuorumGroup:
         self._from_file: dict[int, tuple[int, float]] = {}
         self._closed = False
 
+    def _open_log(self) -> Any:
+        """The replica's log: a quorum queue's :class:`ReplicaLog` (a stream's group gives
+        its stream log, :mod:`amqp_server.cluster.stream_group`)."""
+        digest = hashlib.sha1(self.qkey).hexdigest()[:16]
+        return ReplicaLog(self.manager.data_dir / f"{digest}.log")
+
+    def check_entry(self, payload: bytes) -> None:
+        """Raises ReplicaLogError when an entry from the leader is damaged."""
+        check_entry(payload)
+
     def _replica(self, run: int) -> Replica:
         log_ = self.log
-        return Replica(self.me, run, log_.tail(), TIMING, start=log_.start,
+        return Replica(self.me, run, log_.tail(), self.timing, start=log_.start,
                        start_epoch=log_.start_epoch,
                        snapshot=SNAPSHOT_IN_FILE if log_.start else None)
 
@@ -263,7 +274,7 @@ class QuorumGroup:
         if isinstance(record, Records):
             try:
                 for _, payload in record.entries:
-                    check_entry(payload)
+                    self.check_entry(payload)
             except ReplicaLogError as exc:
                 log.error("quorum queue '%s': damaged entries from node %d: %s", self.name,
                           peer, exc)
@@ -429,7 +440,7 @@ class QuorumGroup:
         if f is None or f.epoch != snapshot.epoch or f.offset >= self.replica.start \
                 or self.log.epoch_at(f.offset) != f.last_epoch:
             return None
-        entries = self.log.read_entries(f.offset, TIMING.batch, self.replica.start)
+        entries = self.log.read_entries(f.offset, self.timing.batch, self.replica.start)
         if not entries:
             return None
         if peer not in self._from_file:
@@ -449,7 +460,11 @@ class QuorumGroup:
                 return
             self._do(self.replica.fsync_done(token, self._now()))
 
-        self.runtime.broker.env.run_blocking(self.log.sync, done)
+        self.runtime.broker.env.run_blocking(self._sync_work(), done)
+
+    def _sync_work(self) -> Any:
+        """What fsyncs the log, run in the blocking pool (a callable)."""
+        return self.log.sync
 
     def _commit(self, end: int) -> None:
         queue = self.queue
@@ -504,7 +519,7 @@ class QuorumGroup:
         """The replica log and the replica disagree (a failed install): start the replica
         again from the file, as after a restart."""
         self.log.close()
-        self.log = ReplicaLog(self.log.path)
+        self.log = self._open_log()
         self.replica = self._replica(self.manager.run)
         if self.state is not None:
             state, raw = self.state, self.raw

@@ -12,6 +12,9 @@ A body is ``sub:u8 qkey_len:u16 epoch:u32``, the queue's key (``vhost NUL name``
     SNAPSHOT   offset:u64 last_epoch:u32 hw:u64 total:u64 pos:u64, then bytes pos.. of the
                snapshot (:meth:`queue_store.replica_log.ReplicaLog.read_snapshot`)
     CHUNK      offset:u64 pos:u64   (a follower asks for the snapshot's bytes from pos)
+    RETAIN     first:u64   (a replicated stream's leader kept its log from offset first:
+               the followers drop the segments below it, :mod:`amqp_server.cluster.
+               stream_group`)
 
 Entry payloads are the replica log's record bytes, sent and stored unchanged; the receiver
 checks each one's CRC before its replica takes it (:func:`queue_store.replica_log.
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 from amqp_server.cluster.replication_types import Diverging, Fetch, Records
 
-__all__ = ["ChunkRequest", "RecordError", "SnapshotChunk", "decode", "encode"]
+__all__ = ["ChunkRequest", "RecordError", "Retain", "SnapshotChunk", "decode", "encode"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,18 @@ class ChunkRequest:
     pos: int
 
 
-ReplicaRecord = Fetch | Records | Diverging | SnapshotChunk | ChunkRequest
+@dataclass(frozen=True)
+class Retain:
+    """The leader of ``epoch`` of a replicated stream applied its retention: its log begins
+    at offset ``first`` (a segment's first offset)."""
 
-FETCH, RECORDS, DIVERGING, SNAPSHOT, CHUNK = 1, 2, 3, 4, 5
+    epoch: int
+    first: int
+
+
+ReplicaRecord = Fetch | Records | Diverging | SnapshotChunk | ChunkRequest | Retain
+
+FETCH, RECORDS, DIVERGING, SNAPSHOT, CHUNK, RETAIN = 1, 2, 3, 4, 5, 6
 
 _HEAD = struct.Struct(">BHI")
 _FETCH = struct.Struct(">QIQ")
@@ -71,6 +83,7 @@ _ENTRY = struct.Struct(">II")
 _DIVERGING = struct.Struct(">QIIQ")
 _SNAPSHOT = struct.Struct(">QIQQQ")
 _CHUNK = struct.Struct(">QQ")
+_RETAIN = struct.Struct(">Q")
 
 
 class RecordError(Exception):
@@ -99,6 +112,8 @@ def encode(qkey: bytes, record: ReplicaRecord) -> bytes:
                                               record.total, record.pos), record.data]
     elif isinstance(record, ChunkRequest):
         sub, rest = CHUNK, [_CHUNK.pack(record.offset, record.pos)]
+    elif isinstance(record, Retain):
+        sub, rest = RETAIN, [_RETAIN.pack(record.first)]
     else:
         raise TypeError(f"not a replication record: {record!r:.80}")
     return b"".join((_HEAD.pack(sub, len(qkey), record.epoch), qkey, *rest))
@@ -142,6 +157,9 @@ def decode(body: bytes) -> tuple[bytes, ReplicaRecord]:
         if sub == CHUNK:
             offset, at = _CHUNK.unpack_from(body, pos)
             return qkey, ChunkRequest(epoch, offset, at)
+        if sub == RETAIN:
+            (first,) = _RETAIN.unpack_from(body, pos)
+            return qkey, Retain(epoch, first)
     except struct.error as exc:
         raise RecordError(f"cut replication record: {exc}") from None
     raise RecordError(f"unknown replication record kind {sub}")

@@ -104,11 +104,16 @@ class Timing:
         lag_timeout: a follower silent this long leaves the ISR (isr.LAG_TIMEOUT in prod).
         fetch_interval: a follower with no answer fetches again after this.
         batch: most entries in one Records.
+        push_hw: a leader whose high watermark moved answers the parked fetches at once
+            (an empty Records with the new high watermark), instead of with the next
+            append: followers that serve reads (a replicated stream's consumers) learn the
+            committed offset without waiting for more data.
     """
 
     lag_timeout: float = 5.0
     fetch_interval: float = 0.5
     batch: int = 256
+    push_hw: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,10 @@ class Replica:
         if hw is not None and hw > self.committed:
             out.append(Commit(self.committed, hw))
             self.committed = hw
+            if self.timing.push_hw:
+                for peer, f in self.lead.parked.items():  # still parked: answered again
+                    out.append(Send(peer, Records(self.epoch, f.offset,
+                                                  self.last_epoch(f.offset), (), hw)))
 
     # ---- inputs: follower -----------------------------------------------------------------
 

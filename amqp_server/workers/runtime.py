@@ -244,13 +244,14 @@ class WorkerRuntime:
                    **kwargs: Any) -> Queue:
         """A new queue: built here when this worker is its ``home`` (the declare record's;
         None: as the definitions file says, else worker 0), else a stand-in; a quorum
-        queue of a cluster node: the node's replicated queues decide; a negative ``home``:
+        queue or stream of a cluster node: the node's replicated queues decide; a negative ``home``:
         unplaced until its first use (:mod:`amqp_server.workers.placement`)."""
         if home is None:
             home = self.homes.get((vhost_name, name), 0)
         if home < 0:
             return self.placement.make(declared_by(home), name, vhost_name, **kwargs)
-        if self.quorum is not None and queue_type_of(kwargs["arguments"]) == "quorum":
+        if self.quorum is not None and queue_type_of(kwargs["arguments"]) in ("quorum",
+                                                                                "stream"):
             return self.quorum.make_queue(name, vhost_name, home, kwargs)
         if home == self.index:
             return queue_class(kwargs["arguments"])(name, vhost_name, **kwargs)
