@@ -6,17 +6,48 @@ failover of the leader (kill -9), a stopped follower catching up from its offset
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pika
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster import api, connect, wait_until
+from tests.support.cluster import api, cluster_and_etcd, connect, wait_until
 from tests.support.etcd import ETCD
 
 pytest.importorskip("aetcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd not installed (make etcd-deps)")
 
 STREAM = {"x-queue-type": "stream"}
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[BrokerProcess]]:
+    """Three nodes with a 2 s etcd lease (a dead leader's streams fail over after it)."""
+    with cluster_and_etcd(tmp_path_factory.mktemp("streams"), "--cluster-lease", "2") as n:
+        yield list(n.values())
+
+
+class Reader:
+    """A consumer of stream ``name`` on ``node`` from ``offset`` that stays attached:
+    :meth:`until` takes deliveries until it has ``count``."""
+
+    def __init__(self, node: BrokerProcess, name: str, offset: object = "first") -> None:
+        self.conn = connect(node)
+        self.ch = self.conn.channel()
+        self.ch.basic_qos(prefetch_count=100)
+        self.got: list[tuple[int, bytes]] = []
+        self.ch.basic_consume(name, self._on_message, arguments={"x-stream-offset": offset})
+
+    def _on_message(self, ch: object, method: object, props: pika.BasicProperties,
+                    body: bytes) -> None:
+        self.got.append((props.headers["x-stream-offset"], body))
+        self.ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
+
+    def until(self, count: int, timeout: float = 15.0) -> list[tuple[int, bytes]]:
+        wait_until(lambda: self.conn.process_data_events(0.2) or len(self.got) >= count,
+                   f"{count} deliveries (got {len(self.got)})", timeout)
+        return self.got
 
 
 def state(node: BrokerProcess, name: str) -> dict[str, object]:
@@ -82,3 +113,38 @@ def test_a_stream_is_replicated_and_read_on_every_node(nodes: list[BrokerProcess
     for node in (n1, n2, n3):
         assert read(node, "s.core", 200) == want
     assert read(n3, "s.core", 50, 150) == want[150:]
+
+
+def test_failover_and_catch_up(nodes: list[BrokerProcess]) -> None:
+    """kill -9 of the leader: a survivor takes over, nothing confirmed is lost, a consumer
+    on a surviving node goes on; the killed node and a stopped follower come back and catch
+    up from their offsets."""
+    n1, n2, n3 = nodes
+    declare(n1, "s.fail", **{"x-initial-cluster-size": 3})
+    wait_until(lambda: len(state(n1, "s.fail").get("in_sync", [])) == 3,  # type: ignore[arg-type]
+               "three in-sync replicas")
+    bodies = [f"f{i}".encode() for i in range(400)]
+    want = list(enumerate(bodies))
+    reader = Reader(n3, "s.fail")
+    publish(n1, "s.fail", bodies[:100])
+    assert reader.until(100) == want[:100]
+    n1.kill()
+    publish(n2, "s.fail", bodies[100:200])  # waits for the next leader, then confirmed
+    assert reader.until(200) == want[:200]  # the consumer on n3 went on
+    info = state(n2, "s.fail")
+    assert info["leader"] in ("n2", "n3") and info["epoch"] == 2
+    assert read(n2, "s.fail", 200) == want[:200]
+    n1.start()  # the old leader follows the new one from its offset
+    wait_until(lambda: "n1" in state(n2, "s.fail").get("in_sync", []),  # type: ignore[operator]
+               "n1 back in sync")
+    assert read(n1, "s.fail", 200) == want[:200]
+    assert "stream 's.fail' in vhost '/': following node" in n1.log_text()
+    follower = n3 if info["leader"] == "n2" else n2
+    reader.conn.close()
+    follower.stop()
+    leader = n2 if follower is n3 else n3
+    publish(leader, "s.fail", bodies[200:400])
+    follower.start()
+    wait_until(lambda: follower.log_text().count("stream 's.fail' in vhost '/': following node") >= 1
+               and "from offset 200" in follower.log_text(), "follower catching up from 200")
+    assert read(follower, "s.fail", 400) == want

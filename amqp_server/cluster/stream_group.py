@@ -87,7 +87,7 @@ HEAD = struct.Struct(">BQ")  # flags, chunk timestamp ms
 CHUNK_START = 1  # the entry begins one of the leader's chunks
 SEGMENT_START = 2  # ... and one of its segments
 NO_ROLL = 1 << 62  # the replica's StreamLog never rolls by itself: the leader decides
-STREAM_SNAPSHOT = "stream-log"  # the replica's snapshot: its log's start (opaque marker)
+COMMITTED_FILE = "committed"  # beside the segments: the committed offset, once a second
 
 __all__ = ["HEAD", "ReplicatedStream", "StreamGroup", "StreamReplicaLog", "adopt",
            "entry_payload", "initial_cluster_size", "make_stream"]
@@ -124,9 +124,32 @@ class StreamReplicaLog:
         self.on_write: Callable[[int, int, bytes], None] | None = None
         self.on_reset: Callable[[], None] | None = None
         end = stream.next_offset
-        self.start = max(stream.first_offset, end - keep)
+        saved = self.saved_committed()
+        start = end - keep if saved is None else min(end - keep, saved)
+        self.start = max(stream.first_offset, min(start, end))
         self.start_epoch = (stream.epoch_of(self.start - 1) or 0) if self.start else 0
+        self._saved = saved
         self.closed = False
+
+    # ---- the committed offset, kept across restarts ------------------------------------
+
+    def saved_committed(self) -> int | None:
+        """The committed offset as last saved (:meth:`save_committed`), None without one.
+        The Replica's RAM tail starts there at the latest: what a restarted replica lets
+        its consumers read before it hears from a leader is committed."""
+        try:
+            return int((self.path / COMMITTED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save_committed(self, offset: int) -> None:
+        """Note ``offset`` as committed (once a second; no fsync: a stale value is lower,
+        and only holds readers back after a restart)."""
+        if offset != self._saved and not self.closed:
+            tmp = self.path / (COMMITTED_FILE + ".tmp")
+            tmp.write_text(str(offset))
+            os.replace(tmp, self.path / COMMITTED_FILE)
+            self._saved = offset
 
     # ---- what the shell reads ----------------------------------------------------------
 
@@ -257,6 +280,7 @@ class StreamGroup(QuorumGroup):
     log: StreamReplicaLog
     queue: ReplicatedStream | None  # type: ignore[assignment]
     _chunk_ms = 0  # leader: wall-clock ms of the chunk being built (its first publish)
+    _following = -1  # the leader this replica last followed (logged when it changes)
     timing = dataclasses.replace(TIMING, push_hw=True)  # followers' readers: commits at once
 
     def _open_log(self) -> StreamReplicaLog:
@@ -315,6 +339,12 @@ class StreamGroup(QuorumGroup):
         """Another node leads (or will): this node's publishes not committed are refused
         (NOT_LEADER: a publisher on another node waits for the next leader); consumers
         here go on reading this replica; publishes go to ``leader``."""
+        if leader >= 0 and leader != self._following:
+            self._following = leader
+            log.info("stream '%s' in vhost '%s': following node %d (epoch %d) from offset %d "
+                     "(epoch %d), committed %d", self.name, self.vhost, leader,
+                     self.replica.epoch, self.replica.log_end, self.replica.last_epoch(),
+                     self.replica.committed)
         if self.queue is not None:
             self.queue.fail_pending()
             self.queue.follow(leader)
@@ -358,12 +388,17 @@ class StreamGroup(QuorumGroup):
             snapshot, offset=first, last_epoch=self.log.epoch_at(first) or 0))
 
     def tick(self) -> None:
-        """Once a second: :meth:`QuorumGroup.tick`; a leader applies retention and sends
-        its log's start to the followers; readers are served."""
+        """Once a second: :meth:`QuorumGroup.tick`; the committed offset saved; a leader
+        applies retention and sends its log's start to the followers; readers are
+        served."""
         super().tick()
         queue = self.queue
-        if queue is None:
+        if queue is None or self._closed:
             return
+        try:
+            self.log.save_committed(min(self.replica.committed, self.replica.durable))
+        except OSError as exc:
+            log.warning("stream '%s': committed offset not saved: %s", self.name, exc)
         if self.replica.leading and self.state is not None:
             queue.apply_retention()
             first = self.log.stream.first_offset
