@@ -16,9 +16,9 @@ carry the epoch of the leader that appended them, :mod:`amqp_server.cluster.stre
 The **epoch checkpoint** (Kafka's leader-epoch-checkpoint) lists ``(epoch, first offset)``
 of every epoch seen, rebuilt from the chunk headers at start and kept in the file
 ``epochs`` beside the segments once there is more than epoch 0, so the epoch of an offset
-retention removed is still known (a follower's fetch names it). **Index**: per segment, the first offset, file position and
-timestamp of each chunk, in RAM (24 bytes a chunk), rebuilt at start from the chunk headers
-(one read per chunk, no record read); lookups by offset or timestamp are binary searches.
+retention removed is still known (a follower's fetch names it). **Index**: per segment, the
+first offset, file position and timestamp of each chunk, in RAM (24 bytes a chunk), rebuilt
+at start from the chunk headers (one read per chunk, no record read); lookups by offset or timestamp are binary searches.
 **Retention** removes whole segments, oldest first, never the current one: while the log is
 over ``max_bytes``, or when a segment's newest chunk is older than ``max_age_ms``.
 **Durability**: the log is a :class:`~queue_store.disk_writes.SegmentSync` in the broker's

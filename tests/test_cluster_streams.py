@@ -6,11 +6,13 @@ failover of the leader (kill -9), a stopped follower catching up from its offset
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pika
 import pytest
 
+from benchmarks.quorum_bench import publish as publish_fast
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster import api, cluster_and_etcd, connect, wait_until
 from tests.support.etcd import ETCD
@@ -145,6 +147,60 @@ def test_failover_and_catch_up(nodes: list[BrokerProcess]) -> None:
     leader = n2 if follower is n3 else n3
     publish(leader, "s.fail", bodies[200:400])
     follower.start()
-    wait_until(lambda: follower.log_text().count("stream 's.fail' in vhost '/': following node") >= 1
+    wait_until(lambda: "stream 's.fail' in vhost '/': following node" in follower.log_text()
                and "from offset 200" in follower.log_text(), "follower catching up from 200")
     assert read(follower, "s.fail", 400) == want
+
+
+def test_retention_is_the_leaders_and_the_same_on_every_replica(
+        nodes: list[BrokerProcess]) -> None:
+    n1, n2, n3 = nodes
+    leader = next(n for n in nodes if n.alive())
+    declare(leader, "s.retained", **{"x-initial-cluster-size": 3,
+                                     "x-stream-max-segment-size-bytes": 2_000,
+                                     "x-max-length-bytes": 6_000})
+    wait_until(lambda: len(state(leader, "s.retained")["in_sync"]) == 3,  # type: ignore[arg-type]
+               "three in-sync replicas")
+    publish(n2, "s.retained", [b"r" * 100 for _ in range(200)])  # about 30 KB
+
+    def same_start() -> object:
+        seen = {(state(n, "s.retained")["first_offset"], state(n, "s.retained")["last_offset"],
+                 state(n, "s.retained")["segments"]) for n in (n1, n2, n3)}
+        return len(seen) == 1 and next(iter(seen))[0] > 0 and next(iter(seen))
+
+    first, last, segments = wait_until(same_start, "the same retention on every replica")
+    assert last == 199 and segments >= 2
+    got = read(n3, "s.retained", 200 - first)
+    assert [o for o, _ in got] == list(range(first, 200))
+
+
+FROM_FILE = re.compile(r"node (\d+) fetches from offset (\d+), below the entries kept in RAM "
+                       r"\(from offset (\d+)\): entries sent from the log file")
+CAUGHT_UP = re.compile(r"node (\d+) caught up from the log file, offset (\d+) to (\d+) in "
+                       r"[\d.]+ s")
+
+
+@pytest.mark.slow
+def test_a_follower_catches_up_from_the_leaders_stream_log(nodes: list[BrokerProcess]) -> None:
+    """A follower stopped while the leader took 40,000 messages (past the entries its
+    Replica keeps in RAM) fetches them from its own offset, read from the leader's
+    segments."""
+    n1, n2, n3 = nodes
+    declare(n1, "s.deep", **{"x-initial-cluster-size": 3})
+    wait_until(lambda: len(state(n1, "s.deep").get("in_sync", [])) == 3,  # type: ignore[arg-type]
+               "three in-sync replicas")
+    publish_fast(n1.port, "s.deep", 2_000, 500)
+    n3.stop()
+    wait_until(lambda: len(state(n1, "s.deep").get("in_sync", [])) == 2,  # type: ignore[arg-type]
+               "n3 out of sync")
+    publish_fast(n1.port, "s.deep", 40_000, 1_000)
+    n3.start()
+    wait_until(lambda: len(state(n1, "s.deep").get("in_sync", [])) == 3,  # type: ignore[arg-type]
+               "n3 back in sync", 120)
+    found = FROM_FILE.search(n1.log_text())
+    assert found is not None and int(found.group(2)) >= 2_000
+    caught = wait_until(lambda: CAUGHT_UP.search(n1.log_text()), "the caught-up line")
+    print(found.group(0), caught.group(0), sep="\n")  # the figures (-s)
+    assert state(n3, "s.deep")["last_offset"] == 41_999
+    got = read(n3, "s.deep", 42_000)
+    assert [o for o, _ in got] == list(range(42_000))

@@ -123,6 +123,7 @@ class QuorumGroup:
     """One quorum queue's replica on this node, leader or follower (module docstring)."""
 
     timing = TIMING  # the replica's (a stream's group: the high watermark pushed)
+    what = "quorum queue"  # in log lines
 
     def __init__(self, manager: QuorumManager, vhost: str, name: str) -> None:
         self.manager = manager
@@ -276,7 +277,7 @@ class QuorumGroup:
                 for _, payload in record.entries:
                     self.check_entry(payload)
             except ReplicaLogError as exc:
-                log.error("quorum queue '%s': damaged entries from node %d: %s", self.name,
+                log.error("%s '%s': damaged entries from node %d: %s", self.what, self.name,
                           peer, exc)
                 return
         elif isinstance(record, Fetch):
@@ -287,8 +288,8 @@ class QuorumGroup:
             caught_up = self._from_file.get(peer)
             if caught_up is not None and record.offset >= self.replica.start:
                 del self._from_file[peer]
-                log.info("quorum queue '%s' in vhost '%s': node %d caught up from the log "
-                         "file, offset %d to %d in %.1f s", self.name, self.vhost, peer,
+                log.info("%s '%s' in vhost '%s': node %d caught up from the log "
+                         "file, offset %d to %d in %.1f s", self.what, self.name, self.vhost, peer,
                          caught_up[0], record.offset, self._now() - caught_up[1])
         try:
             self._do(self.replica.receive(peer, record, self._now()))
@@ -324,7 +325,7 @@ class QuorumGroup:
                 try:
                     self.log.write(a.first, a.entries)
                 except (ReplicaLogError, OSError) as exc:  # not expected: start again
-                    log.error("quorum queue '%s': replica log write failed: %s", self.name,
+                    log.error("%s '%s': replica log write failed: %s", self.what, self.name,
                               exc)
                     self._restart_replica()
                     return
@@ -335,8 +336,9 @@ class QuorumGroup:
             elif isinstance(a, Cas):
                 self._cas(a)
             elif isinstance(a, Truncate):
-                log.warning("quorum queue '%s' in vhost '%s': replica log cut to offset %d "
-                            "(the entries after it are not epoch %d's leader's)", self.name,
+                log.warning("%s '%s' in vhost '%s': replica log cut to offset %d "
+                            "(the entries after it are not epoch %d's leader's)", self.what,
+                            self.name,
                             self.vhost, a.offset, self.replica.epoch)
                 self.log.truncate(a.offset)
             elif isinstance(a, Install):
@@ -373,8 +375,9 @@ class QuorumGroup:
         t = _Transfer(snapshot.epoch, snapshot.offset, snapshot.last_epoch, snapshot.hw,
                       self.log.snapshot_size, self.log.generation, active=now)
         self._sending[peer] = t
-        log.info("quorum queue '%s' in vhost '%s': node %d fetched below this replica's log "
-                 "start: snapshot at offset %d sent (%d bytes, in chunks of %d)", self.name,
+        log.info("%s '%s' in vhost '%s': node %d fetched below this replica's log "
+                 "start: snapshot at offset %d sent (%d bytes, in chunks of %d)", self.what,
+                 self.name,
                  self.vhost, peer, t.offset, t.total, SNAPSHOT_CHUNK)
         self._send_chunk(peer, t, 0)
 
@@ -413,7 +416,7 @@ class QuorumGroup:
             finally:
                 os.close(fd)
         except OSError as exc:
-            log.error("quorum queue '%s': snapshot chunk not written: %s", self.name, exc)
+            log.error("%s '%s': snapshot chunk not written: %s", self.what, self.name, exc)
             self._receiving = None
             return
         t.done = c.pos + len(c.data)
@@ -445,9 +448,9 @@ class QuorumGroup:
             return None
         if peer not in self._from_file:
             self._from_file[peer] = (f.offset, self._now())
-            log.info("quorum queue '%s' in vhost '%s': node %d fetches from offset %d, below "
+            log.info("%s '%s' in vhost '%s': node %d fetches from offset %d, below "
                      "the entries kept in RAM (from offset %d): entries sent from the log "
-                     "file", self.name, self.vhost, peer, f.offset, self.replica.start)
+                     "file", self.what, self.name, self.vhost, peer, f.offset, self.replica.start)
         return Records(snapshot.epoch, f.offset, f.last_epoch, tuple(entries), snapshot.hw)
 
     def _fsync(self, token: tuple[int, int]) -> None:
@@ -455,7 +458,7 @@ class QuorumGroup:
             if self._closed:
                 return
             if error is not None:
-                log.error("quorum queue '%s': fsync failed: %s", self.name, error)
+                log.error("%s '%s': fsync failed: %s", self.what, self.name, error)
                 asyncio.get_running_loop().call_later(FSYNC_RETRY, self._fsync, token)
                 return
             self._do(self.replica.fsync_done(token, self._now()))
@@ -492,10 +495,10 @@ class QuorumGroup:
             try:
                 won = await self.manager.replace_state(self.qkey, raw, value)
                 if won:
-                    log.info("quorum queue '%s' in vhost '%s': %s (epoch %d)", self.name,
+                    log.info("%s '%s' in vhost '%s': %s (epoch %d)", self.what, self.name,
                              self.vhost, cas.why, new.epoch)
             except Exception as exc:
-                log.warning("quorum queue '%s': etcd change failed: %r", self.name, exc)
+                log.warning("%s '%s': etcd change failed: %r", self.what, self.name, exc)
             finally:
                 self.replica.cas_result(base, won)
 
@@ -508,11 +511,12 @@ class QuorumGroup:
                 raise ReplicaLogError("no snapshot received")
             self.log.install(a.offset, a.last_epoch, data)
         except (ReplicaLogError, OSError) as exc:
-            log.error("quorum queue '%s': snapshot not installed: %s", self.name, exc)
+            log.error("%s '%s': snapshot not installed: %s", self.what, self.name, exc)
             self._restart_replica()
             return
-        log.info("quorum queue '%s' in vhost '%s': snapshot of node %s installed at offset "
-                 "%d (%d messages)", self.name, self.vhost, self.state and self.state["leader"],
+        log.info("%s '%s' in vhost '%s': snapshot of node %s installed at offset "
+                 "%d (%d messages)", self.what, self.name, self.vhost,
+                 self.state and self.state["leader"],
                  a.offset, self.log.count)
 
     def _restart_replica(self) -> None:
@@ -527,8 +531,8 @@ class QuorumGroup:
             self.on_state(state, raw)
 
     def _become(self, a: Become) -> None:
-        log.info("quorum queue '%s' in vhost '%s': leader here (epoch %d, %d messages, "
-                 "%d entries to commit first)", self.name, self.vhost, a.epoch,
+        log.info("%s '%s' in vhost '%s': leader here (epoch %d, %d messages, "
+                 "%d entries to commit first)", self.what, self.name, self.vhost, a.epoch,
                  self.log.count, self.replica.log_end - a.committed)
         if self.queue is None:
             self.manager.promote(self)  # the stand-in gives way: lead() is called
@@ -536,8 +540,8 @@ class QuorumGroup:
             self.queue.release_held()
 
     def _step_down(self, epoch: int) -> None:
-        log.warning("quorum queue '%s' in vhost '%s': no longer the leader here (epoch %d)",
-                    self.name, self.vhost, epoch)
+        log.warning("%s '%s' in vhost '%s': no longer the leader here (epoch %d)",
+                    self.what, self.name, self.vhost, epoch)
         self._ops.clear()
         self.acks.clear()
         self.log.discard_unwritten()
@@ -575,15 +579,15 @@ class QuorumGroup:
             def done(error: Exception | None) -> None:
                 try:
                     if log_.finish_compaction(job):
-                        log.info("quorum queue '%s' in vhost '%s': replica log compacted to %d "
-                                 "bytes (%.1f s, written off the event loop)", self.name,
+                        log.info("%s '%s' in vhost '%s': replica log compacted to %d "
+                                 "bytes (%.1f s, written off the event loop)", self.what, self.name,
                                  self.vhost, log_.size, self._now() - began)
                         return
                 except OSError as exc:
                     error = exc
                 if error is not None or job.error is not None:
-                    log.warning("quorum queue '%s': replica log compaction failed: %s",
-                                self.name, error or job.error)
+                    log.warning("%s '%s': replica log compaction failed: %s",
+                                self.what, self.name, error or job.error)
 
             self.runtime.broker.env.run_blocking(job.run, done)
 
