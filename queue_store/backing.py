@@ -84,54 +84,50 @@ class BackingQueue(Protocol):
 STATES = ("alpha", "beta", "gamma", "delta")
 
 
-class MemoryBackingQueue:
+class MemoryBackingQueue(deque):  # type: ignore[type-arg]
     """FIFO of ready messages in RAM; ``requeue`` puts messages back at their original
-    positions (by sequence number)."""
+    positions (by sequence number). A deque itself, so that ``len()``, truth and iteration
+    (asked on every publish) are the deque's C calls, not a Python method's."""
 
-    __slots__ = ("_q", "bytes")
+    __slots__ = ("bytes",)
 
     def __init__(self) -> None:
-        self._q: deque[QueuedMessage] = deque()
+        super().__init__()
         self.bytes = 0
 
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[QueuedMessage]:
-        return iter(self._q)
-
     def append(self, qm: QueuedMessage) -> None:
-        self._q.append(qm)
+        deque.append(self, qm)
         self.bytes += len(qm.message.body)
 
-    def popleft(self) -> QueuedMessage | None:
-        if not self._q:
+    def popleft(self) -> QueuedMessage | None:  # type: ignore[override]
+        if not self:
             return None
-        qm = self._q.popleft()
+        qm: QueuedMessage = deque.popleft(self)
         self.bytes -= len(qm.message.body)
         return qm
 
     def peek(self) -> QueuedMessage | None:
-        return self._q[0] if self._q else None
+        return self[0] if self else None
 
     def head_seq(self) -> int | None:
         """The seq of the next message to deliver (None: empty)."""
-        return self._q[0].seq if self._q else None
+        return self[0].seq if self else None
 
     def requeue(self, qms: list[QueuedMessage]) -> None:
         """Merge ``qms`` (sorted by seq) back in by sequence number."""
         if not qms:
             return
         self.bytes += sum(len(qm.message.body) for qm in qms)
-        q = self._q
-        if not q or qms[-1].seq < q[0].seq:
-            q.extendleft(reversed(qms))
+        if not self or qms[-1].seq < self[0].seq:
+            self.extendleft(reversed(qms))
         else:
-            self._q = deque(heapq.merge(qms, q))
+            merged = list(heapq.merge(qms, self))
+            deque.clear(self)
+            self.extend(merged)
 
-    def clear(self) -> list[QueuedMessage]:
-        out = list(self._q)
-        self._q.clear()
+    def clear(self) -> list[QueuedMessage]:  # type: ignore[override]
+        out = list(self)
+        deque.clear(self)
         self.bytes = 0
         return out
 
@@ -143,7 +139,7 @@ class MemoryBackingQueue:
 
     def state_counts(self) -> dict[str, int]:
         """Every message is alpha (RAM only)."""
-        return {"alpha": len(self._q), "beta": 0, "gamma": 0, "delta": 0,
+        return {"alpha": len(self), "beta": 0, "gamma": 0, "delta": 0,
                 "alpha_bytes": self.bytes, "beta_bytes": 0, "gamma_bytes": 0, "delta_bytes": 0}
 
 
