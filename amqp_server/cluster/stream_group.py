@@ -281,6 +281,7 @@ class StreamGroup(QuorumGroup):
     queue: ReplicatedStream | None  # type: ignore[assignment]
     _chunk_ms = 0  # leader: wall-clock ms of the chunk being built (its first publish)
     _following = -1  # the leader this replica last followed (logged when it changes)
+    what = "stream"
     timing = dataclasses.replace(TIMING, push_hw=True)  # followers' readers: commits at once
 
     def _open_log(self) -> StreamReplicaLog:
