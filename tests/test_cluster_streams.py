@@ -192,6 +192,29 @@ def test_a_node_without_a_replica_publishes_and_reads_through_the_leader(
     assert read(n2, "s.two", 1) == [(0, b"again")]
 
 
+def test_a_replica_removed_and_added_again(nodes: list[BrokerProcess]) -> None:
+    """``delete_member`` then ``add_member`` (amqpq's quorum replica endpoints, which take a
+    stream too): the removed node reads through the leader, then its new replica copies
+    the log from the leader's first offset and serves its consumers again."""
+    n1, n2, n3 = nodes
+    declare(n1, "s.members", **{"x-initial-cluster-size": 3})
+    wait_until(lambda: len(state(n1, "s.members")["in_sync"]) == 3,  # type: ignore[arg-type]
+               "three in-sync replicas")
+    bodies = [f"m{i}".encode() for i in range(30)]
+    publish(n1, "s.members", bodies[:10])
+    path = "/api/queues/quorum/%2F/s.members/replicas"
+    api(n1, f"{path}/delete", "DELETE", {"node": "n3"})
+    wait_until(lambda: state(n3, "s.members")["members"] == ["n1", "n2"], "n3 removed")
+    publish(n3, "s.members", bodies[10:20])
+    assert read(n3, "s.members", 20) == list(enumerate(bodies[:20]))  # through the leader
+    api(n1, f"{path}/add", "POST", {"node": "n3"})
+    wait_until(lambda: len(state(n1, "s.members")["in_sync"]) == 3,  # type: ignore[arg-type]
+               "n3 in sync again")
+    publish(n2, "s.members", bodies[20:])
+    wait_until(lambda: state(n3, "s.members").get("last_offset") == 29, "n3's own replica")
+    assert read(n3, "s.members", 30) == list(enumerate(bodies))
+
+
 def api_status(node: BrokerProcess, path: str) -> int:
     try:
         api(node, path)

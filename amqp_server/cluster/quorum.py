@@ -237,13 +237,7 @@ class QuorumManager:
         arguments = kwargs.get("arguments") or {}
         stream = isinstance(group, StreamGroup)
         if stream:
-            settings = kwargs.get("settings")
-            vhost = self.runtime.broker.vhosts.get(group.vhost)
-            policy = vhost.policies.get(settings.policy or "") if vhost is not None \
-                and settings is not None else None
-            size = stream_group.initial_cluster_size(
-                arguments, policy.definition.get("initial-cluster-size") if policy else None,
-                len(set(self.hub.nodes.values())))
+            size = stream_group.new_stream_size(self, group.vhost, kwargs)
         else:
             size = int(arguments.get("x-quorum-initial-group-size") or DEFAULT_GROUP_SIZE)
         members = placement.choose_members(
@@ -286,13 +280,14 @@ class QuorumManager:
         group.lead(queue)
         queue.dispatch()
 
-    def replace(self, queue: ReplicatedQueue, leader: int | None) -> None:
+    def replace(self, queue: ReplicatedQueue | Queue, leader: int | None) -> None:
         """A queue led here no longer is: a stand-in for ``leader`` takes its place; its
         consumers get Basic.Cancel."""
         remote = RemoteQueue(self.runtime.client, leader if leader is not None else -1, queue.name,
                              queue.vhost_name, durable=queue.durable,
                              auto_delete=queue.auto_delete, arguments=queue.arguments,
                              settings=queue.settings)
+        remote.home_moves = True  # a quorum queue's or stream's: publishes wait for a leader
         self._swap(queue, remote)
         for consumer in queue.mark_deleted():
             consumer.channel.consumer_cancelled_by_broker(consumer)
@@ -354,9 +349,12 @@ class QuorumManager:
         self.reconcile(asyncio.get_running_loop().time())
 
     def drop(self, group: QuorumGroup) -> None:
-        """This node is no longer a member (``delete_member``, ``shrink``): its replica goes."""
+        """This node is no longer a member (``delete_member``, ``shrink``): its replica goes
+        (a stream's queue here becomes a stand-in for its leader)."""
         if self.groups.get(group.qkey) is group:
             del self.groups[group.qkey]
+            if isinstance(group, StreamGroup) and group.queue is not None:
+                self.replace(group.queue, int(group.state["leader"]) if group.state else -1)
             log.info("quorum queue '%s' in vhost '%s': replica on this node removed",
                      group.name, group.vhost)
             group.close(remove=True)

@@ -90,7 +90,7 @@ NO_ROLL = 1 << 62  # the replica's StreamLog never rolls by itself: the leader d
 COMMITTED_FILE = "committed"  # beside the segments: the committed offset, once a second
 
 __all__ = ["HEAD", "ReplicatedStream", "StreamGroup", "StreamReplicaLog", "adopt",
-           "entry_payload", "initial_cluster_size", "make_stream"]
+           "entry_payload", "initial_cluster_size", "make_stream", "new_stream_size"]
 
 
 def entry_payload(record: bytes, timestamp_ms: int, flags: int = 0) -> bytes:
@@ -539,6 +539,20 @@ def make_stream(manager: QuorumManager, name: str, vhost_name: str, home: int,
     else:
         manager.runtime.keep_task(asyncio.ensure_future(manager.create(group, kwargs)))
     return queue
+
+
+def new_stream_size(manager: QuorumManager, vhost_name: str, kwargs: dict[str, Any]) -> int:
+    """The replicas of a stream being declared with Queue ``kwargs``
+    (:func:`initial_cluster_size`: its policy's ``initial-cluster-size``, its argument, or
+    the cluster's node count)."""
+    settings = kwargs.get("settings")
+    vhost = manager.runtime.broker.vhosts.get(vhost_name)
+    policy = vhost.policies.get(settings.policy or "") if vhost is not None \
+        and settings is not None else None
+    return initial_cluster_size(
+        kwargs.get("arguments") or {},
+        policy.definition.get("initial-cluster-size") if policy is not None else None,
+        len(set(manager.hub.nodes.values())))
 
 
 def adopt(manager: QuorumManager, group: StreamGroup) -> None:
