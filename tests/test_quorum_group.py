@@ -25,7 +25,12 @@ EXRK = b"\x00\x01q"
 
 
 class Cluster:
-    """Nodes' groups of one queue, their links (outboxes pumped by hand) and etcd's value."""
+    """Nodes' groups of one queue, their links (outboxes pumped by hand) and etcd's value
+    (``group_class``: a subclass of QuorumGroup to test instead, made with ``extras``
+    added to the manager stand-in)."""
+
+    group_class: type[QuorumGroup] = QuorumGroup
+    extras: dict[str, Any] = {}
 
     def __init__(self, tmp: Path, nodes: int) -> None:
         self.groups: dict[int, QuorumGroup] = {}
@@ -43,7 +48,8 @@ class Cluster:
             out[j] = SimpleNamespace(outbox=box, schedule=lambda: None)
         env = SimpleNamespace(run_blocking=lambda fn, then: (fn(), loop.call_soon(then, None)))
         runtime = SimpleNamespace(
-            index=i, links=SimpleNamespace(out=out), broker=SimpleNamespace(env=env),
+            index=i, links=SimpleNamespace(out=out), broker=SimpleNamespace(
+                env=env, vhosts={"/": SimpleNamespace(storage=None)}),
             keep_task=lambda task: task, after_commit=lambda: None)
         membership = SimpleNamespace(refreshed_at=loop.time(),
                                      etcd=SimpleNamespace(lease_ttl=5))
@@ -51,8 +57,8 @@ class Cluster:
             runtime=runtime, data_dir=tmp / f"n{i}", run=100 + i,
             hub=SimpleNamespace(running=self.running, m=membership),
             replace_state=self.replace_state, promote=lambda group: None,
-            replace=lambda queue, leader: None, drop=lambda group: None)
-        group = self.groups[i] = QuorumGroup(manager, "/", "q")  # type: ignore[arg-type]
+            replace=lambda queue, leader: None, drop=lambda group: None, **self.extras)
+        group = self.groups[i] = self.group_class(manager, "/", "q")  # type: ignore[arg-type]
         if self.value:
             group.on_state(json.loads(self.value), self.value)
         return group

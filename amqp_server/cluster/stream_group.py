@@ -294,6 +294,14 @@ class StreamGroup(QuorumGroup):
         return StreamReplicaLog(StreamLog(directory, NO_ROLL),
                                 segment_bytes(args.get("x-stream-max-segment-size-bytes")))
 
+    def _restart_replica(self) -> None:
+        """:meth:`QuorumGroup._restart_replica`; the queue here reads the log opened again."""
+        super()._restart_replica()
+        if self.queue is not None:
+            self.queue.log = self.log.stream
+            self.queue.forget_tail()
+            self.lead(self.queue)
+
     def check_entry(self, payload: bytes) -> None:
         if len(payload) < HEAD.size:
             raise ReplicaLogError(f"a stream entry of {len(payload)} bytes")
