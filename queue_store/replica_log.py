@@ -257,7 +257,9 @@ class ReplicaLog:
         """A message enters: ``(its offset, the entry's payload)``."""
         offset = self.next_offset
         record = make_enq(offset, returns, exrk, props, body)
-        self._apply(ENQ, record, _UNWRITTEN)
+        self._slots.add(offset, _UNWRITTEN, len(record), returns)  # _apply's ENQ, unparsed
+        self.next_offset = offset + 1
+        self.lsn += 1
         return offset, record
 
     def ack(self, offsets: Iterable[int]) -> bytes | None:
@@ -292,24 +294,60 @@ class ReplicaLog:
         """
         if first != self.written:
             raise ReplicaLogError(f"write at {first}, the log ends at {self.written}")
-        parts = []
+        parts: list[bytes] = []
         pos = self.size
+        index = self._index
+        due = index.due  # the entry index takes a point every INDEX_EVERY entries
+        written, unapplied = self.written, self.lsn  # below ``unapplied``: the leader's own
+        placed_offsets: list[int] = []  # the leader's ENQ records: their offsets, positions
+        placed_at: list[int] = []
+        enq_offsets: list[int] = []  # a follower's ENQ records not applied yet
+        enq_at: list[int] = []
+        enq_lens: list[int] = []
         for epoch, payload in entries:
             if epoch != self.last_epoch or self._marker_due:
                 marker = make_record(EPOCH, EPOCH_BODY.pack(epoch))
                 parts.append(marker)
                 pos += len(marker)
                 self.last_epoch, self._marker_due = epoch, False
-            self._indexed(self.written, pos, epoch)
-            if self.written >= self.lsn:  # a follower's (checked on arrival): apply it
-                self._apply(payload[8], payload, pos)
+                index.add(written, pos, epoch)  # a new epoch begins here
+                due = index.due
+            elif written >= due:
+                index.add(written, pos, epoch)
+                due = index.due
+            if written >= unapplied:  # a follower's (checked on arrival): apply it
+                kind = payload[8]
+                if kind == ENQ and not ENQ_HEAD.unpack_from(payload, 9)[1]:
+                    # _apply's ENQ (no returns), the slots added together below
+                    enq_offsets.append(ENQ_HEAD.unpack_from(payload, 9)[0])
+                    enq_at.append(pos)
+                    enq_lens.append(len(payload))
+                else:  # in order: the ENQ records before it first
+                    self._add_enqs(enq_offsets, enq_at, enq_lens)
+                    self._apply(kind, payload, pos)
             elif payload[8] == ENQ:  # the leader's message: now its record has a place
-                self._slots.placed(ENQ_HEAD.unpack_from(payload, 9)[0], pos)
-            self.written += 1
+                placed_offsets.append(ENQ_HEAD.unpack_from(payload, 9)[0])
+                placed_at.append(pos)
+            written += 1
             parts.append(payload)
             pos += len(payload)
+        self.written = written
+        self._add_enqs(enq_offsets, enq_at, enq_lens)
+        self._slots.placed_many(placed_offsets, placed_at)
         self._write(b"".join(parts))
         self._marks.append((self.written, self.size, self.last_epoch))
+
+    def _add_enqs(self, offsets: list[int], positions: list[int], lengths: list[int]) -> None:
+        """Apply a follower's ENQ records without returns (their offsets, positions and
+        lengths, emptied): :meth:`_apply` of each, their slots added at once."""
+        if offsets:
+            self._slots.add_many(offsets, positions, lengths)
+            if offsets[-1] >= self.next_offset:
+                self.next_offset = offsets[-1] + 1
+            self.lsn += len(offsets)
+            offsets.clear()
+            positions.clear()
+            lengths.clear()
 
     def _indexed(self, lsn: int, pos: int, epoch: int) -> None:
         """The entry after LSN ``lsn`` is at ``pos`` in the file, of ``epoch``."""

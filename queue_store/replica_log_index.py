@@ -46,6 +46,12 @@ class EntryIndex:
         if not self.epochs or self.epochs[-1][0] != epoch:
             self.epochs.append((epoch, lsn))
 
+    @property
+    def due(self) -> int:
+        """The LSN from which :meth:`add` takes a point again (0: the index is empty); an
+        entry below it adds nothing but a new epoch."""
+        return self._lsn[-1] + INDEX_EVERY if self._lsn else 0
+
     def epoch_of(self, lsn: int) -> int | None:
         """Epoch of the entry at LSN ``lsn`` (offset ``lsn - 1``; the caller knows the file
         holds it); None when no epoch began at or before it."""

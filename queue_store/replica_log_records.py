@@ -26,6 +26,7 @@ BASE_BODY = struct.Struct(">QQ")
 EPOCH_BODY = struct.Struct(">I")
 POINT_BODY = struct.Struct(">QI")
 KINDS = {k: bytes([k]) for k in (ENQ, ACK, RET, BASE, EPOCH, POINT)}
+_ENQ_KIND = KINDS[ENQ]
 #: bytes read from the file at once (a scan at open, a run of messages read back)
 READ_CHUNK = 4 * 1024 * 1024
 
@@ -45,8 +46,11 @@ def make_record(kind: int, *parts: bytes) -> bytes:
 
 
 def make_enq(offset: int, returns: int, exrk: bytes, props: bytes, body: bytes) -> bytes:
-    return make_record(ENQ, ENQ_HEAD.pack(offset, returns, len(exrk), len(props)), exrk, props,
-                       body)
+    """An ENQ record (:func:`make_record`'s bytes, in one join and one CRC: one per publish
+    on a quorum queue's leader)."""
+    rest = b"".join((_ENQ_KIND, ENQ_HEAD.pack(offset, returns, len(exrk), len(props)), exrk,
+                     props, body))
+    return HEAD.pack(len(rest), zlib.crc32(rest)) + rest
 
 
 def parse_enq(record: bytes | memoryview) -> tuple[int, int, bytes, bytes, bytes]:

@@ -74,6 +74,22 @@ class MessageSlots:
         if returns:
             self._returns[offset] = returns
 
+    def add_many(self, offsets: list[int], positions: list[int], lengths: list[int]) -> None:
+        """:meth:`add` of each message (``returns`` 0): appended at once when they are
+        consecutive offsets after every slot (a follower's Write of its leader's ENQ
+        records), else one by one."""
+        mine = self._offsets
+        if not offsets or (mine and mine[-1] >= offsets[0]) \
+                or offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+            for offset, pos, length in zip(offsets, positions, lengths, strict=True):
+                self.add(offset, pos, length)
+            return
+        mine.extend(offsets)
+        self._pos.extend(positions)
+        self._len.extend(lengths)
+        self.count += len(offsets)
+        self.live_bytes += sum(lengths)
+
     def remove(self, offset: int) -> bool:
         """Message ``offset`` left; False if it was not here."""
         i = self._find(offset)
@@ -118,6 +134,23 @@ class MessageSlots:
         i = bisect_left(offsets, offset, self._first)
         if i < len(offsets) and offsets[i] == offset and self._pos[i] == UNWRITTEN:
             self._pos[i] = pos
+
+    def placed_many(self, offsets: list[int], positions: list[int]) -> None:
+        """:meth:`placed` of each message of ``offsets`` (in offset order: a Write of the
+        leader's operations) at the matching position; each found where the one before
+        ended, without a search, when they are consecutive slots (they are: the unwritten
+        slots are the last ones)."""
+        if not offsets:
+            return
+        offs, pos = self._offsets, self._pos
+        n = len(offs)
+        i = bisect_left(offs, offsets[0], self._first)
+        for offset, p in zip(offsets, positions, strict=True):
+            if i >= n or offs[i] != offset:
+                i = bisect_left(offs, offset, self._first)
+            if i < n and offs[i] == offset and pos[i] == UNWRITTEN:
+                pos[i] = p
+            i += 1
 
     def offsets(self) -> list[int]:
         """The live messages' offsets, in order."""

@@ -259,3 +259,26 @@ def test_a_compaction_is_dropped_when_the_log_is_cut_meanwhile(
     unfinished = log.begin_compaction()  # its run never finished (it failed): dropped too
     assert unfinished is not None and log.finish_compaction(unfinished) is False
     assert log.compact() is True and _bodies(log) == {20: (b"x" * 50, 0)}
+
+
+def test_one_write_of_mixed_operations_leaves_a_follower_as_its_leader(tmp_path: Path) -> None:
+    """A Write whose entries mix ENQ, ACK and RET (an ACK of a message entered in the same
+    batch, a RET, messages after them) is applied in order on a follower (its ENQ slots are
+    added in runs) and places the leader's own messages: both read back the same."""
+    leader, follower = ReplicaLog(tmp_path / "l.log"), ReplicaLog(tmp_path / "f.log")
+    ops = [leader.enq(EXRK, b"", f"m{i}".encode())[1] for i in range(4)]
+    ops += [leader.ack([2]), leader.ret(3, 2)]
+    ops += [leader.enq(EXRK, b"\x00\x00", f"n{i}".encode())[1] for i in range(3)]
+    ops += [leader.ack([1, 6])]
+    batch = _lead(leader, 1, ops)
+    follower.write(0, batch[:7])  # a batch may end anywhere
+    follower.write(7, batch[7:])
+    expected = {3: (b"m2", 2), 4: (b"m3", 0), 5: (b"n0", 0), 7: (b"n2", 0)}
+    assert _bodies(leader) == _bodies(follower) == expected
+    assert leader.lsn == follower.lsn == leader.written == follower.written == len(ops)
+    assert leader.count == follower.count == 4 and leader.live_bytes == follower.live_bytes
+    assert follower.enq(EXRK, b"", b"x")[0] == leader.enq(EXRK, b"", b"x")[0] == 8
+    for log in (leader, follower):
+        log.close()
+    again = ReplicaLog(tmp_path / "f.log")
+    assert _bodies(again) == expected
