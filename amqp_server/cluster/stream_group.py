@@ -444,6 +444,12 @@ class ReplicatedStream(StreamQueue):
         """Publishes here go to ``leader`` (-1: none known yet)."""
         self.forward.home = leader
 
+    def leader_stand_in(self) -> RemoteQueue | None:
+        """Where publishes that waited for a leader go (``RemoteClient.release_parked``):
+        the leader's stand-in, or None when this node leads (or is about to)."""
+        group = self.group
+        return None if group.leading or group.expecting else self.forward
+
     # ---- publishing ----------------------------------------------------------------------
 
     def publish(self, message: Message) -> int:

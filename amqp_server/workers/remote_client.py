@@ -521,6 +521,9 @@ class RemoteClient:
         now = asyncio.get_running_loop().time()
         for qkey in list(self._parked):
             q = queue_by_key(qkey)
+            stand_in = getattr(q, "leader_stand_in", None)  # a replicated stream's replica
+            if stand_in is not None:
+                q = stand_in() or q  # its leader's stand-in, unless it leads here
             parked = self._parked[qkey]
             if isinstance(q, RemoteQueue) and q.home not in self.links.out:
                 expired = []
