@@ -116,6 +116,10 @@ def test_a_stream_is_replicated_and_read_on_every_node(nodes: list[BrokerProcess
     for node in (n1, n2, n3):
         assert read(node, "s.core", 200) == want
     assert read(n3, "s.core", 50, 150) == want[150:]
+    nxt = Reader(n3, "s.core", "next")  # a follower's "next": what comes after
+    publish(n2, "s.core", [b"late"])
+    assert nxt.until(1) == [(200, b"late")]
+    nxt.conn.close()
 
 
 def test_failover_and_catch_up(nodes: list[BrokerProcess]) -> None:

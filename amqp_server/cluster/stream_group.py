@@ -507,6 +507,25 @@ class ReplicatedStream(StreamQueue):
                 if key is not None:
                     runtime.local_result(key, REJECTED | NOT_LEADER)
 
+    # ---- consumers ----------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """:meth:`StreamQueue.add_consumer`; a cursor past the committed end (``next``,
+        ``last`` or a number naming uncommitted offsets) starts at it: what this replica
+        holds beyond may still be cut."""
+        super().add_consumer(consumer)
+        reader = self._readers.get(consumer)
+        if reader is not None:
+            reader.offset = min(reader.offset, self.readable_end())
+
+    def forget_tail(self) -> None:
+        """The log was cut or started over: the RAM tail goes, and cursors past the new
+        end come back to it."""
+        super().forget_tail()
+        end = self.log.next_offset
+        for reader in self._readers.values():
+            reader.offset = min(reader.offset, end)
+
     # ---- retention and life cycle -------------------------------------------------------
 
     def tick(self) -> None:
