@@ -65,6 +65,10 @@ from shovel import start_for_server as start_shovels
 log = logging.getLogger("amqpq.server")
 
 FULL_GC_EVERY = 100  # middle-generation collections per full one (CPython's default: 10)
+# net new tracked objects per young collection (CPython's default: 700): what a publish keeps
+# until its confirm (a quorum queue's commit a round trip later, ~1,000 in flight) dies
+# before a collection walks it
+YOUNG_GC_EVERY = 10_000
 
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024  # bytes buffered per socket before deliveries pause
 WRITE_BUFFER_LOW = 1 * 1024 * 1024
@@ -281,8 +285,11 @@ class BrokerServer:
         # all: at CPython's default (one per 10 middle ones, once the old generation grew by
         # 25%) a growing 100,000-message backlog cost a third of a quorum queue leader's CPU
         # (py-spy; benchmarks.quorum_bench publish 25.5k -> 33.9k msg/s at 100). Garbage here
-        # is freed by reference counting; cycles still go, a little later.
-        gc.set_threshold(700, 10, FULL_GC_EVERY)
+        # is freed by reference counting; cycles still go, a little later. Young collections
+        # every 10,000 (not 700): a quorum queue leader's CPU per message -10%
+        # (quorum_bench --cpu-only; its young collections walked the ~1,000 publishes
+        # waiting for their commit, 350 us each).
+        gc.set_threshold(YOUNG_GC_EVERY, 10, FULL_GC_EVERY)
         if isinstance(self.workers, NodeRuntime):  # drain closes the client listeners
             await self.workers.maintenance.attach(self)
         elif self.broker.cluster is None and not self.config.worker_index:
