@@ -533,9 +533,11 @@ class VirtualHost:
                 rk = message.routing_key
                 if exchange is None:
                     q = self.queues.get(rk)
-                    if (q is not None and context is None and accept is None
+                    if (q is not None and accept is None
                             and not message.flags & FLAG_HEADERS):  # no CC/BCC: one queue
-                        return ROUTED | q.publish(message)
+                        if context is None:
+                            return ROUTED | q.publish(message)
+                        return ROUTED | q.publish_for(message, context)
                     queues = [q] if q is not None else []
                 else:
                     exchange.published += 1

@@ -149,6 +149,9 @@ class QuorumGroup:
         # file: the offset they started from and when
         self._from_file: dict[int, tuple[int, float]] = {}
         self._closed = False
+        # the last Records encoded: (epoch, first, prev_epoch, hw, count), its last and first
+        # payloads (the objects), its body (_encoded)
+        self._last_records: tuple[tuple[int, ...], bytes, bytes, bytes] | None = None
 
     def _open_log(self) -> Any:
         """The replica's log: a quorum queue's :class:`ReplicaLog` (a stream's group gives
@@ -358,8 +361,30 @@ class QuorumGroup:
                 self._send_snapshot(peer, record)
                 return
             record = records
-        out.outbox.repl(replica_records.encode(self.qkey, record))
+        out.outbox.repl(self._encoded(record))
         out.schedule()
+
+    def _encoded(self, record: Any) -> bytes:
+        """``record``'s REPL body; a Records like the last one encoded this event-loop turn
+        (the same leader epoch, offsets, high watermark and payload objects: the followers
+        at one offset answered after one append) reuses its body: one encoding per batch,
+        not per follower."""
+        if isinstance(record, Records) and record.entries:
+            key = (record.epoch, record.first, record.prev_epoch, record.hw,
+                   len(record.entries))
+            last = self._last_records
+            if last is not None and last[0] == key and last[1] is record.entries[-1][1] \
+                    and last[2] is record.entries[0][1]:
+                return last[3]
+            body = replica_records.encode(self.qkey, record)
+            if last is None:  # kept for this event-loop turn only (it may be large)
+                asyncio.get_running_loop().call_soon(self._forget_records)
+            self._last_records = (key, record.entries[-1][1], record.entries[0][1], body)
+            return body
+        return replica_records.encode(self.qkey, record)
+
+    def _forget_records(self) -> None:
+        self._last_records = None
 
     # ---- snapshots, in chunks ------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
@@ -260,9 +261,12 @@ class Replica:
         the first one's offset, one Write, parked fetches answered once."""
         if self.lead is None:
             return None, []
-        offset = self.log_end
-        entries = tuple((self.epoch, p) for p in payloads)
-        self._extend(entries)
+        offset, epoch = self.log_end, self.epoch
+        entries = tuple(zip(repeat(epoch), payloads))
+        if entries:  # _extend's loop for entries of one epoch
+            if not self.epochs or self.epochs[-1][0] != epoch:
+                self.epochs.append((epoch, offset))
+            self.log.extend(entries)
         out: list[Action] = [Write(offset, entries)]
         self._sync(out)
         for peer, f in list(self.lead.parked.items()):
