@@ -317,9 +317,10 @@ class ReplicaLog:
                 due = index.due
             if written >= unapplied:  # a follower's (checked on arrival): apply it
                 kind = payload[8]
-                if kind == ENQ and not ENQ_HEAD.unpack_from(payload, 9)[1]:
+                head = ENQ_HEAD.unpack_from(payload, 9) if kind == ENQ else None
+                if head is not None and not head[1]:
                     # _apply's ENQ (no returns), the slots added together below
-                    enq_offsets.append(ENQ_HEAD.unpack_from(payload, 9)[0])
+                    enq_offsets.append(head[0])
                     enq_at.append(pos)
                     enq_lens.append(len(payload))
                 else:  # in order: the ENQ records before it first

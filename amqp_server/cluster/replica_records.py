@@ -138,14 +138,14 @@ def decode(body: bytes) -> tuple[bytes, ReplicaRecord]:
             first, prev_epoch, hw, count = _RECORDS.unpack_from(body, pos)
             pos += _RECORDS.size
             entries = []
+            append, unpack, head = entries.append, _ENTRY.unpack_from, _ENTRY.size
             for _ in range(count):
-                e, n = _ENTRY.unpack_from(body, pos)
-                pos += _ENTRY.size
-                payload = body[pos:pos + n]
-                if len(payload) != n:
-                    raise RecordError("cut entry")
-                entries.append((e, payload))
+                e, n = unpack(body, pos)
+                pos += head
+                append((e, body[pos:pos + n]))
                 pos += n
+            if pos > len(body):  # a payload cut short (the ones before it end in the body)
+                raise RecordError("cut entry")
             return qkey, Records(epoch, first, prev_epoch, tuple(entries), hw)
         if sub == DIVERGING:
             offset, last_epoch, end_epoch, end_offset = _DIVERGING.unpack_from(body, pos)
