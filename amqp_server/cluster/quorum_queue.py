@@ -171,6 +171,7 @@ class ReplicatedQueue(Queue):
         confirmed (or nacked when a length limit with ``reject-publish`` refused it)."""
         pending = self.pending
         runtime = self.group.runtime
+        confirmed: list[tuple[int, int]] = []  # keys of the publishes to confirm
         while pending and pending[0][0] <= hw:
             _, offset, message, key = pending.popleft()
             self._seq = offset - 1  # the queue's sequence number is the log's offset
@@ -179,8 +180,12 @@ class ReplicatedQueue(Queue):
                 self._refused(message)
                 self.group.acks.append(offset)
                 self.group.changed()
-            if key is not None:
-                runtime.local_result(key, REJECTED if result & REJECTED else ROUTED)
+                if key is not None:
+                    runtime.local_result(key, REJECTED)
+            elif key is not None:
+                confirmed.append(key)
+        if confirmed:
+            runtime.local_results(confirmed, ROUTED)
         returning = self.returning
         back = False
         while returning and returning[0][0] <= hw:

@@ -255,6 +255,21 @@ class RemoteClient:
         else:
             self._early[key] = result
 
+    def local_results(self, keys: list[tuple[int, int]], result: int) -> None:
+        """:meth:`local_result` of each of ``keys``, all with ``result`` (the publishes a
+        replicated queue's commit confirmed), in order, in one loop."""
+        if self._unanswered or self._aliases:
+            for key in keys:
+                self.local_result(key, result)
+            return
+        waits, early = self._waits, self._early
+        for key in keys:
+            join = waits.pop(key, None)
+            if join is not None:
+                join.done(result)
+            else:
+                early[key] = result
+
     def on_results(self, peer: int, body: bytes) -> None:
         """A RESULTS record: home ``peer``'s answers to publishes sent it."""
         for pub_id, result in read_results(body):

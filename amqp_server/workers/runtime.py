@@ -202,6 +202,10 @@ class WorkerRuntime:
         """:meth:`RemoteClient.local_result`."""
         self.client.local_result(key, result)
 
+    def local_results(self, keys: list[tuple[int, int]], result: int) -> None:
+        """:meth:`RemoteClient.local_results`."""
+        self.client.local_results(keys, result)
+
     def send_control(self, peer: int, record: tuple[Any, ...]) -> None:
         """:meth:`Links.send_control`."""
         self.links.send_control(peer, record)
