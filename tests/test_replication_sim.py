@@ -68,8 +68,8 @@ def test_each_broken_rule_fails_a_seed(name: str) -> None:
 def test_a_lost_disk_fails_seed_276_with_the_progress_rule_before_993c8b7() -> None:
     """Node 2 stops, comes back with its disk lost once out of the ISR, and fetches from 0;
     the leader counting the most it ever said (1 entry, kept while its node was gone) puts
-    it back in the ISR before it has anything on disk. Found by searching seeds 0-399
-    (268 and 276 fail). Today's rule: the same seed keeps every invariant."""
+    it back in the ISR before it has anything on disk. Found by searching seeds 0-399 (the
+    one that fails). Today's rule: the same seed keeps every invariant."""
     broken = quick(rules=BROKEN["progress kept across a lost disk"])
     with pytest.raises(SimFailure, match="seed 276: t=2.107: node 2 is in the ISR with 0 of 1 "
                                          "committed entries on disk"):
