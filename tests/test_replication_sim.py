@@ -82,12 +82,13 @@ def test_a_lost_disk_fails_seed_276_with_the_progress_rule_before_993c8b7() -> N
                    reason="a node back from a lost disk while the ISR still lists it: no rule "
                           "tells it its empty log is not what it acknowledged (docs/cluster.md"
                           ", Not yet)")
-def test_a_leader_back_from_a_lost_disk_within_its_lease_keeps_the_invariants() -> None:
-    """Seed 2 with ``wipe_waits=False``: the leader's node loses its disk and is back
-    0.07 s later, still the leader etcd names; it takes epoch 2 with its empty log and node
-    1 truncates to it. Strict: once something handles it, this passes and must lose its
-    mark."""
-    run_seed(2, quick(wipe_waits=False))
+def test_the_first_member_back_from_a_lost_disk_keeps_the_invariants() -> None:
+    """Seed 724 with ``wipe_waits=False``: the leader (node 0) is killed, node 1 crashes,
+    node 2 loses its disk; node 2, still in the ISR, is back first (its registration gone,
+    as a real start waits for) and takes epoch 2 with its empty log; node 0, back, truncates
+    the committed entry to it. Strict: once something handles it, this passes and must
+    lose its mark."""
+    run_seed(724, quick(wipe_waits=False))
 
 
 def test_a_seed_is_one_run() -> None:

@@ -83,8 +83,9 @@ class Config:
     publish_every: float = 0.05
     consume_every: float = 0.12
     # a node that lost its disk starts again only once etcd's ISR no longer lists it;
-    # False: after its delay, listed or not (what no rule here handles: a leader back
-    # within its lease takes a new epoch with its empty log; docs/cluster.md)
+    # False: once its registration is gone, listed or not (what no rule here handles: the
+    # first ISR member back after the others went down may be that one, and it takes
+    # over with its empty log; docs/cluster.md, Not yet)
     wipe_waits: bool = True
 
 
@@ -503,16 +504,16 @@ class World:
         node = self.nodes[i]
         if node.replica is not None:
             return
-        if i in self.lost and self.cfg.wipe_waits and (
-                i in self.state.isr or self.expiry[i] + self.cfg.tick > self.now):
+        if i in self.lost and ((self.cfg.wipe_waits and i in self.state.isr)
+                               or self.expiry[i] + self.cfg.tick > self.now):
             # a node whose disk was lost comes back once etcd's ISR no longer lists it (the
             # others noticed it gone: its silence, or its lease): back while still listed,
-            # nothing but itself tells that its empty log is not what it acknowledged, and
-            # a node restarting as the leader would take a new epoch with it. And, as a
-            # real node's start waits for its last registration to be gone (membership.py,
-            # _wait_name_free), once the others had a tick to see it gone: a node back
-            # unseen is, to a leader, the run whose fetches it counted (crashed and killed
-            # nodes here may come back unseen, harsher than a real node, and pass)
+            # nothing tells that its empty log is not what it acknowledged, and it may take
+            # over (cfg.wipe_waits). And always, as a real node's start waits for its last
+            # registration to be gone (membership.py, _wait_name_free), once the others had
+            # a tick to see it gone: a node back unseen is, to a leader, the run whose
+            # fetches it counted (crashed and killed nodes here may come back unseen,
+            # harsher than a real node, and pass)
             self.faults["wipe_waits"] += 1
             self.at(self.cfg.tick, "restart", i)
             return
