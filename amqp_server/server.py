@@ -438,9 +438,12 @@ class BrokerServer:
                     proto.tick()
                 except Exception:
                     log.exception("tick failed")
-            self.broker.tick()  # retries a failed definitions save, alarms, fsync round
-            if self.workers is not None:
-                self.workers.tick()
+            try:  # a failure is logged: the tick goes on next second
+                self.broker.tick()  # retries a failed definitions save, alarms, fsync round
+                if self.workers is not None:
+                    self.workers.tick()
+            except Exception:
+                log.exception("tick failed")
 
     async def stop(self) -> None:
         """Close listeners, then every connection with 320 CONNECTION_FORCED."""

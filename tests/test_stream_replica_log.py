@@ -1,4 +1,4 @@
-"""A replicated stream's log (amqp_server/cluster/stream_group.py's StreamReplicaLog over
+"""A replicated stream's log (amqp_server/cluster/stream_replica_log.py's StreamReplicaLog over
 queue_store/stream_log.py): entries written as the leader wrote them (same offsets, epochs,
 timestamps, segment boundaries), read back for a lagging follower, cut, started over, the
 epoch checkpoint surviving a restart and retention; and the Replica pushing its high
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from amqp_server.cluster.replication import Replica, Timing
 from amqp_server.cluster.replication_types import Fetch, GroupState, Records, Send
-from amqp_server.cluster.stream_group import (
+from amqp_server.cluster.stream_replica_log import (
     CHUNK_START,
     HEAD,
     NO_ROLL,

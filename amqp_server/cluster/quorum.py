@@ -344,8 +344,14 @@ class QuorumManager:
         group.on_record(peer, record)
 
     def tick(self) -> None:
+        """Once a second: every group's timers (one that fails is logged: the others and
+        the node's tick go on), then membership reconciliation."""
         for group in list(self.groups.values()):
-            group.tick()
+            try:
+                group.tick()
+            except Exception:
+                log.exception("%s '%s' in vhost '%s': tick failed", group.what, group.name,
+                              group.vhost)
         self.reconcile(asyncio.get_running_loop().time())
 
     def drop(self, group: QuorumGroup) -> None:

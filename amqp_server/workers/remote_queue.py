@@ -80,6 +80,10 @@ class RemoteQueue(Queue):
     def dispatch(self) -> None:
         self.client.drain_waiting(self)
 
+    def tick(self) -> None:
+        """Nothing: the broker's tick reaches a stream's stand-in too; its home applies the
+        stream's retention."""
+
     def settle(self, deliveries: Sequence[Delivery], outcome: Settlement) -> None:
         self.client.remote_settle(self.home, [qm.seq for qm, _, _ in deliveries], outcome)
 
