@@ -224,6 +224,27 @@ def test_a_replica_removed_and_added_again(nodes: list[BrokerProcess]) -> None:
     assert read(n3, "s.members", 30) == list(enumerate(bodies))
 
 
+def test_leaders_moved_by_rebalance_keep_the_log(nodes: list[BrokerProcess]) -> None:
+    """``rebalance`` (a leader transfer: etcd names an in-sync member, epoch + 1) moves
+    streams' leaders off n1; their offsets go on from the same log on every replica."""
+    n1, n2, n3 = nodes
+    names = [f"s.bal.{i}" for i in range(3)]
+    for name in names:
+        declare(n1, name, **{"x-initial-cluster-size": 3})
+        wait_until(lambda name=name: len(state(n1, name)["in_sync"]) == 3,  # type: ignore[arg-type]
+                   f"{name}: three in-sync replicas")
+        publish(n1, name, [b"before"])
+    api(n1, "/api/rebalance/queues", "POST", {"queue_pattern": r"^s\.bal\."})
+    leaders = {name: state(n2, name)["leader"] for name in names}
+    assert len(set(leaders.values())) > 1, leaders  # not all on n1 any more
+    for name in names:
+        wait_until(lambda name=name: len(state(n2, name)["in_sync"]) == 3,  # type: ignore[arg-type]
+                   f"{name}: the old leader in sync again")
+        publish(n1, name, [b"after"])
+        for node in (n1, n2, n3):
+            assert read(node, name, 2) == [(0, b"before"), (1, b"after")]
+
+
 def api_status(node: BrokerProcess, path: str) -> int:
     try:
         api(node, path)
