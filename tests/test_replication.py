@@ -27,7 +27,8 @@ ALL = (0, 1, 2)
 
 def state(leader: int = 0, run: int = 10, epoch: int = 1, isr: tuple[int, ...] = ALL,
           version: int = 1) -> GroupState:
-    return GroupState(leader, run, epoch, ALL, isr, version)
+    """A state whose ISR members were admitted with log id 0 (the replicas' here)."""
+    return GroupState(leader, run, epoch, ALL, isr, version, tuple((m, 0) for m in isr))
 
 
 class Cluster:

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.sim.broken import BROKEN
+from tests.sim.broken import BROKEN, BROKEN_WITHOUT_WIPE_WAIT
 from tests.sim.world import Config, SimFailure, World, old_rejoin_rules, quick, run_seed
 
 # short runs (tests.sim.world.quick: ~10 ms of CPU a seed); the module takes ~25 s of CPU
@@ -78,17 +78,32 @@ def test_a_lost_disk_fails_seed_276_with_the_progress_rule_before_993c8b7() -> N
     assert faults["wipe"] > 0
 
 
-@pytest.mark.xfail(raises=SimFailure, strict=True,
-                   reason="a node back from a lost disk while the ISR still lists it: no rule "
-                          "tells it its empty log is not what it acknowledged (docs/cluster.md"
-                          ", Not yet)")
-def test_the_first_member_back_from_a_lost_disk_keeps_the_invariants() -> None:
+def test_the_first_member_back_from_a_lost_disk_does_not_lead() -> None:
     """Seed 724 with ``wipe_waits=False``: the leader (node 0) is killed, node 1 crashes,
     node 2 loses its disk; node 2, still in the ISR, is back first (its registration gone,
-    as a real start waits for) and takes epoch 2 with its empty log; node 0, back, truncates
-    the committed entry to it. Strict: once something handles it, this passes and must
-    lose its mark."""
-    run_seed(724, quick(wipe_waits=False))
+    as a real start waits for). Before replica log ids it took epoch 2 with its empty log
+    and node 0, back, truncated the committed entry to it (the rule that ignores log ids
+    still does); now its log's id is not the one etcd recorded for it: it does not lead,
+    node 0 takes over when back, and every invariant holds."""
+    broken = quick(wipe_waits=False, rules=BROKEN_WITHOUT_WIPE_WAIT["log ids ignored"])
+    with pytest.raises(SimFailure, match="seed 724: .*is in the ISR with 0 of 1 committed"):
+        run_seed(724, broken)
+    faults = run_seed(724, quick(wipe_waits=False))
+    assert faults["wipe"] == 1
+
+
+@pytest.mark.timeout(120)
+def test_lost_disks_back_while_in_the_isr_keep_the_invariants() -> None:
+    """Nodes back from a lost disk as soon as their registration is gone, still listed in
+    the ISR (``wipe_waits=False``), over 200 seeds: odd seeds record the followers' log ids
+    lazily (from their first fetches), even ones at creation."""
+    failures = []
+    for seed in range(200):
+        try:
+            run_seed(seed, quick(wipe_waits=False))
+        except SimFailure as exc:
+            failures.append(str(exc))
+    assert failures == []
 
 
 def test_a_seed_is_one_run() -> None:

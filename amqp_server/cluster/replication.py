@@ -39,6 +39,9 @@ Leadership and membership live in etcd; the data path is Kafka's:
   when it sees a newer epoch (a fetch or etcd).
 * **Delivering**: the leader's queue delivers only while :meth:`~Replica.serving`: its
   epoch start is committed and its etcd session surely alive.
+* **Log ids**: a replica whose log is not the one etcd recorded for it when it joined the
+  ISR (its disk lost) neither leads nor counts until re-admitted
+  (:mod:`amqp_server.cluster.log_ids`, KIP-858/KIP-966).
 
 Source: Kafka replication (ISR, high watermark, leader epochs: KIP-101, KIP-279, KIP-320,
 KIP-497); h11's sans-IO design; tested by the deterministic simulation in ``tests/sim``.
@@ -53,6 +56,15 @@ from itertools import repeat
 from typing import Any
 
 from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
+from amqp_server.cluster.log_ids import (
+    counted,
+    elected,
+    hand_over,
+    log_ids_change,
+    not_eligible,
+    same_log,
+    with_isr,
+)
 from amqp_server.cluster.replication_types import (
     Become,
     Cas,
@@ -126,11 +138,14 @@ class Rules:
         isr_change: the ISR change to ask etcd for (:func:`kafka_isr_change`).
         high_watermark: what is committed (:func:`amqp_server.cluster.isr.high_watermark`).
         progress: what the leader counts on a follower's disk (:func:`latest_fetch_progress`).
+        same_log: whether a replica log is the one recorded for its node
+            (:func:`amqp_server.cluster.log_ids.same_log`).
     """
 
     isr_change: IsrRule = kafka_isr_change
     high_watermark: Callable[[Replicas], int | None] = high_watermark
     progress: Callable[[int | None, int | None], int | None] = latest_fetch_progress
+    same_log: Callable[[int | None, int], bool] = same_log
 
 
 @dataclass
@@ -142,6 +157,7 @@ class _Lead:
     progress: dict[int, int] = field(default_factory=dict)  # follower -> durable offset
     last_fetch: dict[int, float] = field(default_factory=dict)
     ready: set[int] = field(default_factory=set)  # followers whose fetch matched this epoch
+    log_ids: dict[int, int] = field(default_factory=dict)  # follower -> its latest fetch's log id
     parked: dict[int, Fetch] = field(default_factory=dict)
     mark: int = 0  # durable offset at the previous tick (the old rule's mark)
 
@@ -154,14 +170,20 @@ class Replica:
         run: this process's incarnation (unique per start; etcd's ``run`` of an epoch won).
         entries: the log as read from disk at start (all of it durable).
         timing, rules: see :class:`Timing`, :class:`Rules`.
+        log_id: the id of this replica's log (drawn at its creation, read back from disk;
+            0: unknown), sent in every fetch (module docstring, "Log ids").
 
     Every input returns the actions to carry out, in order.
     """
 
     def __init__(self, me: int, run: int, entries: Sequence[Entry] = (),
                  timing: Timing = Timing(), rules: Rules = Rules(), *, start: int = 0,
-                 start_epoch: int = 0, snapshot: Any = None) -> None:
+                 start_epoch: int = 0, snapshot: Any = None, log_id: int = 0) -> None:
         self.me, self.run = me, run
+        self.log_id = log_id
+        # why this replica may not take over although listed in the ISR (its log is not
+        # the one recorded for it), for the driver to log; None when it may
+        self.not_eligible: str | None = None
         self.timing, self.rules = timing, rules
         self.start = start  # offset of log[0]: what is before is in the snapshot
         self.start_epoch = start_epoch  # epoch of the entry at start - 1
@@ -245,8 +267,14 @@ class Replica:
         may have committed)."""
         assert self.state is not None and self.lead is not None
         return Replicas(self.me, self.state.members, self.state.isr, self.proposed,
-                        self.durable, self.log_end, self.lead.progress,
+                        self.durable, self.log_end, self._counted(),
                         max(self.committed, self.lead.epoch_start))
+
+    def _counted(self) -> Mapping[int, int]:
+        """The leader's progress per follower, less ISR members whose latest fetch is not
+        from the log recorded for them (:func:`amqp_server.cluster.log_ids.counted`)."""
+        assert self.state is not None and self.lead is not None
+        return counted(self.state, self.lead.progress, self.lead.log_ids, self.rules.same_log)
 
     # ---- inputs: leader --------------------------------------------------------------------
 
@@ -298,6 +326,7 @@ class Replica:
             return
         lead = self.lead
         lead.last_fetch[peer] = now
+        lead.log_ids[peer] = f.log_id
         if f.offset < self.start:  # below what this log still holds: nothing to check
             # a member that restarted with less than it had (its log lost) is not in sync
             lead.ready.discard(peer)
@@ -351,7 +380,8 @@ class Replica:
                 and self.me in self.state.members:
             self._fetched_at = now
             out.append(Send(self.state.leader, Fetch(self.epoch, self.log_end,
-                                                     self.last_epoch(), self.durable)))
+                                                     self.last_epoch(), self.durable,
+                                                     self.log_id)))
 
     def _on_records(self, peer: int, r: Records, now: float, out: list[Action]) -> None:
         if self.lead is not None or self.state is None or peer != self.state.leader \
@@ -490,7 +520,9 @@ class Replica:
         if self.proposed is not None and state.version > self._proposed_base:
             self.proposed = None  # etcd's state says what the ISR is now
         if state.leader == self.me:
-            if state.run != self.run:
+            if not self._eligible(state):  # its log is not the one the state names
+                self._step_down(out)
+            elif state.run != self.run:
                 self._step_down(out)
                 self._elect(out, f"node {self.me} restarted as the leader")
             elif self.lead is None or state.epoch > self.epoch:
@@ -546,12 +578,22 @@ class Replica:
             self._proposed_base = self.state.version
         out.append(Cas(new.but(version=self.state.version), why))
 
+    def _eligible(self, s: GroupState) -> bool:
+        """May this replica lead with state ``s`` (:func:`amqp_server.cluster.log_ids.
+        not_eligible`)? Sets :attr:`not_eligible` to say why not."""
+        self.not_eligible = not_eligible(s, self.me, self.log_id, self.rules.same_log)
+        return self.not_eligible is None
+
     def _elect(self, out: list[Action], why: str) -> None:
         s = self.state
         if s is None or self._changing is not None or self.me not in s.isr:
             return
-        isr = tuple(m for m in s.isr if m == self.me or m != s.leader)
-        self._cas(s.but(leader=self.me, run=self.run, epoch=s.epoch + 1, isr=isr), why, out)
+        if self._eligible(s):
+            self._cas(elected(s, self.me, self.run, self.log_id), why, out)
+        elif s.leader == self.me and self.not_eligible is not None:
+            change = hand_over(s, self.me, self.alive, self.not_eligible)
+            if change is not None:
+                self._cas(change[0], change[1], out)
 
     def tick(self, now: float) -> list[Action]:
         """Time passed: fetch again, change the ISR, or take over from a dead leader."""
@@ -569,7 +611,14 @@ class Replica:
                 self._fetch(out, now)
             return out
         if self._changing is None and self.proposed is not None:
-            self._cas(s.but(isr=self.proposed), "the in-sync replicas asked again", out)
+            self._cas(with_isr(s, self.proposed, lead.log_ids),
+                      "the in-sync replicas asked again", out)
+        elif self._changing is None and (ids_change := log_ids_change(
+                s, self.me, self.log_id, lead.log_ids, self.rules.same_log)) is not None:
+            new, why = ids_change
+            if new.isr != s.isr:
+                self.proposed = new.isr
+            self._cas(new, why, out)
         elif self._changing is None:
             silent = {m: now - max(lead.last_fetch.get(m, lead.since), lead.since)
                       for m in s.members if m != self.me}
@@ -579,7 +628,7 @@ class Replica:
                                            lead.mark)
             if change is not None:
                 self.proposed = change[0]  # counted by the high watermark from now on
-                self._cas(s.but(isr=change[0]), change[1], out)
+                self._cas(with_isr(s, change[0], lead.log_ids), change[1], out)
         lead.mark = self.durable
         self._advance(out)
         return out

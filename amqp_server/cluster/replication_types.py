@@ -35,6 +35,13 @@ class GroupState:
         members: every replica's node.
         isr: the in-sync replicas (the leader included).
         version: etcd's modification revision of the value (the compare of a swap).
+        log_ids: ``(node, log id)`` for ISR members: the id of the replica log each was
+            admitted with (Kafka KIP-858's directory id; :attr:`Fetch.log_id`), sorted by
+            node. A member with none recorded (a new queue's initial followers until the
+            leader saw their first fetch) counts for nothing committed until the leader
+            records it, and may lead (nothing was committed with it in the ISR). None: a
+            state written before log ids (counted and elected as before; the leader's
+            next tick records the ids).
     """
 
     leader: int
@@ -43,10 +50,22 @@ class GroupState:
     members: tuple[int, ...]
     isr: tuple[int, ...]
     version: int = 0
+    log_ids: tuple[tuple[int, int], ...] | None = None
 
     def but(self, **changes: Any) -> GroupState:
         """A copy with ``changes`` (the proposed value of a swap)."""
         return replace(self, **changes)
+
+    def log_id(self, node: int) -> int | None:
+        """The log id recorded for ``node`` (None: none recorded)."""
+        for m, log_id in self.log_ids or ():
+            if m == node:
+                return log_id
+        return None
+
+    def with_log_ids(self, ids: dict[int, int]) -> tuple[tuple[int, int], ...]:
+        """``ids`` restricted to this state's ISR, as :attr:`log_ids` wants them."""
+        return tuple(sorted((m, i) for m, i in ids.items() if m in self.isr))
 
 
 # ---- records between replicas ---------------------------------------------------------------
@@ -63,12 +82,16 @@ class Fetch:
         last_epoch: epoch of the entry at ``offset - 1`` (0 for an empty log): the leader
             checks it against its own log (KIP-320) before counting or answering.
         durable: entries the follower has fsynced (<= offset).
+        log_id: the id of the follower's replica log, drawn when the log was created (a
+            lost disk or deleted data directory gives a new one; 0: unknown): the leader
+            counts the fetch only for the log the ISR admitted (:attr:`GroupState.log_ids`).
     """
 
     epoch: int
     offset: int
     last_epoch: int
     durable: int
+    log_id: int = 0
 
 
 @dataclass(frozen=True)

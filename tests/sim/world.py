@@ -87,6 +87,12 @@ class Config:
     # first ISR member back after the others went down may be that one, and it takes
     # over with its empty log; docs/cluster.md, Not yet)
     wipe_waits: bool = True
+    # the queue's first state records the log id of: every member (True), the leader only
+    # (False: the others recorded by the leader once it saw their fetches, as the broker
+    # does), or None: every member for even seeds, the leader only for odd ones (an extra
+    # swap shifts every later event: seeds found failing before log ids keep their runs
+    # when even)
+    initial_log_ids: bool | None = None
 
 
 def quick(**changes: Any) -> Config:
@@ -98,18 +104,22 @@ def quick(**changes: Any) -> Config:
 
 
 class Disk:
-    def __init__(self) -> None:
+    """A node's replica log file: ``log_id`` is drawn when it is created (a lost disk
+    comes back as a new file with a new id: :attr:`Replica.log_id`)."""
+
+    def __init__(self, log_id: int) -> None:
         self.current: list[Any] = []
         self.synced: list[Any] = []
+        self.log_id = log_id
 
 
 class Node:
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, log_id: int) -> None:
         self.index = index
         self.run = 0  # the process: a restart is a new run
         self.session = 0  # its etcd session (the replica's run)
         self.replica: Replica | None = None  # None: crashed
-        self.disk = Disk()
+        self.disk = Disk(log_id)
         self.paused_until = 0.0
         self.slow_fsync_until = 0.0
         self.compacted = 0  # the replica's log start when it crashed
@@ -133,7 +143,9 @@ class World:
         self.seq = 0
         self.check = Checker(seed)
         self.faults: Counter[str] = Counter()
-        self.nodes = [Node(i) for i in range(n)]
+        # log ids count up (not from rng: the same seed makes the same run as before ids)
+        self.log_ids = 1000
+        self.nodes = [Node(i, self._new_log_id()) for i in range(n)]
         for node in self.nodes:
             node.clock_offset = self.rng.uniform(0, 1000)
             node.clock_rate = 1 + self.rng.uniform(-CLOCK_DRIFT, CLOCK_DRIFT)
@@ -157,13 +169,21 @@ class World:
             self._start(node)
         first = self.nodes[0]
         assert first.replica is not None
-        self.state = GroupState(0, first.run, 1, members, members, self.version)
+        # a new queue: the leader's log id recorded, the others' too or once it saw their
+        # fetches (Config.initial_log_ids)
+        every = cfg.initial_log_ids if cfg.initial_log_ids is not None else seed % 2 == 0
+        ids = tuple((n.index, n.disk.log_id) for n in self.nodes if every or n is first)
+        self.state = GroupState(0, first.run, 1, members, members, self.version, ids)
         for node in self.nodes:
             self._watch(node, 0.0)
             self.at(self.rng.uniform(0, cfg.tick), "tick", node.index, node.run)
         self.at(self.rng.expovariate(1 / cfg.fault_every), "fault")
         self.at(0.1, "publish")
         self.at(0.3, "consume")
+
+    def _new_log_id(self) -> int:
+        self.log_ids += 1
+        return self.log_ids
 
     # ---- the event loop ----------------------------------------------------------------------
 
@@ -221,7 +241,8 @@ class World:
         node.replica = Replica(node.index, node.run, synced[start:], self.cfg.timing,
                                self.cfg.rules, start=start,
                                start_epoch=synced[start - 1][0] if start else 0,
-                               snapshot=tuple(synced[:start]) if start else None)
+                               snapshot=tuple(synced[:start]) if start else None,
+                               log_id=node.disk.log_id)
         node.queue = None
         node.pending.clear()
 
@@ -460,7 +481,7 @@ class World:
             if kind == "wipe":  # crashed, or stopped cleanly half the time (SIGTERM)
                 if rng.random() < 0.5:
                     self.expiry[i] = min(self.expiry[i], self.now)
-                node.disk = Disk()
+                node.disk = Disk(self._new_log_id())
                 node.compacted = 0
                 self.lost.add(i)
                 self.dirty = True
