@@ -213,6 +213,11 @@ class RemoteClient:
         """``channel.settle_confirm(seq, ok)`` once every answer of ``waits`` is in (``ok``:
         none was a refusal); :meth:`after_results` without closures. ``waits`` is read now,
         not kept."""
+        if len(waits) == 1 and not self._moved and not self._early:
+            key = waits[0]  # one answer (a quorum queue's commit): _await's loop, unrolled
+            if key[0] == self.index or key[0] in self.links.out:
+                self._waits[key] = ConfirmWait(1, channel, seq)
+                return
         self._await(waits, ConfirmWait(len(waits), channel, seq))
 
     def _await(self, waits: list[tuple[int, int]], join: Join | ConfirmWait) -> None:
