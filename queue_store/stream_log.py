@@ -487,6 +487,8 @@ class StreamLog(SegmentSync):
         if delete:
             for seg in self.segments:
                 seg.path.unlink(missing_ok=True)
+            for name in (EPOCHS_FILE, EPOCHS_FILE + ".tmp"):
+                (self.directory / name).unlink(missing_ok=True)
             try:
                 self.directory.rmdir()
             except OSError:

@@ -84,6 +84,9 @@ def test_cut_start_over_retention_and_restart(tmp_path: Path) -> None:
     assert third.lsn == 41 and third.epoch_at(40) == 3 and third.epoch_at(41) == 4
     assert records(third.stream) == [(40, 5, b"z")]
     assert HEAD.unpack_from(third.read_entries(40, 1, 41)[0][1]) == (CHUNK_START | SEGMENT_START, 5)
+    third.save_committed(41)
+    third.remove()  # every file of the replica goes, and its directory
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_leader_pushes_its_high_watermark_to_parked_fetches() -> None:

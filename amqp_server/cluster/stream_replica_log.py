@@ -201,6 +201,9 @@ class StreamReplicaLog:
             self.stream.close()
 
     def remove(self) -> None:
+        """Close and delete the log's files (the stream or this replica went)."""
         if not self.closed:
             self.closed = True
+            for name in (COMMITTED_FILE, COMMITTED_FILE + ".tmp"):
+                (self.path / name).unlink(missing_ok=True)
             self.stream.close(delete=True)
