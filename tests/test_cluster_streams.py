@@ -35,16 +35,21 @@ class Reader:
     """A consumer of stream ``name`` on ``node`` from ``offset`` that stays attached:
     :meth:`until` takes deliveries until it has ``count``."""
 
-    def __init__(self, node: BrokerProcess, name: str, offset: object = "first") -> None:
+    def __init__(self, node: BrokerProcess, name: str, offset: object = "first",
+                 **arguments: object) -> None:
         self.conn = connect(node)
         self.ch = self.conn.channel()
         self.ch.basic_qos(prefetch_count=100)
         self.got: list[tuple[int, bytes]] = []
-        self.ch.basic_consume(name, self._on_message, arguments={"x-stream-offset": offset})
+        self.stamps: list[int] = []  # x-stream-timestamp, when asked for
+        self.ch.basic_consume(name, self._on_message,
+                              arguments={"x-stream-offset": offset, **arguments})
 
     def _on_message(self, ch: object, method: object, props: pika.BasicProperties,
                     body: bytes) -> None:
         self.got.append((props.headers["x-stream-offset"], body))
+        if "x-stream-timestamp" in props.headers:
+            self.stamps.append(props.headers["x-stream-timestamp"])
         self.ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
 
     def until(self, count: int, timeout: float = 15.0) -> list[tuple[int, bytes]]:
@@ -79,27 +84,11 @@ def publish(node: BrokerProcess, name: str, bodies: list[bytes]) -> None:
 def read(node: BrokerProcess, name: str, count: int, offset: object = "first",
          timeout: float = 15.0) -> list[tuple[int, bytes]]:
     """``count`` messages ``(x-stream-offset, body)`` consumed from ``node`` at ``offset``."""
-    conn = connect(node)
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=100)
-    got: list[tuple[int, bytes]] = []
-
-    def on_message(ch: object, method: object, props: pika.BasicProperties,
-                   body: bytes) -> None:
-        got.append((props.headers["x-stream-offset"], body))
-        conn_ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
-
-    conn_ch = ch
-    ch.basic_consume(name, on_message, arguments={"x-stream-offset": offset})
+    reader = Reader(node, name, offset)
     try:
-        wait_until(lambda: conn.process_data_events(0.2) or len(got) >= count,
-                   f"{count} messages from {name} on {node.url}", timeout)
-    except AssertionError:
-        st = state(node, name)
-        raise AssertionError(f"got {len(got)}: {got[:3]}...{got[-3:]}; {st['last_offset']} "
-                             f"{st.get('replica_lag')} {st['consumer_details']}") from None
-    conn.close()
-    return got
+        return reader.until(count, timeout)
+    finally:
+        reader.conn.close()
 
 
 def test_a_stream_is_replicated_and_read_on_every_node(nodes: list[BrokerProcess]) -> None:
@@ -118,6 +107,12 @@ def test_a_stream_is_replicated_and_read_on_every_node(nodes: list[BrokerProcess
     for node in (n1, n2, n3):
         assert read(node, "s.core", 200) == want
     assert read(n3, "s.core", 50, 150) == want[150:]
+    stamped = [Reader(node, "s.core", **{"x-stream-timestamp-header": True})
+               for node in (n1, n3)]  # the leader's chunk times on every replica
+    for r in stamped:
+        assert r.until(200) == want
+        r.conn.close()
+    assert len(stamped[0].stamps) == 200 and stamped[0].stamps == stamped[1].stamps
     nxt = Reader(n3, "s.core", "next")  # a follower's "next": what comes after
     publish(n2, "s.core", [b"late"])
     assert nxt.until(1) == [(200, b"late")]
