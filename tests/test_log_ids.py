@@ -43,7 +43,8 @@ def test_a_member_back_with_a_new_log_counts_for_nothing_and_leaves_the_isr() ->
     actions = r.receive(2, Fetch(1, 3, 1, 3, 202), 0.1)
     assert not [a for a in actions if isinstance(a, Commit)]
     assert r.committed == 0
-    (cas,) = casses(r.tick(0.2))
+    (cas,) = casses(actions)  # asked at once, not at the next tick
+    assert casses(r.tick(0.2)) == []  # (once)
     assert cas.new.isr == (0, 1) and cas.new.log_ids == ((0, 100), (1, 101))
     assert "node 2 leaves the in-sync replicas: its replica log is new" in cas.why
     assert r.proposed == (0, 1)  # the high watermark counts (0, 1) only from now on
@@ -87,14 +88,13 @@ def test_a_leader_restarted_with_a_new_log_hands_the_lead_over() -> None:
 def test_a_new_queues_followers_count_once_their_log_id_is_recorded() -> None:
     r = leader_with_three_entries(log_ids=((0, 100),))  # a new queue: the leader's only
     r.fsync_done((0, 3), 0.0)
-    r.receive(1, Fetch(1, 3, 1, 3, 101), 0.1)
-    r.receive(2, Fetch(1, 3, 1, 3, 102), 0.1)
+    (cas,) = casses(r.receive(1, Fetch(1, 3, 1, 3, 101), 0.1))  # asked at once
+    assert casses(r.receive(2, Fetch(1, 3, 1, 3, 102), 0.1)) == []  # one swap at a time
     assert r.committed == 0  # unrecorded members count for nothing
-    (cas,) = casses(r.tick(0.2))
     assert cas.new.isr == ALL and cas.new.log_ids == ((0, 100), (1, 101))
+    assert cas.why == "replica log ids of node(s) 1 recorded"
     r.cas_result(1, True)
-    r.on_state(cas.new.but(version=2), 0.3)
-    (cas,) = casses(r.tick(0.4))
+    (cas,) = casses(r.on_state(cas.new.but(version=2), 0.3))  # the next one at once
     assert cas.new.log_ids == IDS
     r.cas_result(2, True)
     commits = [a for a in r.on_state(cas.new.but(version=3), 0.5) if isinstance(a, Commit)]
@@ -106,7 +106,7 @@ def test_a_state_from_before_log_ids_counts_as_before_and_gets_them_recorded() -
     r.fsync_done((0, 3), 0.0)
     r.receive(1, Fetch(1, 3, 1, 3, 101), 0.1)
     r.receive(2, Fetch(1, 3, 1, 3, 102), 0.1)
-    assert r.committed == 3
+    assert r.committed == 3  # counted as before
     (cas,) = casses(r.tick(0.2))
     assert cas.new.log_ids == IDS and cas.why == "replica log ids recorded"
 

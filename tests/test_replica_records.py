@@ -24,7 +24,7 @@ def test_every_record_round_trips(tmp_path) -> None:
     log = ReplicaLog(tmp_path / "q.log")
     payloads = (log.enq(b"\x00\x02rk", b"\x90\x00", b"body")[1], log.ack([1]))
     records = [
-        Fetch(7, 2**40, 6, 2**40 - 3),
+        Fetch(7, 2**40, 6, 2**40 - 3, 2**64 - 1),
         Records(7, 12, 6, ((6, payloads[0]), (7, payloads[1])), 11),
         Records(3, 0, 0, (), 0),
         Diverging(9, 100, 8, 5, 77),

@@ -121,12 +121,14 @@ def log_ids_change(s: GroupState, me: int, log_id: int, fetched: Mapping[int, in
         ids[me] = log_id
         return s.but(log_ids=s.with_log_ids(ids)), "replica log ids recorded"
     recorded = dict(s.log_ids)
+    new_ids = {m: fetched[m] for m in s.isr if m != me and m in fetched and m not in recorded}
+    if new_ids:  # every one known at once
+        names = ", ".join(str(m) for m in sorted(new_ids))
+        return (s.but(log_ids=s.with_log_ids({**recorded, **new_ids})),
+                f"replica log ids of node(s) {names} recorded")
     for m in s.isr:
         if m == me or m not in fetched:
             continue
-        if m not in recorded:
-            recorded[m] = fetched[m]
-            return s.but(log_ids=s.with_log_ids(recorded)), f"node {m}'s replica log id recorded"
         if not same(recorded[m], fetched[m]):
             new = s.but(isr=tuple(x for x in s.isr if x != m))
             return (new.but(log_ids=new.with_log_ids(recorded)),

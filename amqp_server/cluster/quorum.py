@@ -8,7 +8,8 @@ all (default 3, or the cluster's size when smaller). Its replication state lives
 (``/amqpq/<cluster>/qq/<vhost>/<name>``, JSON)::
 
     {"leader": node index, "run": its etcd lease id, "epoch": n, "members": [...],
-     "isr": [...]}
+     "isr": [...], "log_ids": {"node index": "the id of the replica log it was admitted
+     with, 16 hex digits", ...}}
 
 and changes only by etcd transactions that compare the value they replace, so two nodes never
 both win a change (no consensus here: etcd's).
@@ -71,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from amqp_server.cluster import placement, replica_records, stream_group
-from amqp_server.cluster.quorum_group import QuorumGroup, new_run
+from amqp_server.cluster.quorum_group import QuorumGroup, log_ids_value, new_run
 from amqp_server.cluster.quorum_queue import ReplicatedQueue, replicated_class
 from amqp_server.cluster.stream_group import StreamGroup
 from amqp_server.workers.link_codec import queue_key, split_queue_key
@@ -243,8 +244,11 @@ class QuorumManager:
         members = placement.choose_members(
             self.runtime.index, self.hub.running, self.drained_indexes(),
             [s for s, _ in self.states.values()], size, self.hub.nodes)
+        # the leader's log id; the followers' are recorded once it sees their fetches
+        log_ids = ((self.runtime.index, group.replica.log_id),)
         state: dict[str, Any] = {"leader": self.runtime.index, "run": group.replica.run,
-                                 "epoch": 1, "members": members, "isr": members}
+                                 "epoch": 1, "members": members, "isr": members,
+                                 "log_ids": log_ids_value(log_ids)}
         if stream:
             state["type"] = "stream"
         await self.replace_state(group.qkey, None, state)

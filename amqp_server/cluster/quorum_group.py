@@ -40,6 +40,12 @@ delivery) and its etcd session is surely alive. Publishes to a queue whose etcd 
 this node but whose election is not done yet (a restart, a new queue) wait here and are
 appended once it leads.
 
+The replica's log id (:mod:`amqp_server.cluster.log_ids`) is kept beside its log
+(:mod:`amqp_server.cluster.log_id_file`), read when the log is opened (a new or migrated log
+gets one, logged); etcd's state records the ISR members' ids as ``"log_ids": {"node":
+"16 hex digits"}``. A replica that may not lead although etcd names it or it is in sync
+(its disk lost) logs why, once.
+
 Source: Kafka replication (fetch, ISR, high watermark, leader epochs: KIP-101, KIP-279,
 KIP-320); RabbitMQ quorum queues; h11's sans-IO split.
 """
@@ -57,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from amqp_server.cluster import replica_records
 from amqp_server.cluster.isr import LAG_TIMEOUT
+from amqp_server.cluster.log_id_file import open_log_id, remove_log_id
 from amqp_server.cluster.replica_records import ChunkRequest, SnapshotChunk
 from amqp_server.cluster.replication import Replica, Timing
 from amqp_server.cluster.replication_types import (
@@ -113,10 +120,20 @@ class _Transfer:
 def group_state(state: dict[str, Any], version: int) -> GroupState:
     """etcd's JSON state of a quorum queue as a :class:`GroupState` (``run`` 0 when the
     value names none: written by a membership change or a leader transfer, so the leader
-    it names takes a new epoch of its own first)."""
+    it names takes a new epoch of its own first; ``log_ids`` None when the value has none:
+    written before log ids), with the log ids of its ISR members only."""
+    isr = tuple(int(m) for m in state["isr"])
+    ids = state.get("log_ids")
+    log_ids = None if ids is None else tuple(sorted(
+        (int(m), int(i, 16)) for m, i in ids.items() if int(m) in isr))
     return GroupState(int(state["leader"]), int(state.get("run") or 0), int(state["epoch"]),
-                      tuple(int(m) for m in state["members"]),
-                      tuple(int(m) for m in state["isr"]), version)
+                      tuple(int(m) for m in state["members"]), isr, version, log_ids)
+
+
+def log_ids_value(log_ids: tuple[tuple[int, int], ...]) -> dict[str, str]:
+    """:attr:`GroupState.log_ids` as etcd's JSON holds them (ids as 16 hex digits: exact
+    in any JSON reader)."""
+    return {str(m): f"{i:016x}" for m, i in log_ids}
 
 
 class QuorumGroup:
@@ -149,6 +166,7 @@ class QuorumGroup:
         # file: the offset they started from and when
         self._from_file: dict[int, tuple[int, float]] = {}
         self._closed = False
+        self._not_eligible: str | None = None  # the replica's, as last logged
         # the last Records encoded: (epoch, first, prev_epoch, hw, count), its last and first
         # payloads (the objects), its body (_encoded)
         self._last_records: tuple[tuple[int, ...], bytes, bytes, bytes] | None = None
@@ -166,9 +184,15 @@ class QuorumGroup:
 
     def _replica(self, run: int) -> Replica:
         log_ = self.log
-        return Replica(self.me, run, log_.tail(), self.timing, start=log_.start,
+        tail = log_.tail()
+        log_id, how = open_log_id(log_.path, empty=not log_.start and not tail)
+        if how != "read":
+            log.info("%s '%s' in vhost '%s': replica log id %016x (%s)", self.what, self.name,
+                     self.vhost, log_id, "a new log" if how == "new"
+                     else "a log written before log ids")
+        return Replica(self.me, run, tail, self.timing, start=log_.start,
                        start_epoch=log_.start_epoch,
-                       snapshot=SNAPSHOT_IN_FILE if log_.start else None)
+                       snapshot=SNAPSHOT_IN_FILE if log_.start else None, log_id=log_id)
 
     # ---- views ---------------------------------------------------------------------------
 
@@ -309,6 +333,11 @@ class QuorumGroup:
             self._do(r.session(run, m.refreshed_at + LEASE_MARGIN * m.etcd.lease_ttl))
         r.on_alive(self.manager.hub.running)
         self._do(r.tick(self._now()))
+        if r.not_eligible != self._not_eligible:
+            self._not_eligible = r.not_eligible
+            if r.not_eligible is not None:
+                log.warning("%s '%s' in vhost '%s': %s", self.what, self.name, self.vhost,
+                            r.not_eligible)
         self._compact()
         if self.queue is not None and r.leading and self.serving():
             self.queue.dispatch()
@@ -515,6 +544,8 @@ class QuorumGroup:
             return
         value = {**self.state, "leader": new.leader, "run": new.run, "epoch": new.epoch,
                  "members": list(new.members), "isr": list(new.isr)}
+        if new.log_ids is not None:
+            value["log_ids"] = log_ids_value(new.log_ids)
 
         async def run() -> None:
             won: bool | None = None
@@ -628,6 +659,7 @@ class QuorumGroup:
             self.queue.fail_pending()
         if remove:
             self.log.remove()
+            remove_log_id(self.log.path)
         else:
             self.log.close()
 

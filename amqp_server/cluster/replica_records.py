@@ -5,7 +5,8 @@ of a ``REPL`` link record (:mod:`amqp_server.workers.link_codec`).
 A body is ``sub:u8 qkey_len:u16 epoch:u32``, the queue's key (``vhost NUL name``), then by
 ``sub`` (big-endian)::
 
-    FETCH      offset:u64 last_epoch:u32 durable:u64
+    FETCH      offset:u64 last_epoch:u32 durable:u64 log_id:u64   (log_id: the follower's
+               replica log's, :mod:`amqp_server.cluster.log_ids`)
     RECORDS    first:u64 prev_epoch:u32 hw:u64 count:u32, then count x
                (epoch:u32 length:u32 payload)   (payload: one replica log record, as stored)
     DIVERGING  offset:u64 last_epoch:u32 end_epoch:u32 end_offset:u64
@@ -77,7 +78,7 @@ ReplicaRecord = Fetch | Records | Diverging | SnapshotChunk | ChunkRequest | Ret
 FETCH, RECORDS, DIVERGING, SNAPSHOT, CHUNK, RETAIN = 1, 2, 3, 4, 5, 6
 
 _HEAD = struct.Struct(">BHI")
-_FETCH = struct.Struct(">QIQ")
+_FETCH = struct.Struct(">QIQQ")
 _RECORDS = struct.Struct(">QIQI")
 _ENTRY = struct.Struct(">II")
 _DIVERGING = struct.Struct(">QIIQ")
@@ -98,7 +99,8 @@ def encode(qkey: bytes, record: ReplicaRecord) -> bytes:
             :class:`SnapshotChunk` records).
     """
     if isinstance(record, Fetch):
-        sub, rest = FETCH, [_FETCH.pack(record.offset, record.last_epoch, record.durable)]
+        sub, rest = FETCH, [_FETCH.pack(record.offset, record.last_epoch, record.durable,
+                                             record.log_id)]
     elif isinstance(record, Records):
         sub = RECORDS
         rest = [_RECORDS.pack(record.first, record.prev_epoch, record.hw, len(record.entries))]
@@ -132,8 +134,8 @@ def decode(body: bytes) -> tuple[bytes, ReplicaRecord]:
         if len(qkey) != qlen:
             raise RecordError("cut queue key")
         if sub == FETCH:
-            offset, last_epoch, durable = _FETCH.unpack_from(body, pos)
-            return qkey, Fetch(epoch, offset, last_epoch, durable)
+            offset, last_epoch, durable, log_id = _FETCH.unpack_from(body, pos)
+            return qkey, Fetch(epoch, offset, last_epoch, durable, log_id)
         if sub == RECORDS:
             first, prev_epoch, hw, count = _RECORDS.unpack_from(body, pos)
             pos += _RECORDS.size

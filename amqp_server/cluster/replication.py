@@ -326,7 +326,10 @@ class Replica:
             return
         lead = self.lead
         lead.last_fetch[peer] = now
-        lead.log_ids[peer] = f.log_id
+        if lead.log_ids.get(peer) != f.log_id:
+            lead.log_ids[peer] = f.log_id
+            if peer in self.state.isr and self.state.log_ids is not None:
+                self._check_log_ids(out)  # to record, or not the recorded log: ask etcd now
         if f.offset < self.start:  # below what this log still holds: nothing to check
             # a member that restarted with less than it had (its log lost) is not in sync
             lead.ready.discard(peer)
@@ -528,6 +531,7 @@ class Replica:
             elif self.lead is None or state.epoch > self.epoch:
                 self._become(state.epoch, now, out)
             else:
+                self._check_log_ids(out)  # the next member to record, without a tick
                 self._advance(out)
             return out
         if self.lead is not None:
@@ -595,6 +599,23 @@ class Replica:
             if change is not None:
                 self._cas(change[0], change[1], out)
 
+    def _check_log_ids(self, out: list[Action]) -> bool:
+        """Leader: ask etcd to record an ISR member's log id, or to drop a member whose log
+        is new (:func:`amqp_server.cluster.log_ids.log_ids_change`), unless a change is on
+        its way; True when asked."""
+        s = self.state
+        if self.lead is None or s is None or self._changing is not None \
+                or self.proposed is not None:
+            return False
+        change = log_ids_change(s, self.me, self.log_id, self.lead.log_ids, self.rules.same_log)
+        if change is None:
+            return False
+        new, why = change
+        if new.isr != s.isr:
+            self.proposed = new.isr  # the high watermark counts the ISR without it now
+        self._cas(new, why, out)
+        return True
+
     def tick(self, now: float) -> list[Action]:
         """Time passed: fetch again, change the ISR, or take over from a dead leader."""
         out: list[Action] = []
@@ -603,7 +624,7 @@ class Replica:
             return out
         lead = self.lead
         if lead is None:
-            if s.leader == self.me and s.run != self.run:
+            if s.leader == self.me and (s.run != self.run or self.not_eligible is not None):
                 self._elect(out, f"node {self.me} restarted as the leader")
             elif s.leader not in self.alive and self.me in self.alive:
                 self._elect(out, f"node {self.me} takes over from node {s.leader}")
@@ -613,12 +634,8 @@ class Replica:
         if self._changing is None and self.proposed is not None:
             self._cas(with_isr(s, self.proposed, lead.log_ids),
                       "the in-sync replicas asked again", out)
-        elif self._changing is None and (ids_change := log_ids_change(
-                s, self.me, self.log_id, lead.log_ids, self.rules.same_log)) is not None:
-            new, why = ids_change
-            if new.isr != s.isr:
-                self.proposed = new.isr
-            self._cas(new, why, out)
+        elif self._changing is None and self._check_log_ids(out):
+            pass
         elif self._changing is None:
             silent = {m: now - max(lead.last_fetch.get(m, lead.since), lead.since)
                       for m in s.members if m != self.me}
