@@ -158,6 +158,7 @@ class _Lead:
     last_fetch: dict[int, float] = field(default_factory=dict)
     ready: set[int] = field(default_factory=set)  # followers whose fetch matched this epoch
     log_ids: dict[int, int] = field(default_factory=dict)  # follower -> its latest fetch's log id
+    ids_match: bool | None = None  # every fetched log id is the recorded one (None: unknown)
     parked: dict[int, Fetch] = field(default_factory=dict)
     mark: int = 0  # durable offset at the previous tick (the old rule's mark)
 
@@ -272,9 +273,16 @@ class Replica:
 
     def _counted(self) -> Mapping[int, int]:
         """The leader's progress per follower, less ISR members whose latest fetch is not
-        from the log recorded for them (:func:`amqp_server.cluster.log_ids.counted`)."""
+        from the log recorded for them (:func:`amqp_server.cluster.log_ids.counted`; its
+        outcome known to be all of it until a state or a fetched log id changes)."""
         assert self.state is not None and self.lead is not None
-        return counted(self.state, self.lead.progress, self.lead.log_ids, self.rules.same_log)
+        lead = self.lead
+        if lead.ids_match is None:
+            lead.ids_match = counted(self.state, lead.log_ids, lead.log_ids,
+                                     self.rules.same_log) is lead.log_ids
+        if lead.ids_match:
+            return lead.progress
+        return counted(self.state, lead.progress, lead.log_ids, self.rules.same_log)
 
     # ---- inputs: leader --------------------------------------------------------------------
 
@@ -328,6 +336,7 @@ class Replica:
         lead.last_fetch[peer] = now
         if lead.log_ids.get(peer) != f.log_id:
             lead.log_ids[peer] = f.log_id
+            lead.ids_match = None
             if peer in self.state.isr and self.state.log_ids is not None:
                 self._check_log_ids(out)  # to record, or not the recorded log: ask etcd now
         if f.offset < self.start:  # below what this log still holds: nothing to check
@@ -518,6 +527,8 @@ class Replica:
         if self.state is not None and state.version <= self.state.version:
             return out
         self.state = state
+        if self.lead is not None:
+            self.lead.ids_match = None
         if self._changing is not None and state.version > self._changing:
             self._changing = None
         if self.proposed is not None and state.version > self._proposed_base:
