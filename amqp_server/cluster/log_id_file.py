@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from broker.persistence import write_atomically
+
 __all__ = ["id_path", "open_log_id", "remove_log_id"]
 
 
@@ -30,20 +32,6 @@ def id_path(log_path: Path) -> Path:
     if log_path.is_dir():
         return log_path / "log.id"
     return log_path.with_name(log_path.name + ".id")
-
-
-def _write(path: Path, log_id: int) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"{log_id:016x}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def open_log_id(log_path: Path, empty: bool) -> tuple[int, str]:
@@ -62,7 +50,7 @@ def open_log_id(log_path: Path, empty: bool) -> tuple[int, str]:
     except (OSError, ValueError):
         pass
     log_id = int.from_bytes(os.urandom(8), "big") or 1
-    _write(path, log_id)
+    write_atomically(path, f"{log_id:016x}\n".encode("ascii"))
     return log_id, "new" if empty else "migrated"
 
 
