@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amqp_server.cluster.replication import Replica, Timing
+from amqp_server.cluster.replication import Replica
+from amqp_server.cluster.replication_rules import Timing
 from amqp_server.cluster.replication_types import Fetch, GroupState, Records, Send
 from amqp_server.cluster.stream_replica_log import (
     CHUNK_START,

@@ -53,7 +53,6 @@ KIP-320); RabbitMQ quorum queues; h11's sans-IO split.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import logging
 import os
@@ -64,8 +63,10 @@ from typing import TYPE_CHECKING, Any
 from amqp_server.cluster import replica_records
 from amqp_server.cluster.isr import LAG_TIMEOUT
 from amqp_server.cluster.log_id_file import open_log_id, remove_log_id
+from amqp_server.cluster.replica_catch_up import SNAPSHOT_IN_FILE, CatchUp
 from amqp_server.cluster.replica_records import ChunkRequest, SnapshotChunk
-from amqp_server.cluster.replication import Replica, Timing
+from amqp_server.cluster.replication import Replica
+from amqp_server.cluster.replication_rules import Timing
 from amqp_server.cluster.replication_types import (
     Become,
     Cas,
@@ -90,31 +91,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("amqpq.quorum")
 
-#: the replica's snapshot, as the replication log holds it: "the replica log file's bytes
-#: up to its snapshot point" (:meth:`ReplicaLog.read_snapshot`, read a chunk at a time)
-SNAPSHOT_IN_FILE = "replica-log-file"
 #: committed entries a replica keeps in RAM behind its high watermark, so a follower away
 #: for fewer fetches them instead of a snapshot; the snapshot point moves by as many at once
 KEEP_ENTRIES = 8192
 TIMING = Timing(lag_timeout=LAG_TIMEOUT, fetch_interval=0.5, batch=512)
 LEASE_MARGIN = 0.9  # the share of the etcd lease a leader counts on (clock drift, delays)
 FSYNC_RETRY = 1.0  # seconds before a failed fsync is tried again
-SNAPSHOT_CHUNK = 1024 * 1024  # bytes of a snapshot per link record (one in flight)
-SNAPSHOT_IDLE = 10.0  # seconds without a chunk asked for: a snapshot sent is given up
-
-
-@dataclasses.dataclass
-class _Transfer:
-    """A snapshot on its way to a follower (leader) or from the leader (follower)."""
-
-    epoch: int
-    offset: int
-    last_epoch: int
-    hw: int
-    total: int
-    generation: int = 0  # leader: the log file's generation it is read from
-    done: int = 0  # follower: bytes written to the file
-    active: float = 0.0  # when a chunk was last sent or asked for
 
 
 def group_state(state: dict[str, Any], version: int) -> GroupState:
@@ -159,12 +141,8 @@ class QuorumGroup:
         self._ops: list[bytes] = []  # this turn's operations, appended at its end
         self._scheduled = False
         self._incoming: Path | None = None  # a snapshot being installed
-        self._sending: dict[int, _Transfer] = {}  # leader: snapshots on their way
-        self._receiving: _Transfer | None = None  # follower: a snapshot coming in
-        self._fetches: dict[int, Fetch] = {}  # leader: each follower's last fetch
-        # leader: followers fetching below the replica's RAM tail, answered from the log
-        # file: the offset they started from and when
-        self._from_file: dict[int, tuple[int, float]] = {}
+        #: followers' fetches, snapshots sent and received (:mod:`.replica_catch_up`)
+        self.catch_up = CatchUp(self.what, name, vhost)
         self._closed = False
         self._not_eligible: str | None = None  # the replica's, as last logged
         # the last Records encoded: (epoch, first, prev_epoch, hw, count), its last and first
@@ -309,16 +287,7 @@ class QuorumGroup:
                           peer, exc)
                 return
         elif isinstance(record, Fetch):
-            self._fetches[peer] = record
-            sending = self._sending.get(peer)
-            if sending is not None and record.offset >= sending.offset:
-                del self._sending[peer]  # installed
-            caught_up = self._from_file.get(peer)
-            if caught_up is not None and record.offset >= self.replica.start:
-                del self._from_file[peer]
-                log.info("%s '%s' in vhost '%s': node %d caught up from the log "
-                         "file, offset %d to %d in %.1f s", self.what, self.name, self.vhost, peer,
-                         caught_up[0], record.offset, self._now() - caught_up[1])
+            self.catch_up.on_fetch(peer, record, self.replica.start, self._now())
         try:
             self._do(self.replica.receive(peer, record, self._now()))
         finally:
@@ -386,7 +355,8 @@ class QuorumGroup:
         if out is None:
             return
         if isinstance(record, Snapshot):
-            records = self._file_records(peer, record)
+            records = self.catch_up.file_records(peer, record, self.log, self.replica.start,
+                                                 self.timing.batch, self._now())
             if records is None:
                 self._send_snapshot(peer, record)
                 return
@@ -422,34 +392,16 @@ class QuorumGroup:
         """Begin sending the snapshot (the log file up to its snapshot point) to ``peer``,
         one chunk now, the next when it asks (:meth:`_on_chunk_request`); nothing while one
         is on its way to it already (its fetches go on meanwhile)."""
-        now = self._now()
-        going = self._sending.get(peer)
-        if going is not None and going.generation == self.log.generation \
-                and going.epoch == snapshot.epoch and now - going.active < SNAPSHOT_IDLE:
-            return
-        t = _Transfer(snapshot.epoch, snapshot.offset, snapshot.last_epoch, snapshot.hw,
-                      self.log.snapshot_size, self.log.generation, active=now)
-        self._sending[peer] = t
-        log.info("%s '%s' in vhost '%s': node %d fetched below this replica's log "
-                 "start: snapshot at offset %d sent (%d bytes, in chunks of %d)", self.what,
-                 self.name,
-                 self.vhost, peer, t.offset, t.total, SNAPSHOT_CHUNK)
-        self._send_chunk(peer, t, 0)
-
-    def _send_chunk(self, peer: int, t: _Transfer, pos: int) -> None:
-        data = self.log.read_snapshot(pos, min(SNAPSHOT_CHUNK, t.total - pos))
-        t.active = self._now()
-        self._send(peer, SnapshotChunk(t.epoch, t.offset, t.last_epoch, t.hw, t.total, pos,
-                                       data))
+        chunk = self.catch_up.first_chunk(peer, snapshot, self.log, self._now())
+        if chunk is not None:
+            self._send(peer, chunk)
 
     def _on_chunk_request(self, peer: int, req: ChunkRequest) -> None:
-        t = self._sending.get(peer)
-        if t is None or t.offset != req.offset or t.epoch != req.epoch \
-                or t.generation != self.log.generation or not self.replica.leading:
+        if not self.replica.leading:
             return  # not ours any more: the follower fetches again and gets another
-        if req.pos >= t.total:
-            return
-        self._send_chunk(peer, t, req.pos)
+        chunk = self.catch_up.next_chunk(peer, req, self.log, self._now())
+        if chunk is not None:
+            self._send(peer, chunk)
 
     def _on_chunk(self, peer: int, c: SnapshotChunk) -> None:
         """A chunk of the leader's snapshot: written to a file beside the log; the next one
@@ -458,55 +410,20 @@ class QuorumGroup:
                 or c.epoch != self.replica.epoch:
             return
         path = self.log.path.with_name(self.log.path.name + ".snapshot")
-        t = self._receiving
-        if c.pos == 0:
-            t = self._receiving = _Transfer(c.epoch, c.offset, c.last_epoch, c.hw, c.total)
-            path.unlink(missing_ok=True)
-        elif t is None or (t.epoch, t.offset, t.done) != (c.epoch, c.offset, c.pos):
-            return  # a chunk of another transfer, or one seen already
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                os.pwrite(fd, c.data, c.pos)
-            finally:
-                os.close(fd)
+            got = self.catch_up.receive_chunk(c, path)
         except OSError as exc:
             log.error("%s '%s': snapshot chunk not written: %s", self.what, self.name, exc)
-            self._receiving = None
             return
-        t.done = c.pos + len(c.data)
-        if t.done < t.total:
-            self._send(peer, ChunkRequest(c.epoch, c.offset, t.done))
-            return
-        self._receiving = None
-        self._incoming = path
-        try:
-            self._do(self.replica.receive(
-                peer, Snapshot(c.epoch, c.offset, c.last_epoch, SNAPSHOT_IN_FILE, c.hw),
-                self._now()))
-        finally:
-            self._incoming = None
-            path.unlink(missing_ok=True)
-
-    def _file_records(self, peer: int, snapshot: Snapshot) -> Records | None:
-        """The answer to a follower that fetched below the entries the replica keeps in RAM
-        (:attr:`Replica.start`), instead of ``snapshot``, when the log file still holds the
-        entries from its offset and its last entry is the leader's (same epoch at that
-        offset): the next ones, read from the file (Kafka's fetch from a log segment).
-        None: the snapshot it is (the file was compacted past its offset, or it diverges)."""
-        f = self._fetches.get(peer)
-        if f is None or f.epoch != snapshot.epoch or f.offset >= self.replica.start \
-                or self.log.epoch_at(f.offset) != f.last_epoch:
-            return None
-        entries = self.log.read_entries(f.offset, self.timing.batch, self.replica.start)
-        if not entries:
-            return None
-        if peer not in self._from_file:
-            self._from_file[peer] = (f.offset, self._now())
-            log.info("%s '%s' in vhost '%s': node %d fetches from offset %d, below "
-                     "the entries kept in RAM (from offset %d): entries sent from the log "
-                     "file", self.what, self.name, self.vhost, peer, f.offset, self.replica.start)
-        return Records(snapshot.epoch, f.offset, f.last_epoch, tuple(entries), snapshot.hw)
+        if isinstance(got, ChunkRequest):
+            self._send(peer, got)
+        elif got is not None:
+            self._incoming = path
+            try:
+                self._do(self.replica.receive(peer, got, self._now()))
+            finally:
+                self._incoming = None
+                path.unlink(missing_ok=True)
 
     def _fsync(self, token: tuple[int, int]) -> None:
         def done(error: Exception | None) -> None:

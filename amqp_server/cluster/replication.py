@@ -50,21 +50,21 @@ KIP-497); h11's sans-IO design; tested by the deterministic simulation in ``test
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
-from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
+from amqp_server.cluster.isr import Replicas
 from amqp_server.cluster.log_ids import (
     counted,
     elected,
     hand_over,
     log_ids_change,
     not_eligible,
-    same_log,
     with_isr,
 )
+from amqp_server.cluster.replication_rules import Rules, Timing
 from amqp_server.cluster.replication_types import (
     Become,
     Cas,
@@ -83,69 +83,11 @@ from amqp_server.cluster.replication_types import (
     Write,
 )
 
-__all__ = ["Replica", "Rules", "Timing", "kafka_isr_change", "latest_fetch_progress"]
+__all__ = ["Replica"]
 
 Action = Any  # one of replication_types' action classes
 _MAX = float("inf")
-IsrRule = Callable[[Replicas, Collection[int], Collection[int], Mapping[int, float], int],
-                   "tuple[tuple[int, ...], str] | None"]
-
-
-def kafka_isr_change(r: Replicas, linked: Collection[int], ready: Collection[int],
-                     silent_for: Mapping[int, float], mark: int) -> tuple[tuple[int, ...], str] | None:
-    """The ISR change to ask for (:func:`amqp_server.cluster.isr.isr_change`); ``mark`` (the
-    leader's durable offset at the previous tick) is what the rule before #30 used, and is
-    ignored here."""
-    return isr_change(r, linked, ready, silent_for)
-
-
-def latest_fetch_progress(counted: int | None, fetched: int | None) -> int | None:
-    """What a leader counts as on a follower's disk (entries), given what it counted before
-    (None: nothing) and the news: the on-disk offset the follower's latest fetch says
-    (``min(durable, offset)``), or None when its node left etcd's live nodes. The latest
-    fetch is what counts, and a node that left is forgotten (None) until it fetches again:
-    a follower that restarted with its replica log lost has less than it had (993c8b7,
-    9fd7502; the rule before counted the most it ever said, and kept it)."""
-    return fetched
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Seconds (simulated or real) the replica waits for things.
-
-    Attributes:
-        lag_timeout: a follower silent this long leaves the ISR (isr.LAG_TIMEOUT in prod).
-        fetch_interval: a follower with no answer fetches again after this.
-        batch: most entries in one Records.
-        push_hw: a leader whose high watermark moved answers the parked fetches at once
-            (an empty Records with the new high watermark), instead of with the next
-            append: followers that serve reads (a replicated stream's consumers) learn the
-            committed offset without waiting for more data.
-    """
-
-    lag_timeout: float = 5.0
-    fetch_interval: float = 0.5
-    batch: int = 256
-    push_hw: bool = False
-
-
-@dataclass(frozen=True)
-class Rules:
-    """The replication rules (swappable so tests can plug in a broken one:
-    ``tests/sim/broken.py``).
-
-    Attributes:
-        isr_change: the ISR change to ask etcd for (:func:`kafka_isr_change`).
-        high_watermark: what is committed (:func:`amqp_server.cluster.isr.high_watermark`).
-        progress: what the leader counts on a follower's disk (:func:`latest_fetch_progress`).
-        same_log: whether a replica log is the one recorded for its node
-            (:func:`amqp_server.cluster.log_ids.same_log`).
-    """
-
-    isr_change: IsrRule = kafka_isr_change
-    high_watermark: Callable[[Replicas], int | None] = high_watermark
-    progress: Callable[[int | None, int | None], int | None] = latest_fetch_progress
-    same_log: Callable[[int | None, int], bool] = same_log
+_TIMING, _RULES = Timing(), Rules()  # the defaults (frozen: shared by every replica)
 
 
 @dataclass
@@ -178,7 +120,7 @@ class Replica:
     """
 
     def __init__(self, me: int, run: int, entries: Sequence[Entry] = (),
-                 timing: Timing = Timing(), rules: Rules = Rules(), *, start: int = 0,
+                 timing: Timing = _TIMING, rules: Rules = _RULES, *, start: int = 0,
                  start_epoch: int = 0, snapshot: Any = None, log_id: int = 0) -> None:
         self.me, self.run = me, run
         self.log_id = log_id

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Collection, Mapping
 
 from amqp_server.cluster.isr import Replicas, high_watermark, isr_change
-from amqp_server.cluster.replication import Rules
+from amqp_server.cluster.replication_rules import Rules
 from tests.sim.world import old_rejoin_rules
 
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amqp_server.cluster.isr import Replicas, isr_change, majority
-from amqp_server.cluster.replication import Replica, Rules, Timing
+from amqp_server.cluster.replication import Replica
+from amqp_server.cluster.replication_rules import Rules, Timing
 from amqp_server.cluster.replication_types import (
     Become,
     Cas,
