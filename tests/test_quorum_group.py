@@ -108,7 +108,7 @@ def test_entries_reach_the_followers_file_commit_and_a_late_member_gets_the_snap
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
         ) -> None:
     monkeypatch.setattr("amqp_server.cluster.quorum_group.KEEP_ENTRIES", 1)
-    monkeypatch.setattr("amqp_server.cluster.quorum_group.SNAPSHOT_CHUNK", 16)  # several
+    monkeypatch.setattr("amqp_server.cluster.replica_catch_up.SNAPSHOT_CHUNK", 16)  # several
     compacting = False
     monkeypatch.setattr(ReplicaLog, "needs_compaction", lambda log: compacting)
 

@@ -211,7 +211,7 @@ class StreamGroup(QuorumGroup):
         """A follower fetched below the entries kept in RAM and the file could not answer:
         its tail diverges (answered from the epoch checkpoint: it cuts and fetches again),
         or it is below the log's start (it starts over at the log's first offset)."""
-        f = self._fetches.get(peer)
+        f = self.catch_up.fetches.get(peer)
         stream = self.log.stream
         first = stream.first_offset
         if f is not None and first <= f.offset <= stream.next_offset:
