@@ -9,7 +9,7 @@ node in maintenance, in RabbitMQ's order (``rabbit_maintenance:drain/0``):
 3. close its client connections with ``320 CONNECTION_FORCED - Node was put into maintenance
    mode``;
 4. hand every quorum queue it leads to an in-sync member
-   (:meth:`~amqp_server.cluster.quorum.QuorumManager.move_leaders_off`).
+   (:meth:`~amqp_server.cluster.quorum_admin.QuorumAdmin.move_leaders_off`).
 
 On a node of several workers (``--workers N``: each worker is a cluster member,
 :mod:`amqp_server.cluster.node`) the mark is the node's: the worker that got the request
@@ -136,7 +136,7 @@ class Maintenance(ListenerSwitch):
         connections = list(self.broker.connections)
         for conn in connections:
             conn.close(320, DRAIN_REASON)
-        moved, kept = await self.quorum.move_leaders_off()
+        moved, kept = await self.quorum.admin.move_leaders_off()
         log.warning("this node is in maintenance mode: %d quorum queue leaders transferred, "
                     "%d kept, %d client connections closed", moved, kept, len(connections))
         return {"moved": moved, "kept": kept, "closed": len(connections)}

@@ -209,8 +209,8 @@ async def start_node(broker: Broker, config: BrokerConfig) -> NodeRuntime:
                                           membership.index, rec, lost, full, tls),
         Path(config.data_dir), lambda: _declared_down(broker))
     runtime.quorum.leader_locator = config.queue_leader_locator
-    runtime.quorum.target_group_size = config.quorum_target_group_size
-    runtime.quorum.reconcile_every = float(os.environ.get(RECONCILE_ENV, RECONCILE_EVERY))
+    runtime.quorum.admin.target_group_size = config.quorum_target_group_size
+    runtime.quorum.admin.reconcile_every = float(os.environ.get(RECONCILE_ENV, RECONCILE_EVERY))
     node = runtime
     hub.state_source = lambda: state_records(broker, node.index, node.home_of)
     await runtime.quorum.load_states()

@@ -69,7 +69,7 @@ def _cluster_node(request: web.Request) -> Any:
 @routes.post("/api/rebalance/queues")
 async def rebalance(request: web.Request) -> web.Response:
     """Move quorum queue leaders so each running node leads about as many
-    (:meth:`~amqp_server.cluster.quorum.QuorumManager.rebalance`); one node: 204, nothing to
+    (:meth:`~amqp_server.cluster.quorum_admin.QuorumAdmin.rebalance`); one node: 204, nothing to
     move (as RabbitMQ answers)."""
     require_admin(request)
     node = _node(request)
@@ -87,7 +87,7 @@ async def rebalance(request: web.Request) -> web.Response:
         return no_content()
     if kind == "classic":  # amqpq's classic queues are not replicated: nothing to move
         return ok([])
-    return ok(await node.quorum.rebalance(*patterns))
+    return ok(await node.quorum.admin.rebalance(*patterns))
 
 
 @routes.get("/api/health/checks/node-is-quorum-critical")
@@ -98,7 +98,7 @@ async def quorum_critical(request: web.Request) -> web.Response:
         return ok({"status": "ok", "reason": "single node cluster"})
     queues = [{"name": name, "virtual_host": vhost, "type": "quorum",
                "readable_name": f"queue '{name}' in vhost '{vhost}'"}
-              for vhost, name in node.quorum.critical_queues()]
+              for vhost, name in node.quorum.admin.critical_queues()]
     maintenance = node.maintenance.draining
     if not queues:
         return ok({"status": "ok", "maintenance": maintenance})

@@ -12,7 +12,7 @@ add or remove one queue's member, grow or shrink every quorum queue on a node.
 =====================================================================  ======================
 
 Only a cluster (``--cluster-etcd``) has replicas: on one node these answer 400. Changes go to
-etcd (:meth:`amqp_server.cluster.quorum.QuorumManager.change_members`); a new member copies
+etcd (:meth:`amqp_server.cluster.quorum_admin.QuorumAdmin.change_members`); a new member copies
 the queue from the leader and joins the in-sync replicas once caught up.
 
 Source: RabbitMQ 3.13's ``rabbit_mgmt_wm_quorum_queue_replicas_*`` handlers;
@@ -45,7 +45,7 @@ def _quorum(request: web.Request) -> Any:
     manager = getattr(workers, "quorum", None) if workers is not None else None
     if manager is None:
         raise bad_request("quorum queue replicas need a cluster (--cluster-etcd)")
-    return manager
+    return manager.admin
 
 
 async def _change(request: web.Request, add: bool) -> str:
