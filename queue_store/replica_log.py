@@ -11,29 +11,15 @@ is the replica's log end. Each entry carries the *leader epoch* that appended it
 leader epochs: a follower cuts a divergent tail of an older epoch, :meth:`truncate`).
 
 The bytes the leader appends to its own file are the bytes its followers get and append
-to theirs: one encoding, no re-encoding on either side. A record is::
-
-    length:u32 crc32:u32 kind:u8 body        (big-endian; length counts kind and body;
-                                              crc32 of kind and body)
-    ENQ   offset:u64 returns:u32 exrk_len:u16 props_len:u32, exrk, props, message body
-    ACK   count:u32, count x offset:u64
-    RET   offset:u64 returns:u32
-    BASE  lsn:u64 next_offset:u64 epoch:u32   (a snapshot's first record: the LSN before its
-                                              ENQ records, so it stands at BASE + their
-                                              count; epoch: that of its last entry)
-    EPOCH epoch:u32                           (the entries that follow were appended in that
-                                              leader epoch; not an entry itself)
-    POINT lsn:u64 epoch:u32                   (the snapshot point moved to that LSN, whose
-                                              entry has that epoch: :meth:`mark`; not an
-                                              entry)
+to theirs: one encoding, no re-encoding on either side. A record is a length, a CRC-32, a
+kind and a body (their layouts: :mod:`queue_store.replica_log_records`): ``ENQ`` (a message
+entered), ``ACK``, ``RET``, ``BASE`` (a snapshot's first record), ``EPOCH`` (the entries
+that follow were appended in that leader epoch), ``POINT`` (the snapshot point moved).
 
 ENQ, ACK and RET are entries (the payload of a replication entry is the record's bytes,
 header included); BASE, EPOCH and POINT are not. A file is an optional *snapshot section* (BASE,
-then an ENQ per live message), then the *tail*: EPOCH markers and entries. ``exrk`` is
-Basic.Deliver's exchange and routing key as AMQP shortstrs and ``props`` the content header's
-property bytes, as received: never decoded here. A torn tail (a crash mid-write) is cut at
-the last whole record when the file is opened; a file written before epochs existed (no
-EPOCH record, a 16-byte BASE) reads as epoch 0.
+then an ENQ per live message), then the *tail*: EPOCH markers and entries. A torn tail (a
+crash mid-write) is cut at the last whole record when the file is opened.
 
 *Snapshots*: the replication log drops committed entries below a *snapshot point*
 (:meth:`mark`): the file's bytes up to that point (:meth:`snapshot_bytes`) replay to the
@@ -46,16 +32,16 @@ place with what was appended meanwhile (:meth:`ReplicaLog.finish_compaction`).
 Memory: a replica keeps no message in RAM. Per live message it keeps its offset, the
 position of its ENQ record in the file and the record's length (20 bytes, in typed arrays,
 no object: :mod:`queue_store.replica_slots`), and a returns count where it is not 0; a
-message is read back from the file when
-needed (:meth:`ReplicaLog.messages`, :meth:`ReplicaLog.message`: a new leader's queue, a
-compaction, an install). Opening a file reads it a bounded chunk at a time
-(:func:`~queue_store.replica_log_records.scan_file`), and only the entries after the last
-POINT record are handed to the replication log (:meth:`tail`). Entries the file holds can be
-read back from an offset (:meth:`ReplicaLog.read_entries`: a follower that fetches below
-what its leader keeps in RAM), found through a sparse index
-(:mod:`queue_store.replica_log_index`).
+message is read back from the file when needed (:meth:`ReplicaLog.messages`,
+:meth:`ReplicaLog.message`: a new leader's queue, a compaction, an install). Opening a
+file reads it a bounded chunk at a time (:func:`~queue_store.replica_log_records.scan_file`),
+and only the entries after the last POINT record are handed to the replication log
+(:meth:`tail`). Entries the file holds can be read back from an offset
+(:meth:`ReplicaLog.read_entries`: a follower that fetches below what its leader keeps in
+RAM), found through a sparse index (:mod:`queue_store.replica_log_index`).
 
-The records are made and read by :mod:`queue_store.replica_log_records`.
+The records are made and read by :mod:`queue_store.replica_log_records`, the file read and
+written by position by :mod:`queue_store.replica_log_file`.
 
 Source: Kafka's replication design (log offsets, leader epochs and truncation: KIP-101,
 KIP-279, the leader-epoch checkpoint); RabbitMQ quorum queue semantics
@@ -71,7 +57,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from queue_store import replica_log_records as records
+from queue_store import replica_log_file as log_file
 from queue_store.replica_log_index import EntryIndex
 from queue_store.replica_log_records import (
     ACK,
@@ -90,7 +76,6 @@ from queue_store.replica_log_records import (
     Compaction,
     ReplicaLogError,
     check_entry,
-    iter_records,
     make_enq,
     make_record,
     parse_enq,
@@ -373,18 +358,8 @@ class ReplicaLog:
         end = min(end, self.written)
         if not self.disk_start <= first < end or not self._index:
             return []
-        lsn, pos, epoch = self._index.locate(first)
-        out: list[LogEntry] = []
-        for kind, record, _ in scan_file(self._fd, self.size, pos, chunk=256 * 1024):
-            if kind == EPOCH:
-                (epoch,) = EPOCH_BODY.unpack_from(record, 9)
-            elif kind in ENTRY_KINDS:
-                if lsn >= first:
-                    out.append((epoch, record))
-                lsn += 1
-                if lsn >= end or len(out) >= count:
-                    break
-        return out
+        return log_file.read_entries_at(self._fd, self.size, self._index.locate(first), first,
+                                        count, end)
 
     def discard_unwritten(self) -> None:
         """Forget operations applied but never written (the leader stepped down before
@@ -403,15 +378,7 @@ class ReplicaLog:
             os.ftruncate(self._fd, 0)
             self._load(0)
             return
-        lsn, cut = 0, 0
-        for kind, record, pos in scan_file(self._fd, self.size):
-            if lsn >= offset and kind != BASE:
-                break
-            if kind == BASE:
-                lsn = BASE_BODY.unpack_from(record, 9)[0]
-            elif kind in ENTRY_KINDS:
-                lsn += 1
-            cut = pos + len(record)
+        cut = log_file.cut_position(self._fd, self.size, offset)
         os.ftruncate(self._fd, cut)
         self._reload(cut)
 
@@ -466,14 +433,8 @@ class ReplicaLog:
         if isinstance(snapshot, Path):
             incoming = snapshot
         else:
-            for _ in iter_records(snapshot):  # whole and checked
-                pass
             incoming = self.path.with_name(self.path.name + ".in")
-            fd = os.open(incoming, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                write_all(fd, snapshot)
-            finally:
-                os.close(fd)
+            log_file.write_checked(incoming, snapshot)
         probe = ReplicaLog(incoming)
         try:
             if probe.lsn != offset:
@@ -532,12 +493,7 @@ class ReplicaLog:
         try:
             tail = os.pread(self._fd, self.size - job.size, job.size) \
                 if self.size > job.size else b""
-            fd = os.open(job.dest, os.O_WRONLY | os.O_APPEND)
-            try:
-                write_all(fd, marker + tail)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            log_file.append_synced(job.dest, marker + tail)
             os.replace(job.dest, self.path)
         except OSError:
             self._slots.thaw()
@@ -570,22 +526,10 @@ class ReplicaLog:
         """Write this log's state as a file of its own at ``dest``: BASE (LSN before the
         live messages, next offset, :attr:`start_epoch`), then an ENQ record per live
         message (its record as stored, or made again with its returns), fsynced. Streams:
-        :data:`~queue_store.replica_log_records.READ_CHUNK` at a time."""
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            parts = [make_record(BASE, BASE_BODY.pack(self.lsn - self.count, self.next_offset),
-                             EPOCH_BODY.pack(self.start_epoch))]
-            held = len(parts[0])
-            for offset, message in self.messages():
-                parts.append(make_enq(offset, message[3], *message[:3]))
-                held += len(parts[-1])
-                if held >= records.READ_CHUNK:
-                    write_all(fd, b"".join(parts))
-                    parts, held = [], 0
-            write_all(fd, b"".join(parts))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        :data:`~queue_store.replica_log_records.READ_CHUNK` at a time
+        (:func:`~queue_store.replica_log_file.write_section`)."""
+        log_file.write_section(dest, self.lsn - self.count, self.next_offset,
+                               self.start_epoch, self.messages())
 
     def _replaced(self) -> None:
         """The file at ``path.new`` replaces this log's file; the state is read from it."""

@@ -1,6 +1,24 @@
 """The records of a quorum queue replica's log file (:mod:`queue_store.replica_log`, whose
-docstring gives the format): making them, checking them and reading them from bytes or from
-a file a bounded chunk at a time.
+docstring tells what they are for): making them, checking them and reading them from bytes
+or from a file a bounded chunk at a time. A record is::
+
+    length:u32 crc32:u32 kind:u8 body        (big-endian; length counts kind and body;
+                                              crc32 of kind and body)
+    ENQ   offset:u64 returns:u32 exrk_len:u16 props_len:u32, exrk, props, message body
+    ACK   count:u32, count x offset:u64
+    RET   offset:u64 returns:u32
+    BASE  lsn:u64 next_offset:u64 epoch:u32   (a snapshot's first record: the LSN before its
+                                              ENQ records, so it stands at BASE + their
+                                              count; epoch: that of its last entry)
+    EPOCH epoch:u32                           (the entries that follow were appended in that
+                                              leader epoch; not an entry itself)
+    POINT lsn:u64 epoch:u32                   (the snapshot point moved to that LSN, whose
+                                              entry has that epoch: ``ReplicaLog.mark``; not an
+                                              entry)
+
+``exrk`` is Basic.Deliver's exchange and routing key as AMQP shortstrs and ``props`` the
+content header's property bytes, as received: never decoded here. A file written before
+epochs existed (no EPOCH record, a 16-byte BASE) reads as epoch 0.
 
 Source: the record format is amqpq's own (length, CRC-32, kind), as the stream log's chunks.
 """
