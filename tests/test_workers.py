@@ -275,20 +275,22 @@ def test_http_api_changes_reach_every_worker(broker: BrokerProcess) -> None:
               {"configure": ".*", "write": ".*", "read": ".*"})
     api_write(broker, "PUT", f"/api/queues/{vhost}/hq", {"durable": False})
     params = pika.URLParameters(f"amqp://{user}:pw@127.0.0.1:{broker.port}/{vhost}")
-    seen: set[int] = set()
+    seen: list[int] = []
     conns = []
     for _ in range(40):  # until a connection of that user landed on each worker
         conn = pika.BlockingConnection(params)
         ch = conn.channel()
         ch.confirm_delivery()
         ch.basic_publish("", "hq", b"via http queue", mandatory=True)  # routed on both
-        name = ch.queue_declare("", exclusive=True).method.queue
-        seen.add(int(queue_info_in(broker, vhost, name)["worker"]))
+        name = ch.queue_declare("", exclusive=True).method.queue  # lives on conn's worker
+        seen.append(int(queue_info_in(broker, vhost, name)["worker"]))
         conns.append(conn)
-        if seen == {0, 1}:
+        if set(seen) == {0, 1}:
             break
-    assert seen == {0, 1}
-    assert queue_info_in(broker, vhost, "hq")["worker"] == 0  # declared over HTTP
+    assert set(seen) == {0, 1}
+    # declared over HTTP, unplaced until used: its first publish (confirmed, so done before
+    # the next connection) placed it on that publisher's worker (amqp_server.workers.placement)
+    assert queue_info_in(broker, vhost, "hq")["worker"] == seen[0]
     api_write(broker, "DELETE", f"/api/users/{user}")
     deadline = time.monotonic() + WAIT
     for conn in conns:  # the user is gone everywhere: its connections are closed (320)
